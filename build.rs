@@ -1,0 +1,492 @@
+//! Generates the interposition layer from the single API table `src/abi/mpi_functions.txt`.
+//!
+//! For every function in the table this writes, into `$OUT_DIR/api_gen.rs`:
+//! - a function id and its name/category (for counters and `SHIM_STATS`),
+//! - a lazily resolved `PMPI_*` forwarder in `crate::pmpi` (dlsym at run time, so that
+//!   `libshim.so` has no `libmpi` in `DT_NEEDED`),
+//! - the exported `#[no_mangle] extern "C" MPI_*` entry point, which takes the fast path
+//!   (straight to `PMPI_*`) when the shim is inactive or re-entered, and otherwise runs the
+//!   hook named by the table inside `crate::entry::run` (counters, timing, panic guard).
+//!
+//! The generator refuses a table it does not understand (unknown C type, inconsistent
+//! collective variants), so the table and the Rust hooks cannot drift apart silently.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(Clone, Debug)]
+struct Param {
+    name: String,
+    /// Rust type in the generated code.
+    rtype: String,
+}
+
+#[derive(Clone, Debug)]
+struct Func {
+    category: String,
+    hook: String,
+    ret: String,
+    name: String,
+    params: Vec<Param>,
+}
+
+/// MPI handle typedefs that the ABI module defines under the same name.
+const HANDLE_TYPES: &[&str] = &[
+    "MPI_Comm",
+    "MPI_Datatype",
+    "MPI_Op",
+    "MPI_Win",
+    "MPI_Group",
+    "MPI_Request",
+    "MPI_Info",
+    "MPI_Errhandler",
+    "MPI_Message",
+    "MPI_Session",
+    "MPI_File",
+    "MPI_Aint",
+    "MPI_Count",
+    "MPI_Offset",
+    "MPI_Fint",
+    "MPI_Status",
+];
+
+fn base_rust_type(base: &str) -> Option<(&'static str, i32)> {
+    // Returns the Rust type and a pointer-level adjustment (function typedefs are used
+    // as `fn_t *p` and decay to one pointer, which we model as `*mut c_void`).
+    Some(match base {
+        "int" => ("c_int", 0),
+        "char" => ("c_char", 0),
+        "void" => ("c_void", 0),
+        "double" => ("f64", 0),
+        "MPIO_Request" => ("MPI_Request", 0),
+        "MPI_T_cb_safety" | "MPI_T_source_order" => ("c_int", 0),
+        "MPI_F08_status" => ("c_void", 0),
+        // Opaque pointer handles of the tools interface.
+        "MPI_T_enum"
+        | "MPI_T_cvar_handle"
+        | "MPI_T_pvar_handle"
+        | "MPI_T_pvar_session"
+        | "MPI_T_event_registration"
+        | "MPI_T_event_instance" => ("*mut c_void", 0),
+        b if b.ends_with("_function") || b.ends_with("_function_c") || b.ends_with("_fn") => {
+            ("c_void", 1)
+        }
+        _ => return None,
+    })
+}
+
+fn rust_type(ctype: &str, array_dims: usize) -> String {
+    let is_const = ctype.split_whitespace().next() == Some("const");
+    let stars = ctype.matches('*').count() + array_dims;
+    let base: String = ctype
+        .replace('*', " ")
+        .split_whitespace()
+        .filter(|w| *w != "const")
+        .collect::<Vec<_>>()
+        .join(" ");
+    let (rbase, adjust) = if let Some((r, a)) = base_rust_type(&base) {
+        (r.to_string(), a)
+    } else if HANDLE_TYPES.contains(&base.as_str()) {
+        (base.clone(), 0)
+    } else {
+        panic!("mpi_functions.txt: unknown C type `{ctype}`; teach build.rs about it");
+    };
+    let mut levels = stars as i32 - adjust;
+    if levels < 0 {
+        levels = 0;
+    }
+    if adjust > 0 && stars == 0 {
+        // a function type used by value decays to a pointer
+        levels = 0;
+    }
+    let mut t = rbase;
+    if adjust > 0 {
+        t = "*mut c_void".to_string();
+    }
+    for i in 0..levels {
+        let innermost = i == 0;
+        t = if innermost && is_const {
+            format!("*const {t}")
+        } else {
+            format!("*mut {t}")
+        };
+    }
+    t
+}
+
+fn parse_param(p: &str) -> Param {
+    let p = p.trim();
+    // name = last identifier before optional array brackets
+    let (decl, dims) = match p.find('[') {
+        Some(i) => (&p[..i], p[i..].matches('[').count().min(1)),
+        None => (p, 0),
+    };
+    let decl = decl.trim_end();
+    let split = decl
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .map(|i| i + 1)
+        .unwrap_or(0);
+    let name = decl[split..].to_string();
+    let ctype = decl[..split].trim().to_string();
+    assert!(
+        !name.is_empty() && !ctype.is_empty(),
+        "cannot parse parameter `{p}`"
+    );
+    let rtype = rust_type(&ctype, dims);
+    // Rust keywords used as C parameter names
+    let name = match name.as_str() {
+        "type" => "type_".to_string(),
+        "ref" => "ref_".to_string(),
+        _ => name,
+    };
+    Param { name, rtype }
+}
+
+fn parse_line(line: &str) -> Option<Func> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (category, hook, ret) = (
+        words[0].to_string(),
+        words[1].to_string(),
+        words[2].to_string(),
+    );
+    let proto = words[3..].join(" ");
+    let open = proto.find('(').expect("prototype without (");
+    let name = proto[..open].trim().to_string();
+    let inner = proto[open + 1..proto.rfind(')').expect("prototype without )")].trim();
+    let params = if inner == "void" || inner.is_empty() {
+        Vec::new()
+    } else {
+        inner.split(',').map(parse_param).collect()
+    };
+    Some(Func {
+        category,
+        hook,
+        ret,
+        name,
+        params,
+    })
+}
+
+fn rust_ret(ret: &str) -> &'static str {
+    match ret {
+        "int" => "c_int",
+        "double" => "f64",
+        "MPI_Aint" => "MPI_Aint",
+        "MPI_Fint" => "MPI_Fint",
+        "MPI_File" => "MPI_File",
+        "MPI_Info" => "MPI_Info",
+        other => panic!("unknown return type {other}"),
+    }
+}
+
+/// Collective variant: what trails the base argument list.
+#[derive(PartialEq)]
+enum Variant {
+    Blocking,
+    Nonblocking,
+    Persistent,
+}
+
+fn coll_variant(f: &Func) -> Variant {
+    let n = f.params.len();
+    let tail = |i: usize| f.params.get(n.wrapping_sub(i)).map(|p| p.name.as_str());
+    if tail(1) == Some("request") && tail(2) == Some("info") && f.name.contains("_init") {
+        Variant::Persistent
+    } else if tail(1) == Some("request") {
+        Variant::Nonblocking
+    } else {
+        Variant::Blocking
+    }
+}
+
+fn coll_base(f: &Func, blocking: &[String]) -> String {
+    let mut b = f.name.trim_start_matches("MPI_").to_string();
+    if let Some(s) = b.strip_suffix("_c") {
+        b = s.to_string();
+    }
+    if let Some(s) = b.strip_suffix("_init") {
+        b = s.to_string();
+    }
+    if !blocking.contains(&b) {
+        if let Some(s) = b.strip_prefix('I') {
+            let cand = blocking
+                .iter()
+                .find(|x| x.to_lowercase() == s.to_lowercase());
+            b = cand
+                .unwrap_or_else(|| panic!("{}: no blocking collective for this variant", f.name))
+                .clone();
+        }
+    }
+    b.to_lowercase()
+}
+
+/// Count-like parameters of collectives are widened to i64 (scalars) or wrapped as
+/// `Counts` (arrays of int or of MPI_Count/MPI_Aint) so one hook serves int and _c forms.
+fn coll_arg(p: &Param) -> (String, String) {
+    let widened = p.name.contains("count") || p.name.contains("displs");
+    if !widened {
+        return (p.name.clone(), p.rtype.clone());
+    }
+    match p.rtype.as_str() {
+        "c_int" => (format!("{} as i64", p.name), "i64".into()),
+        "MPI_Count" | "MPI_Aint" => (p.name.clone(), "i64".into()),
+        "*const c_int" => (
+            format!("crate::abi::Counts::I32({})", p.name),
+            "Counts".into(),
+        ),
+        "*const MPI_Count" | "*const MPI_Aint" => (
+            format!("crate::abi::Counts::I64({})", p.name),
+            "Counts".into(),
+        ),
+        other => panic!("unexpected count type {other} for {}", p.name),
+    }
+}
+
+/// Picks (count, datatype) parameters for the byte counter of generated pass-throughs.
+fn bytes_expr(f: &Func) -> Option<String> {
+    const PAIRS: &[(&str, &str)] = &[
+        ("count", "datatype"),
+        ("origin_count", "origin_datatype"),
+        ("sendcount", "sendtype"),
+        ("recvcount", "recvtype"),
+        ("incount", "datatype"),
+    ];
+    for (c, d) in PAIRS {
+        let cp = f.params.iter().find(|p| p.name == *c);
+        let dp = f.params.iter().find(|p| p.name == *d);
+        if let (Some(cp), Some(dp)) = (cp, dp) {
+            if (cp.rtype == "c_int" || cp.rtype == "MPI_Count") && dp.rtype == "MPI_Datatype" {
+                return Some(format!(
+                    "crate::stats::note_typed_bytes({} as i64, {})",
+                    cp.name, dp.name
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn main() {
+    let table = "src/abi/mpi_functions.txt";
+    println!("cargo:rerun-if-changed={table}");
+    println!("cargo:rerun-if-changed=build.rs");
+    // A real soname makes relinked programs record `libshim.so` in DT_NEEDED.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libshim.so");
+
+    let text = std::fs::read_to_string(table).expect("read API table");
+    let funcs: Vec<Func> = text.lines().filter_map(parse_line).collect();
+    let mut seen = BTreeMap::new();
+    for f in &funcs {
+        assert!(
+            seen.insert(f.name.clone(), ()).is_none(),
+            "duplicate {}",
+            f.name
+        );
+    }
+    let blocking: Vec<String> = funcs
+        .iter()
+        .filter(|f| {
+            f.hook == "coll" && coll_variant(f) == Variant::Blocking && !f.name.ends_with("_c")
+        })
+        .map(|f| f.name.trim_start_matches("MPI_").to_string())
+        .collect();
+    // base collective -> parameter list of its blocking int form
+    let mut coll_bases: BTreeMap<String, Vec<Param>> = BTreeMap::new();
+    for f in funcs.iter().filter(|f| {
+        f.hook == "coll" && coll_variant(f) == Variant::Blocking && !f.name.ends_with("_c")
+    }) {
+        coll_bases.insert(coll_base(f, &blocking), f.params.clone());
+    }
+
+    let mut o = String::new();
+    o.push_str("// @generated by build.rs from src/abi/mpi_functions.txt. Do not edit.\n\n");
+    writeln!(
+        o,
+        "/// Number of functions in the API table.\npub const N_FUNCS: usize = {};",
+        funcs.len()
+    )
+    .unwrap();
+    o.push_str("/// Function ids, in table order.\n#[allow(non_camel_case_types, clippy::upper_case_acronyms)]\n#[derive(Clone, Copy, Debug, PartialEq, Eq)]\n#[repr(u16)]\npub enum Fid {\n");
+    for f in &funcs {
+        writeln!(o, "    {},", f.name).unwrap();
+    }
+    o.push_str(
+        "}\n\n/// `MPI_*` names, indexed by `Fid`.\npub static NAMES: [&str; N_FUNCS] = [\n",
+    );
+    for f in &funcs {
+        writeln!(o, "    \"{}\",", f.name).unwrap();
+    }
+    o.push_str("];\n\n/// The same names as C strings.\npub static CNAMES: [&core::ffi::CStr; N_FUNCS] = [\n");
+    for f in &funcs {
+        writeln!(o, "    c\"{}\",", f.name).unwrap();
+    }
+    o.push_str("];\n\n/// Categories from the table, indexed by `Fid`.\npub static CATEGORIES: [&str; N_FUNCS] = [\n");
+    for f in &funcs {
+        writeln!(o, "    \"{}\",", f.category).unwrap();
+    }
+    o.push_str("];\n\n/// Whether the function has a hand-written hook (otherwise it is a pure forward).\npub static HOOKED: [bool; N_FUNCS] = [\n");
+    for f in &funcs {
+        writeln!(o, "    {},", f.hook != "-").unwrap();
+    }
+    o.push_str("];\n\n");
+
+    // PMPI forwarders
+    o.push_str("/// `PMPI_*` entry points of the system MPI, resolved on first use.\n#[allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc)]\npub mod pmpi {\n    use super::*;\n");
+    for (i, f) in funcs.iter().enumerate() {
+        let args: Vec<String> = f
+            .params
+            .iter()
+            .map(|p| format!("{}: {}", p.name, p.rtype))
+            .collect();
+        let tys: Vec<String> = f.params.iter().map(|p| p.rtype.clone()).collect();
+        let names: Vec<String> = f.params.iter().map(|p| p.name.clone()).collect();
+        let ret = rust_ret(&f.ret);
+        let pname = format!("P{}", f.name);
+        writeln!(
+            o,
+            "    #[inline]\n    pub unsafe fn {pname}({}) -> {ret} {{",
+            args.join(", ")
+        )
+        .unwrap();
+        writeln!(
+            o,
+            "        let sym__ = crate::symbols::resolve({i}, \"{pname}\\0\");"
+        )
+        .unwrap();
+        writeln!(
+            o,
+            "        // SAFETY: the symbol was looked up by its exact name and the table gives its C prototype.\n        let fn__: unsafe extern \"C\" fn({}) -> {ret} = unsafe {{ core::mem::transmute::<*mut c_void, _>(sym__) }};\n        unsafe {{ fn__({}) }}\n    }}",
+            tys.join(", "),
+            names.join(", ")
+        )
+        .unwrap();
+    }
+    o.push_str("}\n\n");
+
+    // Exported entry points
+    o.push_str("/// The exported `MPI_*` entry points.\n#[allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc, unused_unsafe)]\npub mod exports {\n    use super::*;\n");
+    for f in &funcs {
+        let args: Vec<String> = f
+            .params
+            .iter()
+            .map(|p| format!("{}: {}", p.name, p.rtype))
+            .collect();
+        let names: Vec<String> = f.params.iter().map(|p| p.name.clone()).collect();
+        let ret = rust_ret(&f.ret);
+        let fid = format!("Fid::{}", f.name);
+        writeln!(
+            o,
+            "    #[unsafe(no_mangle)]\n    pub unsafe extern \"C\" fn {}({}) -> {ret} {{",
+            f.name,
+            args.join(", ")
+        )
+        .unwrap();
+        writeln!(
+            o,
+            "        // SAFETY: the arguments are the caller's, passed on unchanged to the system MPI.\n        let native = move || unsafe {{ pmpi::P{}({}) }};",
+            f.name,
+            names.join(", ")
+        )
+        .unwrap();
+        match f.hook.as_str() {
+            "-" => {
+                writeln!(
+                    o,
+                    "        if crate::entry::bypass() {{ return native(); }}"
+                )
+                .unwrap();
+                let bytes = bytes_expr(f)
+                    .map(|e| format!("if crate::stats::enabled() {{ {e}; }} "))
+                    .unwrap_or_default();
+                writeln!(
+                    o,
+                    "        crate::entry::run({fid}, move || {{ {bytes}native() }})"
+                )
+                .unwrap();
+            }
+            "coll" => {
+                let base = coll_base(f, &blocking);
+                let base_params = coll_bases
+                    .get(&base)
+                    .unwrap_or_else(|| panic!("{}: no blocking form of {base}", f.name));
+                let variant = coll_variant(f);
+                let nbase = match variant {
+                    Variant::Blocking => f.params.len(),
+                    Variant::Nonblocking => f.params.len() - 1,
+                    Variant::Persistent => f.params.len() - 2,
+                };
+                let mine: Vec<&str> = f.params[..nbase].iter().map(|p| p.name.as_str()).collect();
+                let want: Vec<&str> = base_params.iter().map(|p| p.name.as_str()).collect();
+                assert_eq!(
+                    mine, want,
+                    "{}: parameters differ from the blocking form",
+                    f.name
+                );
+                let var = match variant {
+                    Variant::Blocking => "crate::coll::Variant::Blocking".to_string(),
+                    Variant::Nonblocking => {
+                        "crate::coll::Variant::Nonblocking(request)".to_string()
+                    }
+                    Variant::Persistent => {
+                        "crate::coll::Variant::Persistent(info, request)".to_string()
+                    }
+                };
+                let conv: Vec<String> = f.params[..nbase].iter().map(|p| coll_arg(p).0).collect();
+                writeln!(
+                    o,
+                    "        if crate::entry::bypass() {{ return native(); }}"
+                )
+                .unwrap();
+                writeln!(
+                    o,
+                    "        crate::entry::run({fid}, move || unsafe {{ crate::coll::api::{base}(crate::coll::Call {{ fid: {fid}, variant: {var} }}, {}, &native) }})",
+                    conv.join(", ")
+                )
+                .unwrap();
+            }
+            hook => {
+                let runner = if f.category == "init" {
+                    "run_init"
+                } else {
+                    "run"
+                };
+                if f.category != "init" {
+                    writeln!(
+                        o,
+                        "        if crate::entry::bypass() {{ return native(); }}"
+                    )
+                    .unwrap();
+                }
+                let sep = if names.is_empty() { "" } else { ", " };
+                writeln!(
+                    o,
+                    "        crate::entry::{runner}({fid}, move || unsafe {{ crate::{hook}::hooks::{}({}{sep}&native) }})",
+                    f.name,
+                    names.join(", ")
+                )
+                .unwrap();
+            }
+        }
+        o.push_str("    }\n");
+    }
+    o.push_str("}\n\n");
+
+    // Signatures the collective hooks must implement, as documentation and a compile check.
+    o.push_str("/// Base collectives and the argument lists their hooks take (after `Call`).\npub static COLL_BASES: &[(&str, &str)] = &[\n");
+    for (b, ps) in &coll_bases {
+        let sig: Vec<String> = ps
+            .iter()
+            .map(|p| format!("{}: {}", p.name, coll_arg(p).1))
+            .collect();
+        writeln!(o, "    (\"{b}\", \"{}\"),", sig.join(", ")).unwrap();
+    }
+    o.push_str("];\n");
+
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("api_gen.rs");
+    std::fs::write(out, o).unwrap();
+}

@@ -1,0 +1,21 @@
+# Shared settings for the scripts in this directory (sourced, not run).
+# ROOT: repository; LIB: the release libshim.so; BUILD: where test programs go.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LIB="${SHIM_LIB_PATH:-$ROOT/target/release/libshim.so}"
+BUILD="$ROOT/build"
+MPICC="${MPICC:-mpicc}"
+MPIRUN="${MPIRUN:-mpirun}"
+# Seconds before a hung MPI run is killed (a hang must fail, not stall CI).
+RUN_TIMEOUT="${RUN_TIMEOUT:-180}"
+
+log() { printf '%s\n' "$*" >&2; }
+
+build_shim() {
+    (cd "$ROOT" && cargo build --release --quiet)
+}
+
+# run_mpi N prog args...: mpirun with a timeout; extra environment comes from the caller.
+run_mpi() {
+    local n=$1; shift
+    timeout -k 10 "$RUN_TIMEOUT" "$MPIRUN" -n "$n" "$@"
+}

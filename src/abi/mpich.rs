@@ -1,0 +1,320 @@
+//! The MPICH ABI (MPICH, Intel MPI, MVAPICH, Cray MPICH): handle typedefs, `MPI_Status`,
+//! predefined objects and constants, hand-written from the ABI (values as in MPICH's
+//! `mpi.h`; MPI-4.0 Annex A lists the names). Handles are `int`; handle values encode
+//! kind (bits 30-31), object type (bits 26-29) and, for datatypes, the size in bytes
+//! (bits 8-15).
+#![allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code
+)]
+
+use core::ffi::{c_int, c_void};
+
+pub type MPI_Comm = c_int;
+pub type MPI_Datatype = c_int;
+pub type MPI_Op = c_int;
+pub type MPI_Win = c_int;
+pub type MPI_Group = c_int;
+pub type MPI_Request = c_int;
+pub type MPI_Info = c_int;
+pub type MPI_Errhandler = c_int;
+pub type MPI_Message = c_int;
+pub type MPI_Session = c_int;
+/// ROMIO's file handle is a pointer in both ABIs.
+pub type MPI_File = *mut c_void;
+pub type MPI_Aint = i64;
+pub type MPI_Count = i64;
+pub type MPI_Offset = i64;
+pub type MPI_Fint = c_int;
+
+/// `MPI_Status` in the MPICH ABI: five ints, the public fields at offsets 8, 12 and 16.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MPI_Status {
+    pub count_lo: c_int,
+    pub count_hi_and_cancelled: c_int,
+    pub MPI_SOURCE: c_int,
+    pub MPI_TAG: c_int,
+    pub MPI_ERROR: c_int,
+}
+const _: () = assert!(core::mem::size_of::<MPI_Status>() == 20);
+
+pub const ABI_NAME: &str = "MPICH";
+
+// Null handles
+pub const MPI_COMM_NULL: MPI_Comm = 0x04000000;
+pub const MPI_OP_NULL: MPI_Op = 0x18000000;
+pub const MPI_GROUP_NULL: MPI_Group = 0x08000000;
+pub const MPI_DATATYPE_NULL: MPI_Datatype = 0x0c000000;
+pub const MPI_REQUEST_NULL: MPI_Request = 0x2c000000;
+pub const MPI_ERRHANDLER_NULL: MPI_Errhandler = 0x14000000;
+pub const MPI_MESSAGE_NULL: MPI_Message = 0x2c000000;
+pub const MPI_INFO_NULL: MPI_Info = 0x1c000000;
+pub const MPI_INFO_ENV: MPI_Info = 0x5c000001;
+pub const MPI_WIN_NULL: MPI_Win = 0x20000000;
+pub const MPI_SESSION_NULL: MPI_Session = 0x38000000;
+pub const MPI_GROUP_EMPTY: MPI_Group = 0x48000000;
+
+// Communicators
+pub const MPI_COMM_WORLD: MPI_Comm = 0x44000000;
+pub const MPI_COMM_SELF: MPI_Comm = 0x44000001;
+
+// Comparison results
+pub const MPI_IDENT: c_int = 0;
+pub const MPI_CONGRUENT: c_int = 1;
+pub const MPI_SIMILAR: c_int = 2;
+pub const MPI_UNEQUAL: c_int = 3;
+
+// Predefined datatypes (C)
+pub const MPI_CHAR: MPI_Datatype = 0x4c000101;
+pub const MPI_SIGNED_CHAR: MPI_Datatype = 0x4c000118;
+pub const MPI_UNSIGNED_CHAR: MPI_Datatype = 0x4c000102;
+pub const MPI_BYTE: MPI_Datatype = 0x4c00010d;
+pub const MPI_WCHAR: MPI_Datatype = 0x4c00040e;
+pub const MPI_SHORT: MPI_Datatype = 0x4c000203;
+pub const MPI_UNSIGNED_SHORT: MPI_Datatype = 0x4c000204;
+pub const MPI_INT: MPI_Datatype = 0x4c000405;
+pub const MPI_UNSIGNED: MPI_Datatype = 0x4c000406;
+pub const MPI_LONG: MPI_Datatype = 0x4c000807;
+pub const MPI_UNSIGNED_LONG: MPI_Datatype = 0x4c000808;
+pub const MPI_FLOAT: MPI_Datatype = 0x4c00040a;
+pub const MPI_DOUBLE: MPI_Datatype = 0x4c00080b;
+pub const MPI_LONG_DOUBLE: MPI_Datatype = 0x4c00100c;
+pub const MPI_LONG_LONG_INT: MPI_Datatype = 0x4c000809;
+pub const MPI_LONG_LONG: MPI_Datatype = MPI_LONG_LONG_INT;
+pub const MPI_UNSIGNED_LONG_LONG: MPI_Datatype = 0x4c000819;
+pub const MPI_PACKED: MPI_Datatype = 0x4c00010f;
+pub const MPI_LB: MPI_Datatype = 0x4c000010;
+pub const MPI_UB: MPI_Datatype = 0x4c000011;
+// Pair types for MINLOC/MAXLOC
+pub const MPI_FLOAT_INT: MPI_Datatype = 0x8c000000u32 as i32;
+pub const MPI_DOUBLE_INT: MPI_Datatype = 0x8c000001u32 as i32;
+pub const MPI_LONG_INT: MPI_Datatype = 0x8c000002u32 as i32;
+pub const MPI_SHORT_INT: MPI_Datatype = 0x8c000003u32 as i32;
+pub const MPI_2INT: MPI_Datatype = 0x4c000816;
+pub const MPI_LONG_DOUBLE_INT: MPI_Datatype = 0x8c000004u32 as i32;
+// Fortran types
+pub const MPI_COMPLEX: MPI_Datatype = 0x4c00081e;
+pub const MPI_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001022;
+pub const MPI_LOGICAL: MPI_Datatype = 0x4c00041d;
+pub const MPI_REAL: MPI_Datatype = 0x4c00041c;
+pub const MPI_DOUBLE_PRECISION: MPI_Datatype = 0x4c00081f;
+pub const MPI_INTEGER: MPI_Datatype = 0x4c00041b;
+pub const MPI_2INTEGER: MPI_Datatype = 0x4c000820;
+pub const MPI_2REAL: MPI_Datatype = 0x4c000821;
+pub const MPI_2DOUBLE_PRECISION: MPI_Datatype = 0x4c001023;
+pub const MPI_CHARACTER: MPI_Datatype = 0x4c00011a;
+pub const MPI_REAL4: MPI_Datatype = 0x4c000427;
+pub const MPI_REAL8: MPI_Datatype = 0x4c000829;
+pub const MPI_REAL16: MPI_Datatype = 0x4c00102b;
+pub const MPI_COMPLEX8: MPI_Datatype = 0x4c000828;
+pub const MPI_COMPLEX16: MPI_Datatype = 0x4c00102a;
+pub const MPI_COMPLEX32: MPI_Datatype = 0x4c00202c;
+pub const MPI_INTEGER1: MPI_Datatype = 0x4c00012d;
+pub const MPI_INTEGER2: MPI_Datatype = 0x4c00022f;
+pub const MPI_INTEGER4: MPI_Datatype = 0x4c000430;
+pub const MPI_INTEGER8: MPI_Datatype = 0x4c000831;
+// Fixed-width C types
+pub const MPI_INT8_T: MPI_Datatype = 0x4c000137;
+pub const MPI_INT16_T: MPI_Datatype = 0x4c000238;
+pub const MPI_INT32_T: MPI_Datatype = 0x4c000439;
+pub const MPI_INT64_T: MPI_Datatype = 0x4c00083a;
+pub const MPI_UINT8_T: MPI_Datatype = 0x4c00013b;
+pub const MPI_UINT16_T: MPI_Datatype = 0x4c00023c;
+pub const MPI_UINT32_T: MPI_Datatype = 0x4c00043d;
+pub const MPI_UINT64_T: MPI_Datatype = 0x4c00083e;
+pub const MPI_C_BOOL: MPI_Datatype = 0x4c00013f;
+pub const MPI_C_FLOAT_COMPLEX: MPI_Datatype = 0x4c000840;
+pub const MPI_C_COMPLEX: MPI_Datatype = MPI_C_FLOAT_COMPLEX;
+pub const MPI_C_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001041;
+pub const MPI_C_LONG_DOUBLE_COMPLEX: MPI_Datatype = 0x4c002042;
+pub const MPI_AINT: MPI_Datatype = 0x4c000843;
+pub const MPI_OFFSET: MPI_Datatype = 0x4c000844;
+pub const MPI_COUNT: MPI_Datatype = 0x4c000845;
+pub const MPI_CXX_BOOL: MPI_Datatype = 0x4c000133;
+pub const MPI_CXX_FLOAT_COMPLEX: MPI_Datatype = 0x4c000834;
+pub const MPI_CXX_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001035;
+pub const MPI_CXX_LONG_DOUBLE_COMPLEX: MPI_Datatype = 0x4c002036;
+
+// Predefined reduction operations
+pub const MPI_MAX: MPI_Op = 0x58000001;
+pub const MPI_MIN: MPI_Op = 0x58000002;
+pub const MPI_SUM: MPI_Op = 0x58000003;
+pub const MPI_PROD: MPI_Op = 0x58000004;
+pub const MPI_LAND: MPI_Op = 0x58000005;
+pub const MPI_BAND: MPI_Op = 0x58000006;
+pub const MPI_LOR: MPI_Op = 0x58000007;
+pub const MPI_BOR: MPI_Op = 0x58000008;
+pub const MPI_LXOR: MPI_Op = 0x58000009;
+pub const MPI_BXOR: MPI_Op = 0x5800000a;
+pub const MPI_MINLOC: MPI_Op = 0x5800000b;
+pub const MPI_MAXLOC: MPI_Op = 0x5800000c;
+pub const MPI_REPLACE: MPI_Op = 0x5800000d;
+pub const MPI_NO_OP: MPI_Op = 0x5800000e;
+
+// Error handlers
+pub const MPI_ERRORS_ARE_FATAL: MPI_Errhandler = 0x54000000;
+pub const MPI_ERRORS_RETURN: MPI_Errhandler = 0x54000001;
+pub const MPI_ERRORS_ABORT: MPI_Errhandler = 0x54000003;
+
+// Predefined attribute keys
+pub const MPI_TAG_UB: c_int = 0x64400001;
+pub const MPI_KEYVAL_INVALID: c_int = 0x24000000;
+
+// Sentinels and special values
+pub const MPI_UNDEFINED: c_int = -32766;
+pub const MPI_PROC_NULL: c_int = -1;
+pub const MPI_ANY_SOURCE: c_int = -2;
+pub const MPI_ROOT: c_int = -3;
+pub const MPI_ANY_TAG: c_int = -1;
+pub const MPI_LOCK_EXCLUSIVE: c_int = 234;
+pub const MPI_LOCK_SHARED: c_int = 235;
+pub const MPI_BOTTOM: *mut c_void = core::ptr::null_mut();
+/// `(void *) -1`
+pub const MPI_IN_PLACE: *mut c_void = core::ptr::without_provenance_mut(usize::MAX);
+/// `(MPI_Status *) 1`
+pub const MPI_STATUS_IGNORE: *mut MPI_Status = core::ptr::without_provenance_mut(1);
+pub const MPI_STATUSES_IGNORE: *mut MPI_Status = core::ptr::without_provenance_mut(1);
+pub const MPI_ERRCODES_IGNORE: *mut c_int = core::ptr::null_mut();
+
+// Thread levels
+pub const MPI_THREAD_SINGLE: c_int = 0;
+pub const MPI_THREAD_FUNNELED: c_int = 1;
+pub const MPI_THREAD_SERIALIZED: c_int = 2;
+pub const MPI_THREAD_MULTIPLE: c_int = 3;
+
+// Topologies
+pub const MPI_GRAPH: c_int = 1;
+pub const MPI_CART: c_int = 2;
+pub const MPI_DIST_GRAPH: c_int = 3;
+
+// Window assertions and flavors
+pub const MPI_MODE_NOCHECK: c_int = 1024;
+pub const MPI_MODE_NOSTORE: c_int = 2048;
+pub const MPI_MODE_NOPUT: c_int = 4096;
+pub const MPI_MODE_NOPRECEDE: c_int = 8192;
+pub const MPI_MODE_NOSUCCEED: c_int = 16384;
+pub const MPI_COMM_TYPE_SHARED: c_int = 1;
+pub const MPI_WIN_FLAVOR_CREATE: c_int = 1;
+pub const MPI_WIN_FLAVOR_ALLOCATE: c_int = 2;
+pub const MPI_WIN_FLAVOR_DYNAMIC: c_int = 3;
+pub const MPI_WIN_FLAVOR_SHARED: c_int = 4;
+
+// Datatype combiners (MPI-4.0 §5.1.13)
+pub const MPI_COMBINER_NAMED: c_int = 1;
+pub const MPI_COMBINER_DUP: c_int = 2;
+pub const MPI_COMBINER_CONTIGUOUS: c_int = 3;
+pub const MPI_COMBINER_VECTOR: c_int = 4;
+pub const MPI_COMBINER_HVECTOR: c_int = 6;
+pub const MPI_COMBINER_INDEXED: c_int = 7;
+pub const MPI_COMBINER_HINDEXED: c_int = 9;
+pub const MPI_COMBINER_INDEXED_BLOCK: c_int = 10;
+pub const MPI_COMBINER_STRUCT: c_int = 12;
+pub const MPI_COMBINER_SUBARRAY: c_int = 13;
+pub const MPI_COMBINER_DARRAY: c_int = 14;
+pub const MPI_COMBINER_F90_REAL: c_int = 15;
+pub const MPI_COMBINER_F90_COMPLEX: c_int = 16;
+pub const MPI_COMBINER_F90_INTEGER: c_int = 17;
+pub const MPI_COMBINER_RESIZED: c_int = 18;
+pub const MPI_COMBINER_HINDEXED_BLOCK: c_int = 19;
+
+// Error classes (MPI-4.0 §9.4, values of the MPICH ABI)
+pub const MPI_SUCCESS: c_int = 0;
+pub const MPI_ERR_BUFFER: c_int = 1;
+pub const MPI_ERR_COUNT: c_int = 2;
+pub const MPI_ERR_TYPE: c_int = 3;
+pub const MPI_ERR_TAG: c_int = 4;
+pub const MPI_ERR_COMM: c_int = 5;
+pub const MPI_ERR_RANK: c_int = 6;
+pub const MPI_ERR_ROOT: c_int = 7;
+pub const MPI_ERR_GROUP: c_int = 8;
+pub const MPI_ERR_OP: c_int = 9;
+pub const MPI_ERR_TOPOLOGY: c_int = 10;
+pub const MPI_ERR_DIMS: c_int = 11;
+pub const MPI_ERR_ARG: c_int = 12;
+pub const MPI_ERR_UNKNOWN: c_int = 13;
+pub const MPI_ERR_TRUNCATE: c_int = 14;
+pub const MPI_ERR_OTHER: c_int = 15;
+pub const MPI_ERR_INTERN: c_int = 16;
+pub const MPI_ERR_IN_STATUS: c_int = 17;
+pub const MPI_ERR_PENDING: c_int = 18;
+pub const MPI_ERR_REQUEST: c_int = 19;
+pub const MPI_ERR_INFO: c_int = 28;
+pub const MPI_ERR_NO_MEM: c_int = 34;
+pub const MPI_ERR_NOT_SAME: c_int = 35;
+pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 44;
+pub const MPI_ERR_WIN: c_int = 45;
+pub const MPI_ERR_BASE: c_int = 46;
+pub const MPI_ERR_LOCKTYPE: c_int = 47;
+pub const MPI_ERR_KEYVAL: c_int = 48;
+pub const MPI_ERR_RMA_CONFLICT: c_int = 49;
+pub const MPI_ERR_RMA_SYNC: c_int = 50;
+pub const MPI_ERR_SIZE: c_int = 51;
+pub const MPI_ERR_DISP: c_int = 52;
+pub const MPI_ERR_ASSERT: c_int = 53;
+pub const MPI_ERR_RMA_RANGE: c_int = 55;
+pub const MPI_ERR_RMA_ATTACH: c_int = 56;
+pub const MPI_ERR_RMA_SHARED: c_int = 57;
+pub const MPI_ERR_RMA_FLAVOR: c_int = 58;
+
+pub const MPI_MAX_LIBRARY_VERSION_STRING: usize = 8192;
+pub const MPI_MAX_OBJECT_NAME: usize = 128;
+pub const MPI_MAX_ERROR_STRING: usize = 512;
+
+/// Attribute callback types (MPI-4.0 §7.7.2).
+pub type MPI_Comm_copy_attr_function = unsafe extern "C" fn(
+    MPI_Comm,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_int,
+) -> c_int;
+pub type MPI_Comm_delete_attr_function =
+    unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int;
+pub type MPI_User_function =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype);
+
+/// The MINLOC/MAXLOC pair types that MPICH predefines as direct (not builtin) handles.
+pub const PAIR_TYPES: [MPI_Datatype; 5] = [
+    MPI_FLOAT_INT,
+    MPI_DOUBLE_INT,
+    MPI_LONG_INT,
+    MPI_SHORT_INT,
+    MPI_LONG_DOUBLE_INT,
+];
+
+/// Whether a datatype handle is predefined (named): MPICH builtin handles have kind 1 in
+/// bits 30-31 and object type 3 (datatype) in bits 26-29; the pair types are listed.
+#[inline]
+pub fn is_predefined_datatype(dt: MPI_Datatype) -> bool {
+    ((dt as u32) >> 26) == 0x13 || PAIR_TYPES.contains(&dt)
+}
+
+/// Size in bytes encoded in a builtin datatype handle (MPICH encodes it in bits 8-15);
+/// `None` for pair types and non-builtin handles, whose size must be asked for.
+#[inline]
+pub fn builtin_size(dt: MPI_Datatype) -> Option<usize> {
+    if ((dt as u32) >> 26) == 0x13 {
+        Some((((dt as u32) >> 8) & 0xff) as usize)
+    } else {
+        None
+    }
+}
+
+/// Whether an op handle is a predefined operation (builtin kind, op object type).
+#[inline]
+pub fn is_builtin_op(op: MPI_Op) -> bool {
+    ((op as u32) & 0xfc00_0000) == 0x5800_0000
+}
+
+/// Recognises the library version strings of MPICH-ABI implementations.
+pub fn library_is_compatible(version: &str) -> bool {
+    const FAMILY: &[&str] = &["MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH"];
+    !version.starts_with("Open MPI") && FAMILY.iter().any(|f| version.contains(f))
+}
+
+pub const SUPPORTED_DESCRIPTION: &str =
+    "the MPICH ABI (MPICH 3.x/4.x, Intel MPI, MVAPICH, Cray MPICH)";

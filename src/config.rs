@@ -1,0 +1,436 @@
+//! Configuration: every `SHIM_*` environment variable, parsed once at `MPI_Init*` into one
+//! typed [`Config`].
+//!
+//! [`VARS`] is the single table of variables: the parser, the unknown-name warning and the
+//! README table (checked by a test, so the documentation cannot drift) all come from it.
+//! A bad value is an error naming the variable, the value and what is allowed; the init
+//! hook turns it into a clean stop of every rank before any user MPI call runs. An unknown
+//! `SHIM_*` name gets a warning naming the closest known one (as UCX warns on unused
+//! `UCX_*` variables; design notes, anchors-interposition-style.md §4.1).
+
+use std::fmt;
+use std::sync::OnceLock;
+
+/// One documented variable.
+pub struct VarSpec {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub allowed: &'static str,
+    pub doc: &'static str,
+}
+
+/// Every variable the shim reads. Keep in the order of the README table.
+pub static VARS: &[VarSpec] = &[
+    VarSpec {
+        name: "SHIM_DISABLE",
+        default: "0",
+        allowed: "0, 1 (also true/false, yes/no, on/off)",
+        doc: "1 makes every entry point a pure pass-through to the system MPI (nothing else is read or initialized).",
+    },
+    VarSpec {
+        name: "SHIM_FAULT_INJECT",
+        default: "(none)",
+        allowed: "`panic:NAME` with NAME an MPI function, e.g. `panic:MPI_Barrier`",
+        doc: "Testing aid: the shim panics inside that function's hook, to check that a panic is caught at the C boundary, logged, and aborts the whole job.",
+    },
+    VarSpec {
+        name: "SHIM_LOG",
+        default: "warn",
+        allowed: "off, error, warn, info, debug, trace, or a comma list of `LEVEL` and `MODULE=LEVEL` items (modules: `shim`, `shim::init`, `shim::coll`, ...)",
+        doc: "Log filter for the shim's `tracing` output; every line is prefixed with the rank.",
+    },
+    VarSpec {
+        name: "SHIM_LOG_FILE",
+        default: "(stderr)",
+        allowed: "a file path; `%r` is replaced by the rank, `%p` by the process id",
+        doc: "Where log lines go instead of stderr.",
+    },
+    VarSpec {
+        name: "SHIM_MPI_LIBRARY",
+        default: "(search)",
+        allowed: "a library name or path for dlopen",
+        doc: "The MPI library to load when no loaded object provides `PMPI_*` (a program relinked with `-lshim` under `--as-needed` loses `libmpi`); by default `libmpi.so.12`, `libmpich.so.12`, `libmpi.so`, `libmpich.so` are tried.",
+    },
+    VarSpec {
+        name: "SHIM_STATS",
+        default: "off",
+        allowed: "off, on, rank (also 0 = off, 1 = on)",
+        doc: "At `MPI_Finalize` print a table of intercepted calls, time, bytes and the path each took: `on` aggregates on rank 0, `rank` prints one table per rank.",
+    },
+];
+
+/// How the statistics are reported at finalize.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatsMode {
+    Off,
+    Summary,
+    Rank,
+}
+
+/// The typed configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub disable: bool,
+    pub log: String,
+    pub log_file: Option<String>,
+    pub stats: StatsMode,
+    /// `SHIM_FAULT_INJECT=panic:<name>`: the function whose hook panics.
+    pub fault_panic: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            disable: false,
+            log: "warn".into(),
+            log_file: None,
+            stats: StatsMode::Off,
+            fault_panic: None,
+        }
+    }
+}
+
+/// A rejected value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub var: String,
+    pub value: String,
+    pub allowed: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid value {}={:?}: allowed values are {}",
+            self.var, self.value, self.allowed
+        )
+    }
+}
+
+/// The outcome of reading the environment.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub config: Config,
+    pub errors: Vec<ConfigError>,
+    pub warnings: Vec<String>,
+}
+
+fn spec(name: &str) -> &'static VarSpec {
+    VARS.iter()
+        .find(|v| v.name == name)
+        .expect("variable is in VARS")
+}
+
+fn error(name: &str, value: &str) -> ConfigError {
+    ConfigError {
+        var: name.into(),
+        value: value.into(),
+        allowed: spec(name).allowed.into(),
+    }
+}
+
+/// Parses a boolean in the usual spellings.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses a non-negative integer with an optional binary suffix (K, M, G; KiB etc.).
+pub fn parse_size(v: &str) -> Option<u64> {
+    let t = v.trim();
+    let lower = t.to_ascii_lowercase();
+    let (num, mult) = [
+        ("kib", 1u64 << 10),
+        ("mib", 1 << 20),
+        ("gib", 1 << 30),
+        ("k", 1 << 10),
+        ("m", 1 << 20),
+        ("g", 1 << 30),
+    ]
+    .iter()
+    .find_map(|(s, m)| lower.strip_suffix(s).map(|n| (n.trim().to_string(), *m)))
+    .unwrap_or((lower.clone(), 1));
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+
+/// Validates a `SHIM_LOG` filter and returns it in `tracing` directive form, with bare
+/// module names qualified by the crate name (`coll=debug` means `shim::coll=debug`).
+pub fn parse_log_filter(v: &str) -> Option<String> {
+    let mut out = Vec::new();
+    for d in v.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        match d.split_once('=') {
+            None => {
+                let l = d.to_ascii_lowercase();
+                if !LEVELS.contains(&l.as_str()) {
+                    return None;
+                }
+                out.push(l);
+            }
+            Some((module, level)) => {
+                let l = level.trim().to_ascii_lowercase();
+                let m = module.trim();
+                if !LEVELS.contains(&l.as_str())
+                    || m.is_empty()
+                    || !m
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+                {
+                    return None;
+                }
+                let m = if m == "shim" || m.starts_with("shim::") {
+                    m.to_string()
+                } else {
+                    format!("shim::{m}")
+                };
+                out.push(format!("{m}={l}"));
+            }
+        }
+    }
+    if out.is_empty() {
+        None
+    } else {
+        Some(out.join(","))
+    }
+}
+
+/// Edit distance, for "did you mean" suggestions.
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The known variable closest to an unknown name.
+pub fn closest(name: &str) -> &'static str {
+    VARS.iter()
+        .min_by_key(|v| levenshtein(name, v.name))
+        .map(|v| v.name)
+        .unwrap_or("SHIM_LOG")
+}
+
+/// Reads the configuration from `(name, value)` pairs (the environment, or a test's).
+pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
+    let mut l = Loaded::default();
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for (k, v) in vars {
+        if !k.starts_with("SHIM_") {
+            continue;
+        }
+        if VARS.iter().any(|s| s.name == k) {
+            seen.push((k, v));
+        } else {
+            l.warnings.push(format!(
+                "unknown variable {k} is ignored (did you mean {}?)",
+                closest(&k)
+            ));
+        }
+    }
+    let get = |name: &str| seen.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let c = &mut l.config;
+    if let Some(v) = get("SHIM_DISABLE") {
+        match parse_bool(&v) {
+            Some(b) => c.disable = b,
+            None => l.errors.push(error("SHIM_DISABLE", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_LOG") {
+        match parse_log_filter(&v) {
+            Some(f) => c.log = f,
+            None => l.errors.push(error("SHIM_LOG", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_LOG_FILE") {
+        if v.trim().is_empty() {
+            l.errors.push(error("SHIM_LOG_FILE", &v));
+        } else {
+            c.log_file = Some(v);
+        }
+    }
+    if let Some(v) = get("SHIM_FAULT_INJECT") {
+        match v.trim().strip_prefix("panic:") {
+            Some(f) if crate::api::NAMES.contains(&f.trim()) => {
+                c.fault_panic = Some(f.trim().to_string())
+            }
+            _ => l.errors.push(error("SHIM_FAULT_INJECT", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_MPI_LIBRARY") {
+        if v.trim().is_empty() {
+            l.errors.push(error("SHIM_MPI_LIBRARY", &v));
+        }
+    }
+    if let Some(v) = get("SHIM_STATS") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "off" | "0" | "" => c.stats = StatsMode::Off,
+            "on" | "1" | "summary" => c.stats = StatsMode::Summary,
+            "rank" => c.stats = StatsMode::Rank,
+            _ => l.errors.push(error("SHIM_STATS", &v)),
+        }
+    }
+    l
+}
+
+/// Reads the process environment.
+pub fn load() -> Loaded {
+    load_from(
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    )
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// Installs the configuration read at init (first call wins).
+pub fn install(c: Config) {
+    let _ = CONFIG.set(c);
+}
+
+/// The configuration in force (defaults before init).
+pub fn get() -> &'static Config {
+    CONFIG.get_or_init(Config::default)
+}
+
+/// The README table of variables, generated from [`VARS`].
+pub fn markdown_table() -> String {
+    let mut s =
+        String::from("| Variable | Default | Allowed values | Meaning |\n|---|---|---|---|\n");
+    for v in VARS {
+        s.push_str(&format!(
+            "| `{}` | `{}` | {} | {} |\n",
+            v.name, v.default, v.allowed, v.doc
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(pairs: &[(&str, &str)]) -> Loaded {
+        load_from(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn defaults() {
+        let l = load(&[]);
+        assert!(l.errors.is_empty() && l.warnings.is_empty());
+        assert!(!l.config.disable);
+        assert_eq!(l.config.stats, StatsMode::Off);
+        assert_eq!(l.config.log, "warn");
+    }
+
+    #[test]
+    fn good_values() {
+        let l = load(&[
+            ("SHIM_DISABLE", "yes"),
+            ("SHIM_STATS", "rank"),
+            ("SHIM_LOG", "info,coll=trace"),
+        ]);
+        assert!(l.errors.is_empty(), "{:?}", l.errors);
+        assert!(l.config.disable);
+        assert_eq!(l.config.stats, StatsMode::Rank);
+        assert_eq!(l.config.log, "info,shim::coll=trace");
+        assert_eq!(
+            load(&[("SHIM_STATS", "1")]).config.stats,
+            StatsMode::Summary
+        );
+    }
+
+    #[test]
+    fn bad_values_name_variable_value_and_allowed() {
+        let l = load(&[
+            ("SHIM_STATS", "bogus"),
+            ("SHIM_DISABLE", "maybe"),
+            ("SHIM_LOG", "loud"),
+        ]);
+        assert_eq!(l.errors.len(), 3);
+        let msg = l
+            .errors
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(msg.contains("SHIM_STATS=\"bogus\""), "{msg}");
+        assert!(msg.contains("off, on, rank"), "{msg}");
+        assert!(msg.contains("SHIM_DISABLE=\"maybe\""), "{msg}");
+        assert!(msg.contains("SHIM_LOG=\"loud\""), "{msg}");
+    }
+
+    #[test]
+    fn unknown_names_warn_with_closest() {
+        let l = load(&[("SHIM_STAT", "1"), ("OTHER", "x")]);
+        assert_eq!(l.warnings.len(), 1);
+        assert!(
+            l.warnings[0].contains("SHIM_STAT ") && l.warnings[0].contains("SHIM_STATS"),
+            "{:?}",
+            l.warnings
+        );
+        assert!(l.errors.is_empty());
+    }
+
+    #[test]
+    fn fault_injection_names_a_real_function() {
+        assert_eq!(
+            load(&[("SHIM_FAULT_INJECT", "panic:MPI_Barrier")])
+                .config
+                .fault_panic
+                .as_deref(),
+            Some("MPI_Barrier")
+        );
+        assert_eq!(
+            load(&[("SHIM_FAULT_INJECT", "panic:MPI_Nope")])
+                .errors
+                .len(),
+            1
+        );
+        assert_eq!(load(&[("SHIM_FAULT_INJECT", "crash")]).errors.len(), 1);
+    }
+
+    #[test]
+    fn log_filters() {
+        assert_eq!(parse_log_filter("DEBUG").as_deref(), Some("debug"));
+        assert_eq!(
+            parse_log_filter("shim::init=info").as_deref(),
+            Some("shim::init=info")
+        );
+        assert_eq!(parse_log_filter("x=y"), None);
+        assert_eq!(parse_log_filter(""), None);
+        assert_eq!(parse_log_filter("a b=info"), None);
+    }
+
+    #[test]
+    fn sizes_and_bools() {
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("2 MiB"), Some(2 << 20));
+        assert_eq!(parse_size("12"), Some(12));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_bool("Off"), Some(false));
+        assert_eq!(parse_bool("2"), None);
+    }
+
+    #[test]
+    fn readme_documents_every_variable() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        assert!(
+            readme.contains(&markdown_table()),
+            "README.md's variable table is out of date; replace it with:\n{}",
+            markdown_table()
+        );
+    }
+}

@@ -1,0 +1,117 @@
+//! What every exported entry point does around its hook.
+//!
+//! Fast path first (design notes, "Decisions already made"): when the shim is inactive
+//! (before `MPI_Init*`, after `MPI_Finalize`, or `SHIM_DISABLE=1`) or the calling thread
+//! is already inside the shim (a user callback, an MPI library calling back into `MPI_*`),
+//! the call goes straight to `PMPI_*`. Otherwise the hook runs with the re-entry flag set,
+//! the per-function counters updated, and a panic guard: a panic must never unwind into C
+//! (undefined behaviour, and since Rust 1.81 an abort of this rank alone, which leaves the
+//! other ranks hanging), so it is caught, logged, and turned into `PMPI_Abort`.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crate::api::Fid;
+
+thread_local! {
+    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
+}
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Function id (+1) whose hook must panic (`SHIM_FAULT_INJECT`), 0 for none.
+static FAULT: AtomicU32 = AtomicU32::new(0);
+
+/// Arms `SHIM_FAULT_INJECT=panic:<name>`.
+pub fn arm_fault(name: &str) {
+    if let Some(i) = crate::api::NAMES.iter().position(|n| *n == name) {
+        FAULT.store(i as u32 + 1, Ordering::Relaxed);
+    }
+}
+
+/// Turns interception on (after a successful `MPI_Init*`) or off (at `MPI_Finalize`).
+pub fn set_active(on: bool) {
+    ACTIVE.store(on, Ordering::Release);
+}
+
+pub fn is_active() -> bool {
+    ACTIVE.load(Ordering::Acquire)
+}
+
+/// True when the call must go straight to the system MPI.
+#[inline(always)]
+pub fn bypass() -> bool {
+    !ACTIVE.load(Ordering::Relaxed) || IN_SHIM.get()
+}
+
+/// Whether the calling thread is inside a hook right now.
+pub fn inside() -> bool {
+    IN_SHIM.get()
+}
+
+/// Runs a hook for function `fid` with the re-entry flag, counters and panic guard.
+#[inline]
+pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
+    let outer = IN_SHIM.replace(true);
+    crate::stats::count(fid);
+    let t0 = crate::stats::start();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        if FAULT.load(Ordering::Relaxed) == fid as u32 + 1 {
+            panic!("fault injected by SHIM_FAULT_INJECT");
+        }
+        hook()
+    }));
+    IN_SHIM.set(outer);
+    match r {
+        Ok(v) => {
+            crate::stats::stop(fid, t0);
+            v
+        }
+        Err(payload) => panic_abort(crate::api::NAMES[fid as usize], payload),
+    }
+}
+
+/// Like [`run`] for `MPI_Init*`/`MPI_Finalize`, whose hooks run while the shim is not (or
+/// no longer) active: the call is counted only if the shim is active before or after it,
+/// so `SHIM_DISABLE=1` leaves every counter at zero.
+pub fn run_init<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
+    let was_active = is_active();
+    let outer = IN_SHIM.replace(true);
+    let r = catch_unwind(AssertUnwindSafe(hook));
+    IN_SHIM.set(outer);
+    match r {
+        Ok(v) => {
+            if was_active || is_active() {
+                crate::stats::count(fid);
+            }
+            v
+        }
+        Err(payload) => panic_abort(crate::api::NAMES[fid as usize], payload),
+    }
+}
+
+/// Panic guard for the shim's own C API and for callbacks the MPI library calls.
+pub fn guard<R>(what: &str, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(payload) => panic_abort(what, payload),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn panic_abort(what: &str, payload: Box<dyn Any + Send>) -> ! {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_string());
+    tracing::error!("internal error (panic) in {what}: {msg}; aborting the job");
+    crate::log::raw_stderr(&format!(
+        "{} internal error (panic) in {what}: {msg}; aborting the job with PMPI_Abort\n",
+        crate::log::prefix()
+    ));
+    crate::init::abort_job(70);
+}

@@ -1,0 +1,34 @@
+//! libshim: a drop-in MPI shim between an unmodified MPI application and the system MPI,
+//! through the PMPI profiling interface (MPI-4.0 §15.2).
+//!
+//! Where things live:
+//! - [`abi`]: handle types and constants of the MPI ABI this build serves;
+//!   `abi/mpi_functions.txt` is the single table of the MPI C API that `build.rs` turns
+//!   into [`api`] (function ids, [`pmpi`] forwarders, exported `MPI_*` entry points).
+//! - [`symbols`]: run-time lookup of `PMPI_*` (no `libmpi` in `DT_NEEDED`).
+//! - [`entry`]: fast path, re-entry guard, counters and panic guard around every hook.
+//! - [`init`]: `MPI_Init*`/`MPI_Finalize`, ABI check, job-wide configuration errors.
+//! - [`coll`]: the collectives; [`dtype`]: datatype helpers.
+//! - [`config`]: every `SHIM_*` variable; [`log`]: `tracing` with rank prefixes;
+//!   [`stats`]: counters and the `SHIM_STATS` report; [`capi`]: the shim's own C API.
+
+pub mod abi;
+pub mod capi;
+pub mod coll;
+pub mod config;
+pub mod dtype;
+pub mod entry;
+pub mod init;
+pub mod log;
+pub mod stats;
+pub mod symbols;
+
+/// Generated from `src/abi/mpi_functions.txt` by `build.rs`.
+#[allow(clippy::all, non_upper_case_globals)]
+pub mod api {
+    use crate::abi::*;
+    use core::ffi::{c_char, c_int, c_void};
+    include!(concat!(env!("OUT_DIR"), "/api_gen.rs"));
+}
+
+pub use api::pmpi;

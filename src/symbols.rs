@@ -1,0 +1,142 @@
+//! Run-time resolution of the system MPI's `PMPI_*` symbols.
+//!
+//! `libshim.so` does not link against `libmpi` (no `DT_NEEDED` entry), so one build serves
+//! every MPICH-ABI library and preloading it into `mpirun` is harmless. Each symbol is
+//! looked up once, with `dlsym(RTLD_NEXT)` (the library after us in the search order, the
+//! normal case for both `LD_PRELOAD` and `-lshim -lmpi`) and then `RTLD_DEFAULT` (for an
+//! MPI that was itself preloaded or dlopen'ed), and cached in an atomic slot.
+//!
+//! A program relinked with `-lshim` before `-lmpi` by a linker that defaults to
+//! `--as-needed` (Debian's gcc does) loses the MPI library altogether: every `MPI_*`
+//! symbol resolves to the shim, so the linker drops `libmpi` from `DT_NEEDED`. The shim
+//! then loads the MPI library itself: `SHIM_MPI_LIBRARY` if set, else the MPICH ABI's
+//! sonames (`libmpi.so.12` for MPICH/Intel MPI/MVAPICH, Debian's `libmpich.so.12`).
+
+use core::ffi::{CStr, c_char, c_void};
+use std::ffi::CString;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::api::N_FUNCS;
+
+static SLOTS: [AtomicPtr<c_void>; N_FUNCS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; N_FUNCS];
+
+/// Looks a symbol up in the libraries after the shim, then globally.
+pub fn lookup(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym with a valid NUL-terminated name and the two pseudo-handles.
+    unsafe {
+        let p = libc::dlsym(libc::RTLD_NEXT, name.as_ptr());
+        if !p.is_null() {
+            return p;
+        }
+        let p = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+        // RTLD_DEFAULT may find our own export when the MPI is missing: refuse that.
+        if !p.is_null() && !is_own_symbol(p) {
+            return p;
+        }
+        match mpi_library() {
+            Some(h) => libc::dlsym(h as *mut c_void, name.as_ptr()),
+            None => core::ptr::null_mut(),
+        }
+    }
+}
+
+/// Library names tried when no loaded object provides the MPI (see the module docs).
+pub const MPI_LIBRARY_CANDIDATES: &[&str] =
+    &["libmpi.so.12", "libmpich.so.12", "libmpi.so", "libmpich.so"];
+
+/// Handle of the MPI library the shim loaded itself, if it had to.
+fn mpi_library() -> Option<usize> {
+    static HANDLE: OnceLock<Option<usize>> = OnceLock::new();
+    *HANDLE.get_or_init(|| {
+        let explicit = std::env::var("SHIM_MPI_LIBRARY")
+            .ok()
+            .filter(|s| !s.trim().is_empty());
+        let names: Vec<String> = match &explicit {
+            Some(n) => vec![n.clone()],
+            None => MPI_LIBRARY_CANDIDATES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        };
+        for n in names {
+            let Ok(c) = CString::new(n) else { continue };
+            // SAFETY: dlopen with a NUL-terminated name; the handle is kept for the
+            // lifetime of the process.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            if !h.is_null() {
+                return Some(h as usize);
+            }
+        }
+        None
+    })
+}
+
+fn is_own_symbol(p: *mut c_void) -> bool {
+    // SAFETY: dladdr only reads loader metadata for the two addresses.
+    unsafe {
+        let mut a: libc::Dl_info = core::mem::zeroed();
+        let mut b: libc::Dl_info = core::mem::zeroed();
+        let here = is_own_symbol as *const c_void;
+        libc::dladdr(p, &mut a) != 0
+            && libc::dladdr(here, &mut b) != 0
+            && a.dli_fbase == b.dli_fbase
+    }
+}
+
+/// Returns the cached address of table function `idx`, resolving it on first use.
+/// `name` is the NUL-terminated `PMPI_*` name.
+#[inline]
+pub fn resolve(idx: usize, name: &'static str) -> *mut c_void {
+    let p = SLOTS[idx].load(Ordering::Relaxed);
+    if !p.is_null() {
+        return p;
+    }
+    resolve_slow(idx, name)
+}
+
+#[cold]
+#[inline(never)]
+fn resolve_slow(idx: usize, name: &'static str) -> *mut c_void {
+    let cname = CStr::from_bytes_with_nul(name.as_bytes()).expect("NUL-terminated symbol name");
+    let p = lookup(cname);
+    if p.is_null() {
+        missing_symbol(cname);
+    }
+    SLOTS[idx].store(p, Ordering::Relaxed);
+    p
+}
+
+/// A `PMPI_*` symbol the application needs is not provided by any loaded library: the
+/// program was not linked with an MPI library of the supported ABI. Nothing sensible can
+/// be forwarded, so say so and stop this process.
+#[cold]
+fn missing_symbol(name: &CStr) -> ! {
+    let msg = format!(
+        "libshim: no MPI library provides {} (none is loaded, and none of SHIM_MPI_LIBRARY or {} could be opened); libshim supports {}\n",
+        name.to_string_lossy(),
+        MPI_LIBRARY_CANDIDATES.join(", "),
+        crate::abi::SUPPORTED_DESCRIPTION
+    );
+    crate::log::raw_stderr(&msg);
+    std::process::abort();
+}
+
+/// Looks up an optional symbol (an extension such as `MPIX_*`), NULL if absent.
+pub fn optional(name: &CStr) -> *mut c_void {
+    lookup(name)
+}
+
+/// Reads a C string pointer that may be NULL.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string that outlives `'a`.
+pub unsafe fn cstr_opt<'a>(p: *const c_char) -> Option<&'a CStr> {
+    // SAFETY: per the contract above.
+    if p.is_null() {
+        None
+    } else {
+        Some(unsafe { CStr::from_ptr(p) })
+    }
+}
