@@ -52,6 +52,12 @@ pub static VARS: &[VarSpec] = &[
         doc: "The MPI library to load when no loaded object provides `PMPI_*` (a program relinked with `-lshim` under `--as-needed` loses `libmpi`); by default `libmpi.so.12`, `libmpich.so.12`, `libmpi.so`, `libmpich.so` are tried.",
     },
     VarSpec {
+        name: "SHIM_SCHED_CACHE",
+        default: "32",
+        allowed: "0 (no caching) to 4096",
+        doc: "Built schedules cached per communicator (keyed by collective, counts, datatypes, operation, root, in-place); only calls with predefined datatypes and operations are cached.",
+    },
+    VarSpec {
         name: "SHIM_STATS",
         default: "off",
         allowed: "off, on, rank (also 0 = off, 1 = on)",
@@ -76,6 +82,8 @@ pub struct Config {
     pub stats: StatsMode,
     /// `SHIM_FAULT_INJECT=panic:<name>`: the function whose hook panics.
     pub fault_panic: Option<String>,
+    /// Schedules cached per communicator.
+    pub sched_cache: usize,
 }
 
 impl Default for Config {
@@ -86,6 +94,7 @@ impl Default for Config {
             log_file: None,
             stats: StatsMode::Off,
             fault_panic: None,
+            sched_cache: 32,
         }
     }
 }
@@ -273,6 +282,12 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
             l.errors.push(error("SHIM_MPI_LIBRARY", &v));
         }
     }
+    if let Some(v) = get("SHIM_SCHED_CACHE") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if n <= 4096 => c.sched_cache = n,
+            _ => l.errors.push(error("SHIM_SCHED_CACHE", &v)),
+        }
+    }
     if let Some(v) = get("SHIM_STATS") {
         match v.trim().to_ascii_lowercase().as_str() {
             "off" | "0" | "" => c.stats = StatsMode::Off,
@@ -425,12 +440,30 @@ mod tests {
 
     #[test]
     fn readme_documents_every_variable() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        // The table sits between these markers; `UPDATE_README=1 cargo test readme`
+        // rewrites it from VARS.
+        const BEGIN: &str = "<!-- BEGIN SHIM_VARS (generated from src/config.rs by `UPDATE_README=1 cargo test readme`) -->\n";
+        const END: &str = "<!-- END SHIM_VARS -->";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let (Some(b), Some(e)) = (readme.find(BEGIN), readme.find(END)) else {
+            panic!("README.md lacks the SHIM_VARS markers");
+        };
+        let current = &readme[b + BEGIN.len()..e];
+        if std::env::var_os("UPDATE_README").is_some() {
+            let updated = format!(
+                "{}{}{}{}",
+                &readme[..b + BEGIN.len()],
+                markdown_table(),
+                "",
+                &readme[e..]
+            );
+            std::fs::write(path, updated).unwrap();
+            return;
+        }
         assert!(
-            readme.contains(&markdown_table()),
-            "README.md's variable table is out of date; replace it with:\n{}",
-            markdown_table()
+            current == markdown_table(),
+            "README.md's variable table is out of date; run `UPDATE_README=1 cargo test readme`"
         );
     }
 }

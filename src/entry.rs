@@ -61,6 +61,8 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
         if FAULT.load(Ordering::Relaxed) == fid as u32 + 1 {
             panic!("fault injected by SHIM_FAULT_INJECT");
         }
+        // Every intercepted call advances the outstanding schedules (progress rule).
+        crate::progress::progress_all();
         hook()
     }));
     IN_SHIM.set(outer);
@@ -92,6 +94,39 @@ pub fn run_init<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Installs a panic hook for panics inside the shim: one line with the rank and location,
+/// at once (a job-wide abort follows, and a slow backtrace on many ranks would be cut off
+/// by it); the backtrace only when `verbose` (SHIM_LOG at debug or trace). Panics in the
+/// rest of the process (a Rust application) go to the hook that was there before.
+pub fn install_panic_hook(verbose: bool) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !IN_SHIM.get() {
+            return previous(info);
+        }
+        let loc = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        crate::log::raw_stderr(&format!(
+            "{} panic{loc}: {}\n",
+            crate::log::prefix(),
+            payload_text(info.payload())
+        ));
+        if verbose {
+            crate::log::raw_stderr(&format!("{}\n", std::backtrace::Backtrace::force_capture()));
+        }
+    }));
+}
+
+fn payload_text(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_string())
+}
+
 /// Panic guard for the shim's own C API and for callbacks the MPI library calls.
 pub fn guard<R>(what: &str, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -103,12 +138,10 @@ pub fn guard<R>(what: &str, f: impl FnOnce() -> R) -> R {
 #[cold]
 #[inline(never)]
 fn panic_abort(what: &str, payload: Box<dyn Any + Send>) -> ! {
-    let msg = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic payload".to_string());
-    tracing::error!("internal error (panic) in {what}: {msg}; aborting the job");
+    let msg = payload_text(payload.as_ref());
+    if crate::log::to_file() {
+        tracing::error!("internal error (panic) in {what}: {msg}; aborting the job");
+    }
     crate::log::raw_stderr(&format!(
         "{} internal error (panic) in {what}: {msg}; aborting the job with PMPI_Abort\n",
         crate::log::prefix()

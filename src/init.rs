@@ -117,6 +117,8 @@ fn post_init(loaded: config::Loaded) {
     WORLD_RANK.store(rank, Ordering::Relaxed);
     WORLD_SIZE.store(size, Ordering::Relaxed);
     crate::log::init(&loaded.config.log, loaded.config.log_file.as_deref(), rank);
+    let verbose = loaded.config.log.contains("debug") || loaded.config.log.contains("trace");
+    crate::entry::install_panic_hook(verbose);
 
     // Agree on configuration errors so that every rank stops, even if only one rank's
     // environment is wrong. The lowest such rank prints the messages.
@@ -161,6 +163,8 @@ fn post_init(loaded: config::Loaded) {
     }
     tracing::info!(target: "shim::init", "libshim {} active on {size} ranks; MPI library: {}", crate::capi::VERSION, library_version().lines().next().unwrap_or(""));
     config::install(loaded.config);
+    crate::comm::init();
+    at_finalize(crate::comm::finalize);
     crate::entry::set_active(true);
 }
 

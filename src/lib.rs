@@ -8,18 +8,28 @@
 //! - [`symbols`]: run-time lookup of `PMPI_*` (no `libmpi` in `DT_NEEDED`).
 //! - [`entry`]: fast path, re-entry guard, counters and panic guard around every hook.
 //! - [`init`]: `MPI_Init*`/`MPI_Finalize`, ABI check, job-wide configuration errors.
-//! - [`coll`]: the collectives; [`dtype`]: datatype helpers.
+//! - [`coll`]: the collectives (argument translation in `coll::api`, schedule builders in
+//!   `coll::algo`); [`sched`]: schedules and their execution; [`comm`]: per-communicator
+//!   state (shadow communicator, tags, schedule cache); [`request`]: the shim's requests
+//!   and the completion family; [`progress`]: advancing outstanding schedules;
+//!   [`ops`]: local reductions; [`dtype`]: datatype helpers; [`errors`]: error handlers.
 //! - [`config`]: every `SHIM_*` variable; [`log`]: `tracing` with rank prefixes;
 //!   [`stats`]: counters and the `SHIM_STATS` report; [`capi`]: the shim's own C API.
 
 pub mod abi;
 pub mod capi;
 pub mod coll;
+pub mod comm;
 pub mod config;
 pub mod dtype;
 pub mod entry;
+pub mod errors;
 pub mod init;
 pub mod log;
+pub mod ops;
+pub mod progress;
+pub mod request;
+pub mod sched;
 pub mod stats;
 pub mod symbols;
 

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
@@ -13,6 +13,12 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter}
 use tracing_subscriber::registry::LookupSpan;
 
 static RANK: AtomicI32 = AtomicI32::new(-1);
+static TO_FILE: AtomicBool = AtomicBool::new(false);
+
+/// Whether log lines go to a file (`SHIM_LOG_FILE`) rather than stderr.
+pub fn to_file() -> bool {
+    TO_FILE.load(Ordering::Relaxed)
+}
 
 pub fn set_rank(rank: i32) {
     RANK.store(rank, Ordering::Relaxed);

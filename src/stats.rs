@@ -30,8 +30,9 @@ static COUNTERS: [Counter; N_FUNCS] = [const {
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// How each call was carried out ("forwarded", "schedule:<algorithm>", ...), per function.
-static PATHS: Mutex<BTreeMap<(u16, &'static str), u64>> = Mutex::new(BTreeMap::new());
+/// How each call was carried out, per function: (kind, name), e.g. ("schedule",
+/// "binomial") or ("forwarded", "inter").
+static PATHS: Mutex<BTreeMap<(u16, &'static str, &'static str), u64>> = Mutex::new(BTreeMap::new());
 
 thread_local! {
     static PENDING_BYTES: Cell<u64> = const { Cell::new(0) };
@@ -88,11 +89,12 @@ pub fn note_typed_bytes(count: i64, datatype: crate::abi::MPI_Datatype) {
     }
 }
 
-/// Records which path a call took (only when stats are on).
-pub fn note_path(fid: Fid, path: &'static str) {
+/// Records which path a call took (only when stats are on): `kind` is "schedule" (with
+/// the algorithm as `name`) or "forwarded" (with the reason).
+pub fn note_path(fid: Fid, kind: &'static str, name: &'static str) {
     if enabled() {
         let mut m = PATHS.lock().unwrap_or_else(|e| e.into_inner());
-        *m.entry((fid as u16, path)).or_insert(0) += 1;
+        *m.entry((fid as u16, kind, name)).or_insert(0) += 1;
     }
 }
 
@@ -115,19 +117,19 @@ pub fn reset() {
     PATHS.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
-/// The paths recorded for one function, as "path:count" items.
-pub fn paths_of(idx: usize) -> Vec<(&'static str, u64)> {
+/// The paths recorded for one function in this process, as ("kind:name", count).
+pub fn paths_of(idx: usize) -> Vec<(String, u64)> {
     let m = PATHS.lock().unwrap_or_else(|e| e.into_inner());
     m.iter()
-        .filter(|((f, _), _)| *f as usize == idx)
-        .map(|((_, p), n)| (*p, *n))
+        .filter(|((f, _, _), _)| *f as usize == idx)
+        .map(|((_, k, p), n)| (format!("{k}:{p}"), *n))
         .collect()
 }
 
 fn paths_string(idx: usize) -> String {
     paths_of(idx)
         .iter()
-        .map(|(p, n)| format!("{p}:{n}"))
+        .map(|(p, n)| format!("{p}={n}"))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -138,7 +140,7 @@ fn gather_paths(comm: crate::abi::MPI_Comm, rank: i32, size: i32) -> BTreeMap<(u
     let text: String = {
         let m = PATHS.lock().unwrap_or_else(|e| e.into_inner());
         m.iter()
-            .map(|((f, p), n)| format!("{f} {p} {n}\n"))
+            .map(|((f, k, p), n)| format!("{f} {k}:{p} {n}\n"))
             .collect()
     };
     let len = text.len() as i32;
@@ -315,7 +317,7 @@ pub fn report(mode: StatsMode, comm: crate::abi::MPI_Comm, rank: i32, size: i32)
                     paths: paths
                         .iter()
                         .filter(|((f, _), _)| *f as usize == i)
-                        .map(|((_, p), n)| format!("{p}:{n}"))
+                        .map(|((_, p), n)| format!("{p}={n}"))
                         .collect::<Vec<_>>()
                         .join(","),
                 });

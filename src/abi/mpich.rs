@@ -310,6 +310,24 @@ pub fn is_builtin_op(op: MPI_Op) -> bool {
     ((op as u32) & 0xfc00_0000) == 0x5800_0000
 }
 
+/// Handles of the shim's own requests: MPICH never allocates handle kind 0 ("invalid" in
+/// its encoding), so `MPI_REQUEST_NULL + 1 + index` (kind 0, request object type) can
+/// never collide with a request of the MPI library.
+pub fn shim_request_handle(index: usize) -> MPI_Request {
+    assert!(index < 0x03ff_fffe, "too many outstanding shim requests");
+    MPI_REQUEST_NULL + 1 + index as i32
+}
+
+/// The index of a shim request handle, `None` for any other handle.
+pub fn shim_request_index(h: MPI_Request) -> Option<usize> {
+    let u = h as u32;
+    (u & 0xfc00_0000 == 0x2c00_0000 && u != 0x2c00_0000).then(|| (u & 0x03ff_ffff) as usize - 1)
+}
+
+pub fn is_shim_request(h: MPI_Request) -> bool {
+    shim_request_index(h).is_some()
+}
+
 /// Recognises the library version strings of MPICH-ABI implementations.
 pub fn library_is_compatible(version: &str) -> bool {
     const FAMILY: &[&str] = &["MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH"];

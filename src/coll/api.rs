@@ -1,53 +1,1064 @@
 //! Collective hooks: one function per base collective, called by the generated entry
 //! points of all its forms (blocking, `I*`, `*_init`, and the `_c` large-count forms, with
-//! counts already widened to i64).
+//! counts already widened to i64). Each validates the arguments that are significant on
+//! this rank (MPI-4.0 chapter 6 says which), describes its buffers as blocks, and launches
+//! a schedule from `algo`.
 //!
-//! At this stage every collective is forwarded to the system MPI through `native` (the
-//! schedule engine replaces this); the hook records the bytes this rank contributes and
-//! the path taken, for `SHIM_STATS`.
+//! `MPI_IN_PLACE` is accepted exactly where MPI-4.0 allows it: the root's send buffer of
+//! Gather(v) and Reduce, the root's receive buffer of Scatter(v), the send buffer of
+//! Allgather(v), Alltoall(v, w), Allreduce, Reduce_scatter(_block), Scan and Exscan.
+//!
+//! Safety of the hooks: the arguments are the application's, passed unchanged (counts
+//! widened); the MPI standard's rules for them are the contract.
+#![allow(clippy::too_many_arguments, clippy::missing_safety_doc)]
 
 use core::ffi::{c_int, c_void};
 
+use super::algo::{self, Blk, Red};
+use super::{Call, Coll, Ctx, key};
 use crate::abi::*;
-use crate::coll::Call;
+use crate::dtype::TypeInfo;
+use crate::sched::Addr;
 use crate::stats;
 
-/// Declares forwarding hooks: `name(args) => bytes-expression;`.
-macro_rules! forwarding_hooks {
-    ($( $name:ident ( $($arg:ident : $ty:ty),* ) => $bytes:expr ; )*) => {$(
-        #[allow(unused_variables, clippy::too_many_arguments, clippy::missing_safety_doc)]
-        pub unsafe fn $name(call: Call, $($arg: $ty,)* native: &dyn Fn() -> c_int) -> c_int {
-            if stats::enabled() {
-                let (count, datatype): (i64, MPI_Datatype) = $bytes;
-                stats::note_typed_bytes(count, datatype);
-                stats::note_path(call.fid, "forwarded");
+/// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`).
+macro_rules! hook {
+    ($call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
+        match Ctx::begin($call, $comm, $native) {
+            Err(rc) => rc,
+            Ok(ctx) => {
+                let $c = &ctx;
+                #[allow(clippy::redundant_closure_call)]
+                let r: Result<c_int, c_int> = (|| $body)();
+                r.unwrap_or_else(|e| e)
             }
-            native()
         }
-    )*};
+    }};
 }
 
-forwarding_hooks! {
-    barrier(comm: MPI_Comm) => (0, MPI_BYTE);
-    bcast(buffer: *mut c_void, count: i64, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) => (count, datatype);
-    gather(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) => (sendcount, sendtype);
-    gatherv(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: Counts, displs: Counts, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) => (sendcount, sendtype);
-    scatter(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) => (recvcount, recvtype);
-    scatterv(sendbuf: *const c_void, sendcounts: Counts, displs: Counts, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) => (recvcount, recvtype);
-    allgather(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, comm: MPI_Comm) => (recvcount, recvtype);
-    allgatherv(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: Counts, displs: Counts, recvtype: MPI_Datatype, comm: MPI_Comm) => (sendcount, sendtype);
-    alltoall(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, comm: MPI_Comm) => (recvcount, recvtype);
-    alltoallv(sendbuf: *const c_void, sendcounts: Counts, sdispls: Counts, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: Counts, rdispls: Counts, recvtype: MPI_Datatype, comm: MPI_Comm) => (0, recvtype);
-    alltoallw(sendbuf: *const c_void, sendcounts: Counts, sdispls: Counts, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: Counts, rdispls: Counts, recvtypes: *const MPI_Datatype, comm: MPI_Comm) => (0, MPI_BYTE);
-    reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: i64, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) => (count, datatype);
-    allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: i64, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) => (count, datatype);
-    reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: Counts, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) => (0, datatype);
-    reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: i64, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) => (recvcount, datatype);
-    scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: i64, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) => (count, datatype);
-    exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: i64, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) => (count, datatype);
-    neighbor_allgather(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, comm: MPI_Comm) => (sendcount, sendtype);
-    neighbor_allgatherv(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: Counts, displs: Counts, recvtype: MPI_Datatype, comm: MPI_Comm) => (sendcount, sendtype);
-    neighbor_alltoall(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, comm: MPI_Comm) => (sendcount, sendtype);
-    neighbor_alltoallv(sendbuf: *const c_void, sendcounts: Counts, sdispls: Counts, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: Counts, rdispls: Counts, recvtype: MPI_Datatype, comm: MPI_Comm) => (0, sendtype);
-    neighbor_alltoallw(sendbuf: *const c_void, sendcounts: Counts, sdispls: Counts, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: Counts, rdispls: Counts, recvtypes: *const MPI_Datatype, comm: MPI_Comm) => (0, MPI_BYTE);
+fn in_place(p: *const c_void) -> bool {
+    core::ptr::eq(p, MPI_IN_PLACE)
+}
+
+/// Per-rank blocks of a buffer laid out by element displacements (`displs[i] * extent`).
+fn blocks(
+    base: fn(i64) -> Addr,
+    counts: &[i64],
+    displs: &[i64],
+    dt: MPI_Datatype,
+    ti: &TypeInfo,
+) -> Vec<Blk> {
+    counts
+        .iter()
+        .zip(displs)
+        .map(|(&c, &d)| Blk::new(base(d * ti.extent), c, dt, ti))
+        .collect()
+}
+
+impl Ctx<'_> {
+    /// Reads a count array of `n` entries, each non-negative.
+    fn counts(&self, c: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
+        if c.is_null() && n > 0 {
+            return self.fail(MPI_ERR_COUNT, format_args!("{what} is NULL"));
+        }
+        // SAFETY: the standard sizes this array by the group or topology size.
+        let v = unsafe { c.to_vec(n) };
+        if let Some(bad) = v.iter().find(|&&x| x < 0) {
+            return self.fail(
+                MPI_ERR_COUNT,
+                format_args!("{what} contains a negative count ({bad})"),
+            );
+        }
+        Ok(v)
+    }
+
+    /// Reads a displacement array of `n` entries.
+    fn displs(&self, d: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
+        if d.is_null() && n > 0 {
+            return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
+        }
+        // SAFETY: as for counts.
+        Ok(unsafe { d.to_vec(n) })
+    }
+
+    /// Reads `n` datatypes and their infos.
+    fn types(
+        &self,
+        t: *const MPI_Datatype,
+        n: usize,
+        what: &str,
+    ) -> Result<(Vec<MPI_Datatype>, Vec<TypeInfo>), c_int> {
+        if t.is_null() && n > 0 {
+            return self.fail(MPI_ERR_TYPE, format_args!("{what} is NULL"));
+        }
+        // SAFETY: an array of n datatypes (group or topology size).
+        let v: Vec<MPI_Datatype> = (0..n).map(|i| unsafe { *t.add(i) }).collect();
+        let infos = v
+            .iter()
+            .map(|&d| self.type_info(d, what))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((v, infos))
+    }
+
+    /// The reduction parameters after checking count, datatype and operation.
+    fn red(&self, count: i64, dt: MPI_Datatype, op: MPI_Op) -> Result<Red, c_int> {
+        self.check_count(count, "count")?;
+        let ti = self.type_info(dt, "datatype")?;
+        self.check_op(op, dt)?;
+        stats::note_bytes((count * ti.size) as u64);
+        Ok(Red {
+            count,
+            dt,
+            ti,
+            op,
+            commutative: crate::ops::commutative(op),
+        })
+    }
+}
+
+pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
+    hook!(call, comm, native, |c| {
+        let me = c.me();
+        let k = key(Coll::Barrier, 0, 0, MPI_OP_NULL, &[], Vec::new());
+        c.launch(k, core::ptr::null(), core::ptr::null_mut(), || {
+            Ok(algo::barrier::dissemination(me))
+        })
+    })
+}
+
+pub unsafe fn bcast(
+    call: Call,
+    buffer: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        c.check_count(count, "count")?;
+        c.check_root(root)?;
+        let ti = c.type_info(datatype, "datatype")?;
+        c.check_buffer(buffer, count, datatype, "the buffer")?;
+        stats::note_bytes((count * ti.size) as u64);
+        let me = c.me();
+        let data = crate::sched::Data::new(Addr::recv(0), count, datatype);
+        let k = key(Coll::Bcast, root, 0, MPI_OP_NULL, &[datatype], vec![count]);
+        c.launch(k, core::ptr::null(), buffer, || {
+            Ok(algo::bcast::binomial(me, data, count * ti.size, root))
+        })
+    })
+}
+
+/// Shared by Gather and Gatherv: `recv` describes the root's blocks (counts, displs).
+fn gather_common(
+    c: &Ctx<'_>,
+    coll: Coll,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recv: Option<(Vec<i64>, Vec<i64>, MPI_Datatype)>,
+    root: c_int,
+) -> Result<c_int, c_int> {
+    c.check_root(root)?;
+    let is_root = c.rank() == root;
+    let inplace = in_place(sendbuf);
+    if inplace && !is_root {
+        return c.fail(MPI_ERR_BUFFER, "MPI_IN_PLACE is only allowed at the root");
+    }
+    let mut types = Vec::new();
+    let mut kc = Vec::new();
+    let send = if inplace {
+        None
+    } else {
+        c.check_count(sendcount, "sendcount")?;
+        let sti = c.type_info(sendtype, "sendtype")?;
+        c.check_buffer(sendbuf, sendcount, sendtype, "the send buffer")?;
+        stats::note_bytes((sendcount * sti.size) as u64);
+        types.push(sendtype);
+        kc.push(sendcount);
+        Some(Blk::new(Addr::send(0), sendcount, sendtype, &sti))
+    };
+    let mut rblocks = Vec::new();
+    if let Some((counts, displs, rt)) = recv {
+        let rti = c.type_info(rt, "recvtype")?;
+        if counts.iter().any(|&x| x > 0) {
+            c.check_buffer(recvbuf, 1, rt, "the receive buffer")?;
+        }
+        rblocks = blocks(Addr::recv, &counts, &displs, rt, &rti);
+        types.push(rt);
+        kc.extend(counts);
+        kc.extend(displs);
+    }
+    let me = c.me();
+    let k = key(coll, root, inplace as u8, MPI_OP_NULL, &types, kc);
+    c.launch(k, sendbuf, recvbuf, || {
+        Ok(algo::rooted::gather_linear(me, send, &rblocks, root))
+    })
+}
+
+pub unsafe fn gather(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let recv = if c.rank() == root {
+            c.check_count(recvcount, "recvcount")?;
+            let p = c.size() as i64;
+            Some((
+                vec![recvcount; p as usize],
+                (0..p).map(|i| i * recvcount).collect(),
+                recvtype,
+            ))
+        } else {
+            None
+        };
+        gather_common(
+            c,
+            Coll::Gather,
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recv,
+            root,
+        )
+    })
+}
+
+pub unsafe fn gatherv(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: Counts,
+    displs: Counts,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let recv = if c.rank() == root {
+            let n = c.size() as usize;
+            Some((
+                c.counts(recvcounts, n, "recvcounts")?,
+                c.displs(displs, n, "displs")?,
+                recvtype,
+            ))
+        } else {
+            None
+        };
+        gather_common(
+            c,
+            Coll::Gatherv,
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recv,
+            root,
+        )
+    })
+}
+
+/// Shared by Scatter and Scatterv: `send` describes the root's blocks.
+fn scatter_common(
+    c: &Ctx<'_>,
+    coll: Coll,
+    sendbuf: *const c_void,
+    send: Option<(Vec<i64>, Vec<i64>, MPI_Datatype)>,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    root: c_int,
+) -> Result<c_int, c_int> {
+    c.check_root(root)?;
+    let is_root = c.rank() == root;
+    let inplace = in_place(recvbuf);
+    if inplace && !is_root {
+        return c.fail(MPI_ERR_BUFFER, "MPI_IN_PLACE is only allowed at the root");
+    }
+    let mut types = Vec::new();
+    let mut kc = Vec::new();
+    let recv = if inplace {
+        None
+    } else {
+        c.check_count(recvcount, "recvcount")?;
+        let rti = c.type_info(recvtype, "recvtype")?;
+        c.check_buffer(recvbuf, recvcount, recvtype, "the receive buffer")?;
+        stats::note_bytes((recvcount * rti.size) as u64);
+        types.push(recvtype);
+        kc.push(recvcount);
+        Some(Blk::new(Addr::recv(0), recvcount, recvtype, &rti))
+    };
+    let mut sblocks = Vec::new();
+    if let Some((counts, displs, st)) = send {
+        let sti = c.type_info(st, "sendtype")?;
+        if counts.iter().any(|&x| x > 0) {
+            c.check_buffer(sendbuf, 1, st, "the send buffer")?;
+        }
+        sblocks = blocks(Addr::send, &counts, &displs, st, &sti);
+        types.push(st);
+        kc.extend(counts);
+        kc.extend(displs);
+    }
+    let me = c.me();
+    let k = key(coll, root, inplace as u8, MPI_OP_NULL, &types, kc);
+    c.launch(k, sendbuf, recvbuf, || {
+        Ok(algo::rooted::scatter_linear(me, &sblocks, recv, root))
+    })
+}
+
+pub unsafe fn scatter(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let send = if c.rank() == root {
+            c.check_count(sendcount, "sendcount")?;
+            let p = c.size() as i64;
+            Some((
+                vec![sendcount; p as usize],
+                (0..p).map(|i| i * sendcount).collect(),
+                sendtype,
+            ))
+        } else {
+            None
+        };
+        scatter_common(
+            c,
+            Coll::Scatter,
+            sendbuf,
+            send,
+            recvbuf,
+            recvcount,
+            recvtype,
+            root,
+        )
+    })
+}
+
+pub unsafe fn scatterv(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcounts: Counts,
+    displs: Counts,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let send = if c.rank() == root {
+            let n = c.size() as usize;
+            Some((
+                c.counts(sendcounts, n, "sendcounts")?,
+                c.displs(displs, n, "displs")?,
+                sendtype,
+            ))
+        } else {
+            None
+        };
+        scatter_common(
+            c,
+            Coll::Scatterv,
+            sendbuf,
+            send,
+            recvbuf,
+            recvcount,
+            recvtype,
+            root,
+        )
+    })
+}
+
+/// Shared by Allgather and Allgatherv.
+fn allgather_common(
+    c: &Ctx<'_>,
+    coll: Coll,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    counts: Vec<i64>,
+    displs: Vec<i64>,
+    recvtype: MPI_Datatype,
+) -> Result<c_int, c_int> {
+    let inplace = in_place(sendbuf);
+    let mut types = Vec::new();
+    let mut kc = Vec::new();
+    let send = if inplace {
+        None
+    } else {
+        c.check_count(sendcount, "sendcount")?;
+        let sti = c.type_info(sendtype, "sendtype")?;
+        c.check_buffer(sendbuf, sendcount, sendtype, "the send buffer")?;
+        stats::note_bytes((sendcount * sti.size) as u64);
+        types.push(sendtype);
+        kc.push(sendcount);
+        Some(Blk::new(Addr::send(0), sendcount, sendtype, &sti))
+    };
+    let rti = c.type_info(recvtype, "recvtype")?;
+    if counts.iter().any(|&x| x > 0) {
+        c.check_buffer(recvbuf, 1, recvtype, "the receive buffer")?;
+    }
+    let rblocks = blocks(Addr::recv, &counts, &displs, recvtype, &rti);
+    types.push(recvtype);
+    kc.extend(counts);
+    kc.extend(displs);
+    let me = c.me();
+    let k = key(coll, 0, inplace as u8, MPI_OP_NULL, &types, kc);
+    c.launch(k, sendbuf, recvbuf, || {
+        Ok(algo::allgather::ring(me, send, &rblocks))
+    })
+}
+
+pub unsafe fn allgather(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        c.check_count(recvcount, "recvcount")?;
+        let p = c.size() as i64;
+        let counts = vec![recvcount; p as usize];
+        let displs = (0..p).map(|i| i * recvcount).collect();
+        allgather_common(
+            c,
+            Coll::Allgather,
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            counts,
+            displs,
+            recvtype,
+        )
+    })
+}
+
+pub unsafe fn allgatherv(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: Counts,
+    displs: Counts,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let n = c.size() as usize;
+        let counts = c.counts(recvcounts, n, "recvcounts")?;
+        let displs = c.displs(displs, n, "displs")?;
+        allgather_common(
+            c,
+            Coll::Allgatherv,
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            counts,
+            displs,
+            recvtype,
+        )
+    })
+}
+
+/// Shared by the three Alltoall forms: blocks given as (byte displacement, count, type).
+fn alltoall_common(
+    c: &Ctx<'_>,
+    coll: Coll,
+    sendbuf: *const c_void,
+    send: Vec<(i64, i64, MPI_Datatype)>,
+    recvbuf: *mut c_void,
+    recv: Vec<(i64, i64, MPI_Datatype)>,
+) -> Result<c_int, c_int> {
+    let inplace = in_place(sendbuf);
+    let mut kc = Vec::new();
+    let mut types = Vec::new();
+    let mut sblocks = Vec::new();
+    if !inplace {
+        for &(d, n, t) in &send {
+            let ti = c.type_info(t, "sendtype")?;
+            stats::note_bytes((n * ti.size) as u64);
+            sblocks.push(Blk::new(Addr::send(d), n, t, &ti));
+            kc.extend([d, n]);
+            types.push(t);
+        }
+        if send.iter().any(|x| x.1 > 0) {
+            c.check_buffer(sendbuf, 1, send[0].2, "the send buffer")?;
+        }
+    }
+    let mut rblocks = Vec::new();
+    for &(d, n, t) in &recv {
+        let ti = c.type_info(t, "recvtype")?;
+        rblocks.push(Blk::new(Addr::recv(d), n, t, &ti));
+        kc.extend([d, n]);
+        types.push(t);
+    }
+    if recv.iter().any(|x| x.1 > 0) {
+        c.check_buffer(recvbuf, 1, recv[0].2, "the receive buffer")?;
+    }
+    let me = c.me();
+    let k = key(coll, 0, inplace as u8, MPI_OP_NULL, &types, kc);
+    c.launch(k, sendbuf, recvbuf, || {
+        Ok(algo::alltoall::linear(me, &sblocks, &rblocks, inplace))
+    })
+}
+
+/// (byte displacement, count, type) triples for element displacements of one type.
+fn triples(
+    c: &Ctx<'_>,
+    counts: &[i64],
+    displs: &[i64],
+    dt: MPI_Datatype,
+    what: &str,
+) -> Result<Vec<(i64, i64, MPI_Datatype)>, c_int> {
+    let ti = c.type_info(dt, what)?;
+    Ok(counts
+        .iter()
+        .zip(displs)
+        .map(|(&n, &d)| (d * ti.extent, n, dt))
+        .collect())
+}
+
+pub unsafe fn alltoall(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let p = c.size() as i64;
+        c.check_count(recvcount, "recvcount")?;
+        let recv = triples(
+            c,
+            &vec![recvcount; p as usize],
+            &(0..p).map(|i| i * recvcount).collect::<Vec<_>>(),
+            recvtype,
+            "recvtype",
+        )?;
+        let send = if in_place(sendbuf) {
+            Vec::new()
+        } else {
+            c.check_count(sendcount, "sendcount")?;
+            triples(
+                c,
+                &vec![sendcount; p as usize],
+                &(0..p).map(|i| i * sendcount).collect::<Vec<_>>(),
+                sendtype,
+                "sendtype",
+            )?
+        };
+        alltoall_common(c, Coll::Alltoall, sendbuf, send, recvbuf, recv)
+    })
+}
+
+pub unsafe fn alltoallv(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcounts: Counts,
+    sdispls: Counts,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: Counts,
+    rdispls: Counts,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let n = c.size() as usize;
+        let recv = triples(
+            c,
+            &c.counts(recvcounts, n, "recvcounts")?,
+            &c.displs(rdispls, n, "rdispls")?,
+            recvtype,
+            "recvtype",
+        )?;
+        let send = if in_place(sendbuf) {
+            Vec::new()
+        } else {
+            triples(
+                c,
+                &c.counts(sendcounts, n, "sendcounts")?,
+                &c.displs(sdispls, n, "sdispls")?,
+                sendtype,
+                "sendtype",
+            )?
+        };
+        alltoall_common(c, Coll::Alltoallv, sendbuf, send, recvbuf, recv)
+    })
+}
+
+pub unsafe fn alltoallw(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcounts: Counts,
+    sdispls: Counts,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: Counts,
+    rdispls: Counts,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let n = c.size() as usize;
+        let (rt, _) = c.types(recvtypes, n, "recvtypes")?;
+        let rc = c.counts(recvcounts, n, "recvcounts")?;
+        let rd = c.displs(rdispls, n, "rdispls")?;
+        let recv = (0..n).map(|i| (rd[i], rc[i], rt[i])).collect();
+        let send = if in_place(sendbuf) {
+            Vec::new()
+        } else {
+            let (st, _) = c.types(sendtypes, n, "sendtypes")?;
+            let sc = c.counts(sendcounts, n, "sendcounts")?;
+            let sd = c.displs(sdispls, n, "sdispls")?;
+            (0..n).map(|i| (sd[i], sc[i], st[i])).collect()
+        };
+        alltoall_common(c, Coll::Alltoallw, sendbuf, send, recvbuf, recv)
+    })
+}
+
+pub unsafe fn reduce(
+    call: Call,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    root: c_int,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        c.check_root(root)?;
+        let r = c.red(count, datatype, op)?;
+        let is_root = c.rank() == root;
+        let inplace = in_place(sendbuf);
+        if inplace && !is_root {
+            return c.fail(MPI_ERR_BUFFER, "MPI_IN_PLACE is only allowed at the root");
+        }
+        if !inplace {
+            c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
+        }
+        if is_root {
+            c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
+        }
+        let me = c.me();
+        let k = key(
+            Coll::Reduce,
+            root,
+            inplace as u8,
+            op,
+            &[datatype],
+            vec![count],
+        );
+        c.launch(k, sendbuf, recvbuf, || {
+            Ok(algo::reduce::reduce_binomial(me, &r, inplace, root))
+        })
+    })
+}
+
+pub unsafe fn allreduce(
+    call: Call,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let r = c.red(count, datatype, op)?;
+        let inplace = in_place(sendbuf);
+        if !inplace {
+            c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
+        }
+        c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
+        let me = c.me();
+        let k = key(
+            Coll::Allreduce,
+            0,
+            inplace as u8,
+            op,
+            &[datatype],
+            vec![count],
+        );
+        c.launch(k, sendbuf, recvbuf, || {
+            Ok(algo::reduce::allreduce_recursive_doubling(me, &r, inplace))
+        })
+    })
+}
+
+fn reduce_scatter_common(
+    c: &Ctx<'_>,
+    coll: Coll,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    counts: Vec<i64>,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+) -> Result<c_int, c_int> {
+    let total: i64 = counts.iter().sum();
+    let r = c.red(counts[c.rank() as usize], datatype, op)?;
+    let inplace = in_place(sendbuf);
+    if !inplace {
+        c.check_buffer(sendbuf, total, datatype, "the send buffer")?;
+    }
+    c.check_buffer(
+        recvbuf,
+        if inplace { total } else { r.count },
+        datatype,
+        "the receive buffer",
+    )?;
+    let me = c.me();
+    let k = key(coll, 0, inplace as u8, op, &[datatype], counts.clone());
+    c.launch(k, sendbuf, recvbuf, || {
+        Ok(algo::reduce::reduce_scatter_via_reduce(
+            me, &r, &counts, inplace,
+        ))
+    })
+}
+
+pub unsafe fn reduce_scatter(
+    call: Call,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: Counts,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let counts = c.counts(recvcounts, c.size() as usize, "recvcounts")?;
+        reduce_scatter_common(
+            c,
+            Coll::ReduceScatter,
+            sendbuf,
+            recvbuf,
+            counts,
+            datatype,
+            op,
+        )
+    })
+}
+
+pub unsafe fn reduce_scatter_block(
+    call: Call,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        c.check_count(recvcount, "recvcount")?;
+        let counts = vec![recvcount; c.size() as usize];
+        reduce_scatter_common(
+            c,
+            Coll::ReduceScatterBlock,
+            sendbuf,
+            recvbuf,
+            counts,
+            datatype,
+            op,
+        )
+    })
+}
+
+fn scan_common(
+    c: &Ctx<'_>,
+    coll: Coll,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+) -> Result<c_int, c_int> {
+    let r = c.red(count, datatype, op)?;
+    let inplace = in_place(sendbuf);
+    if !inplace {
+        c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
+    }
+    c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
+    let me = c.me();
+    let exclusive = coll == Coll::Exscan;
+    let k = key(coll, 0, inplace as u8, op, &[datatype], vec![count]);
+    c.launch(k, sendbuf, recvbuf, || {
+        Ok(algo::scan::recursive_doubling(me, &r, inplace, exclusive))
+    })
+}
+
+pub unsafe fn scan(
+    call: Call,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        scan_common(c, Coll::Scan, sendbuf, recvbuf, count, datatype, op)
+    })
+}
+
+pub unsafe fn exscan(
+    call: Call,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        scan_common(c, Coll::Exscan, sendbuf, recvbuf, count, datatype, op)
+    })
+}
+
+/// Shared by the neighbourhood collectives: blocks per destination and per source.
+fn neighbor_common(
+    c: &Ctx<'_>,
+    coll: Coll,
+    sendbuf: *const c_void,
+    send: &dyn Fn(usize) -> (i64, i64, MPI_Datatype),
+    recvbuf: *mut c_void,
+    recv: &dyn Fn(usize) -> (i64, i64, MPI_Datatype),
+) -> Result<c_int, c_int> {
+    if in_place(sendbuf) || in_place(recvbuf) {
+        return c.fail(
+            MPI_ERR_BUFFER,
+            "MPI_IN_PLACE is not allowed in neighbourhood collectives",
+        );
+    }
+    let nb = match c.st.neighbors() {
+        Ok(n) => n.clone(),
+        Err(e) => return c.fail(e, "the communicator has no process topology"),
+    };
+    let mut kc = Vec::new();
+    let mut types = Vec::new();
+    let mut sends = Vec::new();
+    for (j, &peer) in nb.dests.iter().enumerate() {
+        let (d, n, t) = send(j);
+        c.check_count(n, "a send count")?;
+        let ti = c.type_info(t, "sendtype")?;
+        stats::note_bytes((n * ti.size) as u64);
+        sends.push((Blk::new(Addr::send(d), n, t, &ti), peer));
+        kc.extend([d, n]);
+        types.push(t);
+    }
+    let mut recvs = Vec::new();
+    for (i, &peer) in nb.sources.iter().enumerate() {
+        let (d, n, t) = recv(i);
+        c.check_count(n, "a receive count")?;
+        let ti = c.type_info(t, "recvtype")?;
+        recvs.push((Blk::new(Addr::recv(d), n, t, &ti), peer));
+        kc.extend([d, n]);
+        types.push(t);
+    }
+    let me = c.me();
+    let cart = nb.cart;
+    let k = key(coll, 0, 0, MPI_OP_NULL, &types, kc);
+    c.launch(k, sendbuf, recvbuf, || {
+        Ok(algo::neighbor::single_round(me, &sends, &recvs, cart))
+    })
+}
+
+fn extent(c: &Ctx<'_>, dt: MPI_Datatype, what: &str) -> Result<i64, c_int> {
+    Ok(c.type_info(dt, what)?.extent)
+}
+
+/// Number of sources and destinations of the communicator's topology.
+fn degrees(c: &Ctx<'_>) -> Result<(usize, usize), c_int> {
+    match c.st.neighbors() {
+        Ok(n) => Ok((n.sources.len(), n.dests.len())),
+        Err(e) => c.fail(e, "the communicator has no process topology"),
+    }
+}
+
+pub unsafe fn neighbor_allgather(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let rext = extent(c, recvtype, "recvtype")?;
+        neighbor_common(
+            c,
+            Coll::NeighborAllgather,
+            sendbuf,
+            &|_| (0, sendcount, sendtype),
+            recvbuf,
+            &|i| (i as i64 * recvcount * rext, recvcount, recvtype),
+        )
+    })
+}
+
+pub unsafe fn neighbor_allgatherv(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: Counts,
+    displs: Counts,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let (indeg, _) = degrees(c)?;
+        let rc = c.counts(recvcounts, indeg, "recvcounts")?;
+        let rd = c.displs(displs, indeg, "displs")?;
+        let rext = extent(c, recvtype, "recvtype")?;
+        neighbor_common(
+            c,
+            Coll::NeighborAllgatherv,
+            sendbuf,
+            &|_| (0, sendcount, sendtype),
+            recvbuf,
+            &|i| (rd[i] * rext, rc[i], recvtype),
+        )
+    })
+}
+
+pub unsafe fn neighbor_alltoall(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let sext = extent(c, sendtype, "sendtype")?;
+        let rext = extent(c, recvtype, "recvtype")?;
+        neighbor_common(
+            c,
+            Coll::NeighborAlltoall,
+            sendbuf,
+            &|j| (j as i64 * sendcount * sext, sendcount, sendtype),
+            recvbuf,
+            &|i| (i as i64 * recvcount * rext, recvcount, recvtype),
+        )
+    })
+}
+
+pub unsafe fn neighbor_alltoallv(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcounts: Counts,
+    sdispls: Counts,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: Counts,
+    rdispls: Counts,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let (indeg, outdeg) = degrees(c)?;
+        let sc = c.counts(sendcounts, outdeg, "sendcounts")?;
+        let sd = c.displs(sdispls, outdeg, "sdispls")?;
+        let rc = c.counts(recvcounts, indeg, "recvcounts")?;
+        let rd = c.displs(rdispls, indeg, "rdispls")?;
+        let sext = extent(c, sendtype, "sendtype")?;
+        let rext = extent(c, recvtype, "recvtype")?;
+        neighbor_common(
+            c,
+            Coll::NeighborAlltoallv,
+            sendbuf,
+            &|j| (sd[j] * sext, sc[j], sendtype),
+            recvbuf,
+            &|i| (rd[i] * rext, rc[i], recvtype),
+        )
+    })
+}
+
+pub unsafe fn neighbor_alltoallw(
+    call: Call,
+    sendbuf: *const c_void,
+    sendcounts: Counts,
+    sdispls: Counts,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: Counts,
+    rdispls: Counts,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    hook!(call, comm, native, |c| {
+        let (indeg, outdeg) = degrees(c)?;
+        let sc = c.counts(sendcounts, outdeg, "sendcounts")?;
+        let sd = c.displs(sdispls, outdeg, "sdispls")?;
+        let (st, _) = c.types(sendtypes, outdeg, "sendtypes")?;
+        let rc = c.counts(recvcounts, indeg, "recvcounts")?;
+        let rd = c.displs(rdispls, indeg, "rdispls")?;
+        let (rt, _) = c.types(recvtypes, indeg, "recvtypes")?;
+        neighbor_common(
+            c,
+            Coll::NeighborAlltoallw,
+            sendbuf,
+            &|j| (sd[j], sc[j], st[j]),
+            recvbuf,
+            &|i| (rd[i], rc[i], rt[i]),
+        )
+    })
 }

@@ -1,9 +1,28 @@
-//! The collectives (MPI-4.0 chapters 6 and 8.6).
+//! The collectives (MPI-4.0 chapters 6 and 8.6) on the schedule engine.
+//!
+//! `api` translates each collective's C arguments (all forms: blocking, `I*`, `*_init`,
+//! `_c`) into buffers, counts and datatypes, validates them, and hands a schedule builder
+//! from `algo` to [`Ctx::launch`], which runs the schedule according to the form: to
+//! completion (blocking), as a request (`I*`), or as an inactive persistent request
+//! (`*_init`). Inter-communicator collectives are forwarded to the system MPI.
 
+pub mod algo;
 pub mod api;
 
-use crate::abi::{MPI_Info, MPI_Request};
-use crate::api::Fid;
+use core::ffi::{c_int, c_void};
+use std::fmt::Display;
+use std::sync::Arc;
+
+use crate::abi::*;
+use crate::api::{Fid, NAMES};
+use crate::comm::CommState;
+use crate::dtype::TypeInfo;
+use crate::progress::{self, RunCell};
+use crate::request::{self, Persistent};
+use crate::sched::Schedule;
+use crate::sched::cache::Key;
+use crate::sched::run::Run;
+use crate::stats;
 
 /// Which form of a collective the application called.
 #[derive(Clone, Copy, Debug)]
@@ -21,4 +40,268 @@ pub enum Variant {
 pub struct Call {
     pub fid: Fid,
     pub variant: Variant,
+}
+
+/// Collective identifiers for cache keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Coll {
+    Barrier = 1,
+    Bcast,
+    Gather,
+    Gatherv,
+    Scatter,
+    Scatterv,
+    Allgather,
+    Allgatherv,
+    Alltoall,
+    Alltoallv,
+    Alltoallw,
+    Reduce,
+    Allreduce,
+    ReduceScatter,
+    ReduceScatterBlock,
+    Scan,
+    Exscan,
+    NeighborAllgather,
+    NeighborAllgatherv,
+    NeighborAlltoall,
+    NeighborAlltoallv,
+    NeighborAlltoallw,
+}
+
+/// A validated call on an intra-communicator, ready to launch.
+pub struct Ctx<'a> {
+    pub call: Call,
+    pub comm: MPI_Comm,
+    pub st: Arc<CommState>,
+    native: &'a dyn Fn() -> c_int,
+}
+
+impl<'a> Ctx<'a> {
+    /// Looks the communicator up. `Err(rc)` means the call was handed to the system MPI
+    /// (an invalid communicator, which it reports, or an inter-communicator, whose
+    /// collectives it carries out) and `rc` is the result.
+    pub fn begin(
+        call: Call,
+        comm: MPI_Comm,
+        native: &'a dyn Fn() -> c_int,
+    ) -> Result<Ctx<'a>, c_int> {
+        let st = match crate::comm::get(comm) {
+            Ok(s) => s,
+            Err(_) => return Err(native()),
+        };
+        if st.inter {
+            stats::note_path(call.fid, "forwarded", "inter-communicator");
+            return Err(native());
+        }
+        Ok(Ctx {
+            call,
+            comm,
+            st,
+            native,
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        NAMES[self.call.fid as usize]
+    }
+
+    pub fn rank(&self) -> c_int {
+        self.st.rank
+    }
+
+    pub fn size(&self) -> c_int {
+        self.st.size
+    }
+
+    pub fn me(&self) -> algo::Me {
+        algo::Me {
+            rank: self.st.rank,
+            size: self.st.size,
+        }
+    }
+
+    /// Raises an error class on the communicator; returns it as `Err` for `?`.
+    pub fn fail<T>(&self, class: c_int, why: impl Display) -> Result<T, c_int> {
+        Err(crate::errors::raise(
+            self.comm,
+            class,
+            self.name(),
+            &why.to_string(),
+        ))
+    }
+
+    pub fn check_count(&self, count: i64, what: &str) -> Result<(), c_int> {
+        if count < 0 {
+            self.fail(MPI_ERR_COUNT, format_args!("{what} is negative ({count})"))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn check_root(&self, root: c_int) -> Result<(), c_int> {
+        if root < 0 || root >= self.size() {
+            self.fail(
+                MPI_ERR_ROOT,
+                format_args!(
+                    "root {root} is not a rank of a communicator of size {}",
+                    self.size()
+                ),
+            )
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A datatype that must be valid (and committed).
+    pub fn type_info(&self, dt: MPI_Datatype, what: &str) -> Result<TypeInfo, c_int> {
+        match crate::dtype::check_usable(dt) {
+            Ok(i) => Ok(i),
+            Err(c) => self.fail(c, format_args!("{what} is not a valid committed datatype")),
+        }
+    }
+
+    /// Checks an operation against a datatype (see `ops::check`).
+    pub fn check_op(&self, op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
+        match crate::ops::check(op, dt) {
+            Ok(()) => Ok(()),
+            Err(c) => self.fail(c, "the operation is not defined for this datatype"),
+        }
+    }
+
+    /// A buffer that must be a real address when it describes data of a predefined type
+    /// (`MPI_BOTTOM`, i.e. NULL, is legal with absolute-address derived datatypes).
+    pub fn check_buffer(
+        &self,
+        buf: *const c_void,
+        count: i64,
+        dt: MPI_Datatype,
+        what: &str,
+    ) -> Result<(), c_int> {
+        if buf.is_null() && count > 0 && is_predefined_datatype(dt) {
+            return self.fail(MPI_ERR_BUFFER, format_args!("{what} is NULL"));
+        }
+        if core::ptr::eq(buf, MPI_IN_PLACE) {
+            return self.fail(
+                MPI_ERR_BUFFER,
+                format_args!("MPI_IN_PLACE is not allowed for {what} here"),
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs `build`'s schedule (or the cached one for `key`) in the form the application
+    /// called: to completion, as a request, or as a persistent request.
+    pub fn launch(
+        &self,
+        key: Option<Key>,
+        send: *const c_void,
+        recv: *mut c_void,
+        build: impl FnOnce() -> Result<Schedule, c_int>,
+    ) -> Result<c_int, c_int> {
+        let cached = key.as_ref().and_then(|k| {
+            self.st
+                .cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(k)
+        });
+        let sched = match cached {
+            Some(s) => s,
+            None => {
+                let s = Arc::new(build()?);
+                if let Some(k) = key {
+                    self.st
+                        .cache
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .put(k, Arc::clone(&s));
+                }
+                s
+            }
+        };
+        match self.call.variant {
+            Variant::Blocking => {
+                stats::note_path(self.call.fid, "schedule", sched.algorithm);
+                let mut run = Run::new(
+                    sched,
+                    Arc::clone(&self.st),
+                    self.st.next_tag(true),
+                    send,
+                    recv,
+                );
+                let rc = progress::run_blocking(&mut run);
+                if rc != MPI_SUCCESS {
+                    return self.fail(rc, "a message of the collective failed");
+                }
+                Ok(MPI_SUCCESS)
+            }
+            Variant::Nonblocking(req) => {
+                if req.is_null() {
+                    return self.fail(MPI_ERR_REQUEST, "the request argument is NULL");
+                }
+                stats::note_path(self.call.fid, "schedule", sched.algorithm);
+                let run = Run::new(
+                    sched,
+                    Arc::clone(&self.st),
+                    self.st.next_tag(false),
+                    send,
+                    recv,
+                );
+                let cell = RunCell::new(run);
+                progress::submit(&cell);
+                // SAFETY: a non-NULL request pointer from the application.
+                unsafe { *req = request::insert_nonblocking(cell, self.comm, self.call.fid) };
+                Ok(MPI_SUCCESS)
+            }
+            Variant::Persistent(_info, req) => {
+                if req.is_null() {
+                    return self.fail(MPI_ERR_REQUEST, "the request argument is NULL");
+                }
+                let p = Persistent {
+                    sched,
+                    comm: Arc::clone(&self.st),
+                    tag: self.st.next_persistent_tag(),
+                    send: send as usize,
+                    recv: recv as usize,
+                    active: None,
+                };
+                // SAFETY: a non-NULL request pointer from the application.
+                unsafe { *req = request::insert_persistent(p, self.comm, self.call.fid) };
+                Ok(MPI_SUCCESS)
+            }
+        }
+    }
+
+    /// Hands the call to the system MPI (used where the shim has no schedule).
+    pub fn forward(&self, why: &'static str) -> Result<c_int, c_int> {
+        stats::note_path(self.call.fid, "forwarded", why);
+        Ok((self.native)())
+    }
+}
+
+/// A cache key, or `None` when the call's datatypes or operation are not all predefined
+/// (see `sched::cache`).
+pub fn key(
+    coll: Coll,
+    root: c_int,
+    flags: u8,
+    op: MPI_Op,
+    types: &[MPI_Datatype],
+    counts: Vec<i64>,
+) -> Option<Key> {
+    if !types.iter().all(|&t| is_predefined_datatype(t))
+        || (op != MPI_OP_NULL && !is_builtin_op(op))
+    {
+        return None;
+    }
+    Some(Key {
+        coll: coll as u8,
+        root,
+        flags,
+        op,
+        types: types.to_vec(),
+        counts,
+    })
 }

@@ -1,17 +1,188 @@
-//! Datatype helpers shared by the hooks.
+//! Datatype helpers shared by the hooks and the schedule engine: size, extents, density,
+//! scratch sizing by true extent (MPI-4.0 §5.1.8), and typed copies between buffers of
+//! matching type signatures.
 
-use core::ffi::c_int;
+use core::ffi::{c_int, c_void};
+use std::collections::HashMap;
+use std::sync::{LazyLock, RwLock};
 
 use crate::abi::*;
+use crate::pmpi;
 
-/// Size in bytes of one element of `dt` (the type signature's size, MPI-4.0 §5.1.5), or
-/// `None` if the MPI library rejects the handle.
-pub fn size_of(dt: MPI_Datatype) -> Option<usize> {
-    if let Some(s) = builtin_size(dt) {
-        return Some(s);
+/// What the engine needs to know about a datatype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TypeInfo {
+    /// Bytes of data in one element (the type signature's size).
+    pub size: i64,
+    pub lb: i64,
+    pub extent: i64,
+    pub true_lb: i64,
+    pub true_extent: i64,
+}
+
+impl TypeInfo {
+    /// `count` elements occupy `count * size` contiguous bytes starting at `lb`.
+    pub fn dense(&self) -> bool {
+        self.size == self.extent && self.true_extent == self.extent && self.true_lb == self.lb
     }
-    let mut s: c_int = 0;
-    // SAFETY: out-pointer is a valid local; an invalid handle yields an error code.
-    let rc = unsafe { crate::pmpi::PMPI_Type_size(dt, &mut s) };
-    (rc == MPI_SUCCESS && s >= 0).then_some(s as usize)
+
+    /// Bytes a buffer of `count` elements spans (MPI-4.0 §5.1.8: allocate
+    /// `true_extent + (count - 1) * extent`).
+    pub fn span(&self, count: i64) -> i64 {
+        if count <= 0 {
+            0
+        } else {
+            self.true_extent + (count - 1) * self.extent
+        }
+    }
+}
+
+/// Info about predefined types never changes; derived types' handles can be freed and
+/// reused, so they are asked every time.
+static PREDEFINED: LazyLock<RwLock<HashMap<MPI_Datatype, TypeInfo>>> =
+    LazyLock::new(Default::default);
+
+/// Size, extent and true extent of `dt`, or the MPI error code for an invalid handle.
+pub fn info(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
+    if let Some(s) = builtin_size(dt) {
+        let s = s as i64;
+        return Ok(TypeInfo {
+            size: s,
+            lb: 0,
+            extent: s,
+            true_lb: 0,
+            true_extent: s,
+        });
+    }
+    let predefined = is_predefined_datatype(dt);
+    if predefined {
+        if let Some(i) = PREDEFINED
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&dt)
+        {
+            return Ok(*i);
+        }
+    }
+    let (mut size, mut lb, mut ext, mut tlb, mut text) = (0i64, 0i64, 0i64, 0i64, 0i64);
+    // SAFETY: out-pointers are valid locals; an invalid handle yields an error code.
+    unsafe {
+        let rc = pmpi::PMPI_Type_size_x(dt, &mut size);
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        let rc = pmpi::PMPI_Type_get_extent_x(dt, &mut lb, &mut ext);
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        let rc = pmpi::PMPI_Type_get_true_extent_x(dt, &mut tlb, &mut text);
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+    }
+    let i = TypeInfo {
+        size,
+        lb,
+        extent: ext,
+        true_lb: tlb,
+        true_extent: text,
+    };
+    if predefined {
+        PREDEFINED
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(dt, i);
+    }
+    Ok(i)
+}
+
+/// Size in bytes of one element of `dt`, or `None` if the MPI library rejects the handle.
+pub fn size_of(dt: MPI_Datatype) -> Option<usize> {
+    info(dt).ok().map(|i| i.size.max(0) as usize)
+}
+
+/// Whether a datatype is usable for communication: a valid handle, committed if derived.
+/// Returns the error class to raise otherwise.
+pub fn check_usable(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
+    if dt == MPI_DATATYPE_NULL {
+        return Err(MPI_ERR_TYPE);
+    }
+    let i = info(dt).map_err(|_| MPI_ERR_TYPE)?;
+    if !is_predefined_datatype(dt) && !is_committed(dt) {
+        return Err(MPI_ERR_TYPE);
+    }
+    Ok(i)
+}
+
+/// Whether a derived datatype has been committed: MPICH keeps no public flag, but packing
+/// an uncommitted type is an error, so ask `PMPI_Pack_size` (which checks commitment).
+fn is_committed(dt: MPI_Datatype) -> bool {
+    let mut sz: c_int = 0;
+    // SAFETY: out-pointer is a valid local.
+    unsafe { pmpi::PMPI_Pack_size(1, dt, MPI_COMM_SELF, &mut sz) == MPI_SUCCESS }
+}
+
+/// Copies `scount` elements of `sdt` at `src` into `dcount` elements of `ddt` at `dst`;
+/// the type signatures must match (MPI-4.0 §3.3.1) and the regions must not overlap.
+///
+/// # Safety
+/// Both buffers must be valid for their counts and datatypes.
+pub unsafe fn copy(
+    src: *const c_void,
+    scount: i64,
+    sdt: MPI_Datatype,
+    dst: *mut c_void,
+    dcount: i64,
+    ddt: MPI_Datatype,
+) -> c_int {
+    if scount <= 0 || dcount <= 0 {
+        return MPI_SUCCESS;
+    }
+    let (si, di) = match (info(sdt), info(ddt)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let bytes = scount * si.size;
+    if si.dense() && di.dense() && bytes == dcount * di.size {
+        // SAFETY: dense layouts: `bytes` contiguous bytes start at lb in both buffers.
+        unsafe {
+            let s = (src as *const u8).wrapping_offset(si.lb as isize);
+            let d = (dst as *mut u8).wrapping_offset(di.lb as isize);
+            core::ptr::copy(s, d, bytes as usize);
+        }
+        return MPI_SUCCESS;
+    }
+    // General case: pack with the source type, unpack with the destination type.
+    let mut packed_size: MPI_Count = 0;
+    // SAFETY: valid out-pointer; buffers per the caller's contract.
+    unsafe {
+        let rc = pmpi::PMPI_Pack_size_c(scount, sdt, MPI_COMM_SELF, &mut packed_size);
+        if rc != MPI_SUCCESS {
+            return rc;
+        }
+        let mut tmp = vec![0u8; packed_size.max(1) as usize];
+        let mut pos: MPI_Count = 0;
+        let rc = pmpi::PMPI_Pack_c(
+            src,
+            scount,
+            sdt,
+            tmp.as_mut_ptr().cast(),
+            packed_size,
+            &mut pos,
+            MPI_COMM_SELF,
+        );
+        if rc != MPI_SUCCESS {
+            return rc;
+        }
+        let mut upos: MPI_Count = 0;
+        pmpi::PMPI_Unpack_c(
+            tmp.as_ptr().cast(),
+            pos,
+            &mut upos,
+            dst,
+            dcount,
+            ddt,
+            MPI_COMM_SELF,
+        )
+    }
 }

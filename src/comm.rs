@@ -1,0 +1,328 @@
+//! Per-communicator state of the collective engine.
+//!
+//! Isolation from user traffic (design notes, "Decisions already made"): every user
+//! communicator gets a private shadow, a duplicate, on its first collective; all schedule
+//! messages travel on the shadow, so they can never match the application's
+//! point-to-point messages, whatever tags or `MPI_ANY_TAG` it uses. Each collective
+//! instance gets its own block of tags on the shadow, so any number of outstanding
+//! collectives on one communicator never cross-match either.
+//!
+//! The shadow is created with `PMPI_Comm_idup`, not `PMPI_Comm_dup`: the first collective
+//! on two communicators may be non-blocking and started in different orders on different
+//! ranks, which a blocking duplicate would deadlock. Schedules wait for the duplicate like
+//! for any other message.
+//!
+//! The state is cached in an attribute of the user communicator (MPI-4.0 §7.7) whose
+//! delete callback releases it when the application frees the communicator; runs still in
+//! flight keep it alive (it is reference counted) until they finish.
+
+use core::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::abi::*;
+use crate::pmpi;
+use crate::sched::cache::Cache;
+
+/// Tags are handed out in blocks of this many (Cartesian neighbourhood collectives use
+/// two per dimension).
+pub const TAG_BLOCK: c_int = 64;
+
+static KEYVAL: AtomicI32 = AtomicI32::new(MPI_KEYVAL_INVALID);
+static TAG_UB: AtomicI32 = AtomicI32::new(32767);
+
+/// The neighbours of a process in a topology (MPI-4.0 §8.6).
+#[derive(Clone, Debug)]
+pub struct Neighbors {
+    pub sources: Vec<c_int>,
+    pub dests: Vec<c_int>,
+    /// Cartesian: neighbour 2d is the source and 2d+1 the destination of a shift by 1 in
+    /// dimension d, and messages are matched by direction.
+    pub cart: bool,
+}
+
+pub struct CommState {
+    pub user: MPI_Comm,
+    pub rank: c_int,
+    pub size: c_int,
+    pub inter: bool,
+    shadow: AtomicI32,
+    /// A pending `PMPI_Comm_idup`: the request and the cell it writes the new handle to.
+    dup: Mutex<Option<Box<(MPI_Request, MPI_Comm)>>>,
+    seq: AtomicU32,
+    bseq: AtomicU32,
+    pseq: AtomicU32,
+    topo: OnceLock<Result<Neighbors, c_int>>,
+    pub cache: Mutex<Cache>,
+}
+
+impl CommState {
+    /// Whether the shadow exists (testing a pending duplicate if there is one).
+    pub fn shadow_ready(&self) -> bool {
+        if self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL {
+            return true;
+        }
+        let mut g = self.dup.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(p) = g.as_mut() else {
+            return self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL;
+        };
+        let mut flag: c_int = 0;
+        // SAFETY: p.0 is the idup request; p.1 stays at a fixed address (boxed).
+        unsafe { pmpi::PMPI_Test(&mut p.0, &mut flag, MPI_STATUS_IGNORE) };
+        if flag == 0 {
+            return false;
+        }
+        let shadow = p.1;
+        // SAFETY: a valid new communicator; schedules want error codes, not aborts.
+        unsafe { pmpi::PMPI_Comm_set_errhandler(shadow, MPI_ERRORS_RETURN) };
+        self.shadow.store(shadow, Ordering::Release);
+        *g = None;
+        true
+    }
+
+    /// The shadow communicator (only valid once `shadow_ready`).
+    pub fn shadow(&self) -> MPI_Comm {
+        self.shadow.load(Ordering::Acquire)
+    }
+
+    /// Tag blocks of the three sequences: (persistent, blocking, non-blocking).
+    fn tag_blocks() -> (u32, u32, u32) {
+        let total =
+            ((TAG_UB.load(Ordering::Relaxed) as u32).saturating_add(1) / TAG_BLOCK as u32).max(8);
+        let persistent = (total / 4).min(16384);
+        let blocking = (total / 8).min(1024);
+        (persistent, blocking, total - persistent - blocking)
+    }
+
+    /// First tag of a new block for a collective instance. All ranks call collectives on a
+    /// communicator in the same order (MPI-4.0 §6.12), so the counters agree without
+    /// communication. Blocking and non-blocking collectives count separately, as in
+    /// MPICH: programs that (erroneously) interleave a blocking and a non-blocking
+    /// collective in different orders on different ranks then still match, as they do
+    /// with the system MPI (mpi4py's `Iagree` fallback test does this).
+    pub fn next_tag(&self, blocking: bool) -> c_int {
+        let (p, b, n) = Self::tag_blocks();
+        let block = if blocking {
+            p + self.bseq.fetch_add(1, Ordering::Relaxed) % b
+        } else {
+            p + b + self.seq.fetch_add(1, Ordering::Relaxed) % n
+        };
+        (block * TAG_BLOCK as u32) as c_int
+    }
+
+    /// First tag of a block for a persistent collective (kept for the request's life, in
+    /// a range the other sequences never use).
+    pub fn next_persistent_tag(&self) -> c_int {
+        let (p, _, _) = Self::tag_blocks();
+        ((self.pseq.fetch_add(1, Ordering::Relaxed) % p) * TAG_BLOCK as u32) as c_int
+    }
+
+    /// Neighbour lists of the user communicator's topology (`Err(MPI_ERR_TOPOLOGY)`
+    /// without one).
+    pub fn neighbors(&self) -> Result<&Neighbors, c_int> {
+        self.topo
+            .get_or_init(|| query_neighbors(self.user, self.rank))
+            .as_ref()
+            .map_err(|e| *e)
+    }
+}
+
+impl Drop for CommState {
+    fn drop(&mut self) {
+        let pending = self.dup.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        // SAFETY: handles owned by this state.
+        unsafe {
+            if let Some(mut p) = pending {
+                pmpi::PMPI_Wait(&mut p.0, MPI_STATUS_IGNORE);
+                self.shadow.store(p.1, Ordering::Relaxed);
+            }
+            let mut s = self.shadow.load(Ordering::Relaxed);
+            if s != MPI_COMM_NULL {
+                let mut fin: c_int = 0;
+                pmpi::PMPI_Finalized(&mut fin);
+                if fin == 0 {
+                    pmpi::PMPI_Comm_free(&mut s);
+                }
+            }
+        }
+    }
+}
+
+fn query_neighbors(comm: MPI_Comm, _rank: c_int) -> Result<Neighbors, c_int> {
+    let mut kind: c_int = MPI_UNDEFINED;
+    // SAFETY: out-pointers are valid locals; arrays are sized by the counts MPI reports.
+    unsafe {
+        pmpi::PMPI_Topo_test(comm, &mut kind);
+        match kind {
+            MPI_CART => {
+                let mut ndims: c_int = 0;
+                pmpi::PMPI_Cartdim_get(comm, &mut ndims);
+                let mut list = Vec::with_capacity(2 * ndims as usize);
+                for d in 0..ndims {
+                    let (mut src, mut dst) = (MPI_PROC_NULL, MPI_PROC_NULL);
+                    pmpi::PMPI_Cart_shift(comm, d, 1, &mut src, &mut dst);
+                    list.push(src);
+                    list.push(dst);
+                }
+                Ok(Neighbors {
+                    sources: list.clone(),
+                    dests: list,
+                    cart: true,
+                })
+            }
+            MPI_GRAPH => {
+                let (mut rank, mut n) = (0, 0);
+                pmpi::PMPI_Comm_rank(comm, &mut rank);
+                pmpi::PMPI_Graph_neighbors_count(comm, rank, &mut n);
+                let mut list = vec![0; n as usize];
+                pmpi::PMPI_Graph_neighbors(comm, rank, n, list.as_mut_ptr());
+                Ok(Neighbors {
+                    sources: list.clone(),
+                    dests: list,
+                    cart: false,
+                })
+            }
+            MPI_DIST_GRAPH => {
+                let (mut indeg, mut outdeg, mut weighted) = (0, 0, 0);
+                pmpi::PMPI_Dist_graph_neighbors_count(comm, &mut indeg, &mut outdeg, &mut weighted);
+                let mut src = vec![0; indeg as usize];
+                let mut dst = vec![0; outdeg as usize];
+                let mut sw = vec![0; indeg.max(1) as usize];
+                let mut dw = vec![0; outdeg.max(1) as usize];
+                pmpi::PMPI_Dist_graph_neighbors(
+                    comm,
+                    indeg,
+                    src.as_mut_ptr(),
+                    sw.as_mut_ptr(),
+                    outdeg,
+                    dst.as_mut_ptr(),
+                    dw.as_mut_ptr(),
+                );
+                Ok(Neighbors {
+                    sources: src,
+                    dests: dst,
+                    cart: false,
+                })
+            }
+            _ => Err(MPI_ERR_TOPOLOGY),
+        }
+    }
+}
+
+/// Attribute delete callback: the user freed the communicator (or MPI is finalizing).
+unsafe extern "C" fn delete_state(
+    _comm: MPI_Comm,
+    _keyval: c_int,
+    value: *mut c_void,
+    _extra: *mut c_void,
+) -> c_int {
+    crate::entry::guard("communicator attribute delete callback", || {
+        if !value.is_null() {
+            // SAFETY: the attribute holds one strong count of an Arc<CommState>.
+            drop(unsafe { Arc::from_raw(value as *const CommState) });
+        }
+    });
+    MPI_SUCCESS
+}
+
+/// Creates the attribute key and reads `MPI_TAG_UB` (at init).
+pub fn init() {
+    let mut kv: c_int = MPI_KEYVAL_INVALID;
+    let del: unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int =
+        delete_state;
+    // SAFETY: NULL copy function (MPI_COMM_NULL_COPY_FN: duplicates do not inherit the
+    // state) and our delete callback; out-pointers are valid.
+    unsafe {
+        pmpi::PMPI_Comm_create_keyval(
+            core::ptr::null_mut(),
+            del as *mut c_void,
+            &mut kv,
+            core::ptr::null_mut(),
+        );
+        let mut ub: *mut c_int = core::ptr::null_mut();
+        let mut flag: c_int = 0;
+        pmpi::PMPI_Comm_get_attr(
+            MPI_COMM_WORLD,
+            MPI_TAG_UB,
+            (&mut ub as *mut *mut c_int).cast(),
+            &mut flag,
+        );
+        if flag != 0 && !ub.is_null() {
+            TAG_UB.store(*ub, Ordering::Relaxed);
+        }
+    }
+    KEYVAL.store(kv, Ordering::Relaxed);
+}
+
+/// Releases the states of the predefined communicators (at finalize, while MPI works).
+pub fn finalize() {
+    let mut kv = KEYVAL.swap(MPI_KEYVAL_INVALID, Ordering::Relaxed);
+    if kv == MPI_KEYVAL_INVALID {
+        return;
+    }
+    // SAFETY: deleting our own attribute runs delete_state; then the key is released.
+    unsafe {
+        pmpi::PMPI_Comm_delete_attr(MPI_COMM_WORLD, kv);
+        pmpi::PMPI_Comm_delete_attr(MPI_COMM_SELF, kv);
+        pmpi::PMPI_Comm_free_keyval(&mut kv);
+    }
+}
+
+/// The state of `comm`, created on first use. `Err(code)` if the handle is not a valid
+/// communicator (the caller lets the system MPI report it).
+pub fn get(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
+    if comm == MPI_COMM_NULL {
+        return Err(MPI_ERR_COMM);
+    }
+    let kv = KEYVAL.load(Ordering::Relaxed);
+    let mut value: *mut c_void = core::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: valid out-pointers; an invalid communicator yields an error code.
+    let rc = unsafe {
+        pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag)
+    };
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    if flag != 0 && !value.is_null() {
+        // SAFETY: the attribute holds a strong count; take another for the caller.
+        unsafe {
+            Arc::increment_strong_count(value as *const CommState);
+            return Ok(Arc::from_raw(value as *const CommState));
+        }
+    }
+    let (mut rank, mut size, mut inter) = (0, 0, 0);
+    // SAFETY: valid communicator (the attribute query succeeded), valid out-pointers.
+    unsafe {
+        pmpi::PMPI_Comm_test_inter(comm, &mut inter);
+        pmpi::PMPI_Comm_rank(comm, &mut rank);
+        pmpi::PMPI_Comm_size(comm, &mut size);
+    }
+    let mut dup = None;
+    if inter == 0 {
+        let mut cell = Box::new((MPI_REQUEST_NULL, MPI_COMM_NULL));
+        // SAFETY: the box keeps both out-locations at fixed addresses until completion.
+        let rc = unsafe { pmpi::PMPI_Comm_idup(comm, &mut cell.1, &mut cell.0) };
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        dup = Some(cell);
+    }
+    let state = Arc::new(CommState {
+        user: comm,
+        rank,
+        size,
+        inter: inter != 0,
+        shadow: AtomicI32::new(MPI_COMM_NULL),
+        dup: Mutex::new(dup),
+        seq: AtomicU32::new(0),
+        bseq: AtomicU32::new(0),
+        pseq: AtomicU32::new(0),
+        topo: OnceLock::new(),
+        cache: Mutex::new(Cache::new(crate::config::get().sched_cache)),
+    });
+    let raw = Arc::into_raw(Arc::clone(&state));
+    // SAFETY: the attribute takes over one strong count (released by delete_state).
+    unsafe { pmpi::PMPI_Comm_set_attr(comm, kv, raw as *mut c_void) };
+    Ok(state)
+}

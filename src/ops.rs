@@ -1,0 +1,425 @@
+//! Local reductions `inout = in op inout` (the `MPI_Reduce_local` contract, MPI-4.0
+//! §6.9.7): Rust kernels for the predefined operations on the predefined C types, written
+//! as plain element loops the compiler vectorizes, and `PMPI_Reduce_local` for everything
+//! else (user operations, derived datatypes, long double, Fortran logicals, ...).
+//!
+//! The kernels reproduce MPICH's element rules so that results are bit-identical where
+//! the combination order is the same: `MAX(a, b) = a > b ? a : b` with `a` the input
+//! element, MINLOC/MAXLOC keep the lower index on ties, integer arithmetic wraps, logical
+//! operations yield 0 or 1.
+//!
+//! Which (operation, datatype) pairs are valid follows what the system MPI accepts (the
+//! MPI-4.0 §6.9.2 table, plus MPICH's extensions: integer operations on `MPI_CHAR`,
+//! logical operations on Fortran reals), except pairs on which MPICH crashes instead of
+//! reporting an error: those are rejected with `MPI_ERR_OP`. MPICH also rejects every
+//! predefined operation on a derived datatype (even a duplicate of `MPI_INT`), and so does
+//! the shim.
+
+use core::ffi::{c_int, c_void};
+
+use crate::abi::*;
+use crate::pmpi;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// C and Fortran integers, `MPI_CHAR`, the multi-language types.
+    Int,
+    Byte,
+    CFloat,
+    FortranReal,
+    Logical,
+    Complex,
+    Pair,
+    /// Predefined, but no predefined operation applies (`MPI_WCHAR`, `MPI_PACKED`, ...).
+    None,
+}
+
+fn class_of(dt: MPI_Datatype) -> Option<Class> {
+    use Class::*;
+    Some(match dt {
+        MPI_CHAR
+        | MPI_SIGNED_CHAR
+        | MPI_UNSIGNED_CHAR
+        | MPI_CHARACTER
+        | MPI_SHORT
+        | MPI_UNSIGNED_SHORT
+        | MPI_INT
+        | MPI_UNSIGNED
+        | MPI_LONG
+        | MPI_UNSIGNED_LONG
+        | MPI_LONG_LONG
+        | MPI_UNSIGNED_LONG_LONG
+        | MPI_INT8_T
+        | MPI_INT16_T
+        | MPI_INT32_T
+        | MPI_INT64_T
+        | MPI_UINT8_T
+        | MPI_UINT16_T
+        | MPI_UINT32_T
+        | MPI_UINT64_T
+        | MPI_INTEGER
+        | MPI_INTEGER1
+        | MPI_INTEGER2
+        | MPI_INTEGER4
+        | MPI_INTEGER8
+        | MPI_AINT
+        | MPI_OFFSET
+        | MPI_COUNT => Int,
+        MPI_BYTE => Byte,
+        MPI_FLOAT | MPI_DOUBLE | MPI_LONG_DOUBLE => CFloat,
+        MPI_REAL | MPI_DOUBLE_PRECISION | MPI_REAL4 | MPI_REAL8 | MPI_REAL16 => FortranReal,
+        MPI_C_BOOL | MPI_CXX_BOOL | MPI_LOGICAL => Logical,
+        MPI_COMPLEX
+        | MPI_DOUBLE_COMPLEX
+        | MPI_C_FLOAT_COMPLEX
+        | MPI_C_DOUBLE_COMPLEX
+        | MPI_C_LONG_DOUBLE_COMPLEX
+        | MPI_CXX_FLOAT_COMPLEX
+        | MPI_CXX_DOUBLE_COMPLEX
+        | MPI_CXX_LONG_DOUBLE_COMPLEX
+        | MPI_COMPLEX8
+        | MPI_COMPLEX16
+        | MPI_COMPLEX32 => Complex,
+        MPI_FLOAT_INT
+        | MPI_DOUBLE_INT
+        | MPI_LONG_INT
+        | MPI_SHORT_INT
+        | MPI_2INT
+        | MPI_LONG_DOUBLE_INT
+        | MPI_2INTEGER
+        | MPI_2REAL
+        | MPI_2DOUBLE_PRECISION => Pair,
+        _ if is_predefined_datatype(dt) => None,
+        _ => return Option::None,
+    })
+}
+
+/// Checks a reduction's operation against its datatype. `Err(class)` for a pair the
+/// system MPI rejects (or crashes on). User operations accept any datatype.
+pub fn check(op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
+    if op == MPI_OP_NULL {
+        return Err(MPI_ERR_OP);
+    }
+    if !is_builtin_op(op) {
+        return Ok(());
+    }
+    if op == MPI_REPLACE || op == MPI_NO_OP {
+        // valid only for RMA accumulate operations (MPI-4.0 §12.3.4)
+        return Err(MPI_ERR_OP);
+    }
+    let Some(class) = class_of(dt) else {
+        return Err(MPI_ERR_OP);
+    };
+    use Class::*;
+    let ok = match op {
+        MPI_MAX | MPI_MIN => matches!(class, Int | CFloat | FortranReal),
+        MPI_SUM | MPI_PROD => matches!(class, Int | CFloat | FortranReal | Complex),
+        MPI_LAND | MPI_LOR => matches!(class, Int | FortranReal | Logical),
+        MPI_LXOR => matches!(class, Int | CFloat | FortranReal | Logical),
+        MPI_BAND | MPI_BOR | MPI_BXOR => matches!(class, Int | Byte),
+        MPI_MINLOC | MPI_MAXLOC => class == Pair,
+        _ => false,
+    };
+    if ok { Ok(()) } else { Err(MPI_ERR_OP) }
+}
+
+/// Whether `op` is commutative (predefined operations all are, MPI-4.0 §6.9.2).
+pub fn commutative(op: MPI_Op) -> bool {
+    if is_builtin_op(op) {
+        return true;
+    }
+    let mut c: c_int = 1;
+    // SAFETY: valid out-pointer.
+    unsafe { pmpi::PMPI_Op_commutative(op, &mut c) };
+    c != 0
+}
+
+macro_rules! int_kernel {
+    ($t:ty, $op:expr, $a:expr, $b:expr, $n:expr) => {{
+        // SAFETY: the caller checked alignment and that both buffers hold n elements.
+        let a = unsafe { core::slice::from_raw_parts($a as *const $t, $n) };
+        let b = unsafe { core::slice::from_raw_parts_mut($b as *mut $t, $n) };
+        match $op {
+            MPI_SUM => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = x.wrapping_add(*y)),
+            MPI_PROD => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = x.wrapping_mul(*y)),
+            MPI_MAX => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = if *x > *y { *x } else { *y }),
+            MPI_MIN => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = if *x < *y { *x } else { *y }),
+            MPI_BAND => b.iter_mut().zip(a).for_each(|(y, x)| *y &= *x),
+            MPI_BOR => b.iter_mut().zip(a).for_each(|(y, x)| *y |= *x),
+            MPI_BXOR => b.iter_mut().zip(a).for_each(|(y, x)| *y ^= *x),
+            MPI_LAND => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = ((*x != 0) && (*y != 0)) as $t),
+            MPI_LOR => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = ((*x != 0) || (*y != 0)) as $t),
+            MPI_LXOR => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = ((*x != 0) != (*y != 0)) as $t),
+            _ => return false,
+        }
+        true
+    }};
+}
+
+macro_rules! float_kernel {
+    ($t:ty, $op:expr, $a:expr, $b:expr, $n:expr) => {{
+        // SAFETY: as for int_kernel.
+        let a = unsafe { core::slice::from_raw_parts($a as *const $t, $n) };
+        let b = unsafe { core::slice::from_raw_parts_mut($b as *mut $t, $n) };
+        match $op {
+            MPI_SUM => b.iter_mut().zip(a).for_each(|(y, x)| *y += *x),
+            MPI_PROD => b.iter_mut().zip(a).for_each(|(y, x)| *y *= *x),
+            MPI_MAX => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = if *x > *y { *x } else { *y }),
+            MPI_MIN => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = if *x < *y { *x } else { *y }),
+            _ => return false,
+        }
+        true
+    }};
+}
+
+macro_rules! complex_kernel {
+    ($t:ty, $op:expr, $a:expr, $b:expr, $n:expr) => {{
+        // SAFETY: as for int_kernel; a complex element is two consecutive reals.
+        let a = unsafe { core::slice::from_raw_parts($a as *const [$t; 2], $n) };
+        let b = unsafe { core::slice::from_raw_parts_mut($b as *mut [$t; 2], $n) };
+        match $op {
+            MPI_SUM => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = [x[0] + y[0], x[1] + y[1]]),
+            MPI_PROD => b
+                .iter_mut()
+                .zip(a)
+                .for_each(|(y, x)| *y = [x[0] * y[0] - x[1] * y[1], x[0] * y[1] + x[1] * y[0]]),
+            _ => return false,
+        }
+        true
+    }};
+}
+
+/// MINLOC/MAXLOC on `{value, index}` pairs laid out as a C struct.
+macro_rules! loc_kernel {
+    ($v:ty, $i:ty, $op:expr, $a:expr, $b:expr, $n:expr) => {{
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct P {
+            v: $v,
+            i: $i,
+        }
+        // SAFETY: as for int_kernel; MPICH's pair types have this C layout (mpi.h).
+        let a = unsafe { core::slice::from_raw_parts($a as *const P, $n) };
+        let b = unsafe { core::slice::from_raw_parts_mut($b as *mut P, $n) };
+        let max = $op == MPI_MAXLOC;
+        for (y, x) in b.iter_mut().zip(a) {
+            let better = if max { x.v > y.v } else { x.v < y.v };
+            if better {
+                *y = *x;
+            } else if x.v == y.v && x.i < y.i {
+                y.i = x.i;
+            }
+        }
+        true
+    }};
+}
+
+/// Runs a Rust kernel if one covers (op, dt); false means "use PMPI_Reduce_local".
+fn kernel(src: *const c_void, dst: *mut c_void, n: usize, dt: MPI_Datatype, op: MPI_Op) -> bool {
+    let aligned = |a: usize| (src as usize) % a == 0 && (dst as usize) % a == 0;
+    match dt {
+        MPI_INT8_T | MPI_SIGNED_CHAR | MPI_CHAR | MPI_INTEGER1 => int_kernel!(i8, op, src, dst, n),
+        MPI_UINT8_T | MPI_UNSIGNED_CHAR | MPI_BYTE | MPI_CHARACTER => {
+            int_kernel!(u8, op, src, dst, n)
+        }
+        MPI_INT16_T | MPI_SHORT | MPI_INTEGER2 if aligned(2) => int_kernel!(i16, op, src, dst, n),
+        MPI_UINT16_T | MPI_UNSIGNED_SHORT if aligned(2) => int_kernel!(u16, op, src, dst, n),
+        MPI_INT32_T | MPI_INT | MPI_INTEGER | MPI_INTEGER4 if aligned(4) => {
+            int_kernel!(i32, op, src, dst, n)
+        }
+        MPI_UINT32_T | MPI_UNSIGNED if aligned(4) => int_kernel!(u32, op, src, dst, n),
+        MPI_INT64_T | MPI_LONG | MPI_LONG_LONG | MPI_INTEGER8 | MPI_AINT | MPI_OFFSET
+        | MPI_COUNT
+            if aligned(8) =>
+        {
+            int_kernel!(i64, op, src, dst, n)
+        }
+        MPI_UINT64_T | MPI_UNSIGNED_LONG | MPI_UNSIGNED_LONG_LONG if aligned(8) => {
+            int_kernel!(u64, op, src, dst, n)
+        }
+        MPI_FLOAT | MPI_REAL | MPI_REAL4 if aligned(4) => float_kernel!(f32, op, src, dst, n),
+        MPI_DOUBLE | MPI_DOUBLE_PRECISION | MPI_REAL8 if aligned(8) => {
+            float_kernel!(f64, op, src, dst, n)
+        }
+        MPI_C_FLOAT_COMPLEX | MPI_COMPLEX | MPI_CXX_FLOAT_COMPLEX | MPI_COMPLEX8 if aligned(4) => {
+            complex_kernel!(f32, op, src, dst, n)
+        }
+        MPI_C_DOUBLE_COMPLEX | MPI_DOUBLE_COMPLEX | MPI_CXX_DOUBLE_COMPLEX | MPI_COMPLEX16
+            if aligned(8) =>
+        {
+            complex_kernel!(f64, op, src, dst, n)
+        }
+        MPI_C_BOOL | MPI_CXX_BOOL => match op {
+            MPI_LAND | MPI_LOR | MPI_LXOR => int_kernel!(u8, op, src, dst, n),
+            _ => false,
+        },
+        MPI_2INT | MPI_2INTEGER if aligned(4) => loc_kernel!(i32, i32, op, src, dst, n),
+        MPI_FLOAT_INT if aligned(4) => loc_kernel!(f32, i32, op, src, dst, n),
+        MPI_DOUBLE_INT if aligned(8) => loc_kernel!(f64, i32, op, src, dst, n),
+        MPI_LONG_INT if aligned(8) => loc_kernel!(i64, i32, op, src, dst, n),
+        MPI_SHORT_INT if aligned(4) => loc_kernel!(i16, i32, op, src, dst, n),
+        MPI_2REAL if aligned(4) => loc_kernel!(f32, f32, op, src, dst, n),
+        MPI_2DOUBLE_PRECISION if aligned(8) => loc_kernel!(f64, f64, op, src, dst, n),
+        _ => false,
+    }
+}
+
+/// `dst = src op dst` over `count` elements of `dt` (the `MPI_Reduce_local` contract).
+///
+/// # Safety
+/// Both buffers must hold `count` elements of `dt` and must not overlap.
+pub unsafe fn reduce_local(
+    src: *const c_void,
+    dst: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+) -> c_int {
+    if count <= 0 {
+        return MPI_SUCCESS;
+    }
+    if is_builtin_op(op)
+        && (builtin_size(dt).is_some() || PAIR_TYPES.contains(&dt))
+        && kernel(src, dst, count as usize, dt, op)
+    {
+        return MPI_SUCCESS;
+    }
+    // SAFETY: buffers per the caller's contract.
+    unsafe {
+        if count <= c_int::MAX as i64 {
+            pmpi::PMPI_Reduce_local(src, dst, count as c_int, dt, op)
+        } else {
+            pmpi::PMPI_Reduce_local_c(src, dst, count, dt, op)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<T: Copy>(a: &[T], b: &mut [T], dt: MPI_Datatype, op: MPI_Op) -> bool {
+        kernel(a.as_ptr().cast(), b.as_mut_ptr().cast(), a.len(), dt, op)
+    }
+
+    #[test]
+    fn integer_ops_wrap_and_logicals_are_0_or_1() {
+        let a = [i32::MAX, 5, 0, -3];
+        let mut b = [1, 7, 9, -3];
+        assert!(run(&a, &mut b, MPI_INT, MPI_SUM));
+        assert_eq!(b, [i32::MIN, 12, 9, -6]);
+        let mut c = [1, 0, 9, 0];
+        assert!(run(&a, &mut c, MPI_INT, MPI_LAND));
+        assert_eq!(c, [1, 0, 0, 0]);
+        let mut d = [1, 0, 9, 0];
+        assert!(run(&a, &mut d, MPI_INT, MPI_LXOR));
+        assert_eq!(d, [0, 1, 1, 1]);
+    }
+
+    #[test]
+    fn max_keeps_mpich_nan_rule() {
+        let a = [f64::NAN, 1.0];
+        let mut b = [2.0, f64::NAN];
+        assert!(run(&a, &mut b, MPI_DOUBLE, MPI_MAX));
+        assert_eq!(b[0], 2.0); // NaN > 2 is false: keep inout
+        assert!(b[1].is_nan()); // 1 > NaN is false: keep inout
+    }
+
+    #[test]
+    fn maxloc_ties_take_lower_index() {
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        struct DI {
+            v: f64,
+            i: i32,
+        }
+        let a = [
+            DI { v: 3.0, i: 4 },
+            DI { v: 1.0, i: 0 },
+            DI { v: 5.0, i: 9 },
+        ];
+        let mut b = [
+            DI { v: 3.0, i: 2 },
+            DI { v: 2.0, i: 7 },
+            DI { v: 5.0, i: 3 },
+        ];
+        assert!(run(&a, &mut b, MPI_DOUBLE_INT, MPI_MAXLOC));
+        assert_eq!(
+            b,
+            [
+                DI { v: 3.0, i: 2 },
+                DI { v: 2.0, i: 7 },
+                DI { v: 5.0, i: 3 }
+            ]
+        );
+        let mut c = [
+            DI { v: 3.0, i: 7 },
+            DI { v: 2.0, i: 7 },
+            DI { v: 4.0, i: 3 },
+        ];
+        assert!(run(&a, &mut c, MPI_DOUBLE_INT, MPI_MAXLOC));
+        assert_eq!(
+            c,
+            [
+                DI { v: 3.0, i: 4 },
+                DI { v: 2.0, i: 7 },
+                DI { v: 5.0, i: 9 }
+            ]
+        );
+    }
+
+    #[test]
+    fn complex_product() {
+        let a = [[1.0f64, 2.0]];
+        let mut b = [[3.0f64, -1.0]];
+        assert!(run(&a, &mut b, MPI_C_DOUBLE_COMPLEX, MPI_PROD));
+        assert_eq!(b, [[5.0, 5.0]]);
+    }
+
+    #[test]
+    fn validity_follows_the_system_mpi() {
+        assert!(check(MPI_SUM, MPI_INT).is_ok());
+        assert!(check(MPI_BAND, MPI_BYTE).is_ok());
+        assert_eq!(check(MPI_SUM, MPI_BYTE), Err(MPI_ERR_OP));
+        assert_eq!(check(MPI_BAND, MPI_DOUBLE), Err(MPI_ERR_OP));
+        assert_eq!(check(MPI_LAND, MPI_DOUBLE), Err(MPI_ERR_OP)); // MPICH asserts here
+        assert!(check(MPI_LAND, MPI_REAL).is_ok());
+        assert_eq!(check(MPI_MAX, MPI_C_DOUBLE_COMPLEX), Err(MPI_ERR_OP));
+        assert!(check(MPI_MAXLOC, MPI_2INT).is_ok());
+        assert_eq!(check(MPI_MAXLOC, MPI_INT), Err(MPI_ERR_OP));
+        assert_eq!(check(MPI_REPLACE, MPI_INT), Err(MPI_ERR_OP));
+        assert_eq!(check(MPI_SUM, MPI_WCHAR), Err(MPI_ERR_OP));
+        assert_eq!(check(MPI_SUM, 0x8c00_0100u32 as i32), Err(MPI_ERR_OP)); // a derived type
+        assert!(check(0x9800_0001u32 as i32, 0x8c00_0100u32 as i32).is_ok()); // user op
+    }
+}

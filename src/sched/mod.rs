@@ -1,0 +1,368 @@
+//! Collective schedules (LibNBC-style, Hoefler digest §2-4), as a dependency DAG.
+//!
+//! A schedule is a list of actions (send, receive, typed copy, local reduction, no-op),
+//! each with the actions it depends on. An action starts when its dependencies have
+//! completed; a send or receive completes when its `PMPI_Isend`/`PMPI_Irecv` request
+//! does. The DAG was chosen over strict rounds (design notes §8.2) because pipelines and
+//! trees then need no artificial barriers; a round is just a `nop` that depends on the
+//! previous round's actions.
+//!
+//! Addresses are offsets from three bases, bound only when a schedule runs: the caller's
+//! send buffer, receive buffer, and a scratch arena the run owns. A built schedule is
+//! therefore independent of the buffers and can be cached and re-run (repeated calls with
+//! the same arguments, persistent collectives).
+//!
+//! Matching: all messages of one collective instance use one tag on the communicator's
+//! private shadow (plus `tag_offset`, for Cartesian neighbourhood collectives), so two
+//! messages between the same pair are told apart only by order. The engine therefore
+//! posts the sends to one peer, and the receives from one peer, in the order the builder
+//! created them (the "channel order"), whatever order their dependencies complete in.
+
+pub mod cache;
+pub mod run;
+
+use core::ffi::c_int;
+
+use crate::abi::{MPI_Datatype, MPI_Op};
+
+/// Which buffer an address is relative to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Base {
+    Send = 0,
+    Recv = 1,
+    Scratch = 2,
+}
+
+/// A byte address relative to a base (may be negative: a datatype's lower bound).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addr {
+    pub base: Base,
+    pub off: isize,
+}
+
+impl Addr {
+    pub const fn send(off: i64) -> Addr {
+        Addr {
+            base: Base::Send,
+            off: off as isize,
+        }
+    }
+    pub const fn recv(off: i64) -> Addr {
+        Addr {
+            base: Base::Recv,
+            off: off as isize,
+        }
+    }
+    pub const fn scratch(off: i64) -> Addr {
+        Addr {
+            base: Base::Scratch,
+            off: off as isize,
+        }
+    }
+    /// The same base, `bytes` further.
+    pub const fn add(self, bytes: i64) -> Addr {
+        Addr {
+            base: self.base,
+            off: self.off + bytes as isize,
+        }
+    }
+}
+
+/// `count` elements of `dt` at `addr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Data {
+    pub addr: Addr,
+    pub count: i64,
+    pub dt: MPI_Datatype,
+}
+
+impl Data {
+    pub const fn new(addr: Addr, count: i64, dt: MPI_Datatype) -> Data {
+        Data { addr, count, dt }
+    }
+}
+
+/// One step of a schedule.
+#[derive(Clone, Copy, Debug)]
+pub enum Action {
+    Send {
+        data: Data,
+        peer: c_int,
+        tag_offset: c_int,
+    },
+    Recv {
+        data: Data,
+        peer: c_int,
+        tag_offset: c_int,
+    },
+    /// Typed copy between matching type signatures.
+    Copy {
+        src: Data,
+        dst: Data,
+    },
+    /// `dst = src op dst` (the `MPI_Reduce_local` argument order).
+    Reduce {
+        src: Addr,
+        dst: Addr,
+        count: i64,
+        dt: MPI_Datatype,
+        op: MPI_Op,
+    },
+    Nop,
+}
+
+/// Index of an action in its schedule.
+pub type V = u32;
+const NONE: u32 = u32::MAX;
+
+/// A built, immutable schedule.
+#[derive(Debug)]
+pub struct Schedule {
+    pub actions: Vec<Action>,
+    /// Number of dependencies of each action.
+    pub indeg: Vec<u32>,
+    /// Successors of action `v`: `succ[succ_start[v]..succ_start[v + 1]]`.
+    pub succ_start: Vec<u32>,
+    pub succ: Vec<u32>,
+    /// The previous / next action on the same (peer, direction, tag offset) channel.
+    pub chan_prev: Vec<u32>,
+    pub chan_next: Vec<u32>,
+    /// Scratch bytes a run needs.
+    pub scratch: usize,
+    /// Tags one instance uses (tag offsets are below this).
+    pub ntags: c_int,
+    /// Name of the algorithm, for `SHIM_STATS`.
+    pub algorithm: &'static str,
+}
+
+impl Schedule {
+    pub fn len(&self) -> usize {
+        self.actions.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+    pub fn successors(&self, v: V) -> &[u32] {
+        &self.succ[self.succ_start[v as usize] as usize..self.succ_start[v as usize + 1] as usize]
+    }
+    pub fn has_prev_on_channel(&self, v: V) -> Option<V> {
+        let p = self.chan_prev[v as usize];
+        (p != NONE).then_some(p)
+    }
+    pub fn next_on_channel(&self, v: V) -> Option<V> {
+        let n = self.chan_next[v as usize];
+        (n != NONE).then_some(n)
+    }
+}
+
+/// Builds a schedule; algorithms call it once per collective call (or cache the result).
+#[derive(Default)]
+pub struct Builder {
+    actions: Vec<Action>,
+    deps: Vec<Vec<V>>,
+    scratch: usize,
+    ntags: c_int,
+    algorithm: &'static str,
+}
+
+impl Builder {
+    pub fn new(algorithm: &'static str) -> Builder {
+        Builder {
+            ntags: 1,
+            algorithm,
+            ..Default::default()
+        }
+    }
+
+    fn push(&mut self, a: Action, deps: &[V]) -> V {
+        let v = self.actions.len() as V;
+        debug_assert!(deps.iter().all(|&d| d < v), "dependencies must precede");
+        self.actions.push(a);
+        self.deps.push(deps.to_vec());
+        v
+    }
+
+    pub fn send(&mut self, data: Data, peer: c_int, deps: &[V]) -> V {
+        self.push(
+            Action::Send {
+                data,
+                peer,
+                tag_offset: 0,
+            },
+            deps,
+        )
+    }
+    pub fn recv(&mut self, data: Data, peer: c_int, deps: &[V]) -> V {
+        self.push(
+            Action::Recv {
+                data,
+                peer,
+                tag_offset: 0,
+            },
+            deps,
+        )
+    }
+    pub fn send_tagged(&mut self, data: Data, peer: c_int, tag_offset: c_int, deps: &[V]) -> V {
+        self.ntags = self.ntags.max(tag_offset + 1);
+        self.push(
+            Action::Send {
+                data,
+                peer,
+                tag_offset,
+            },
+            deps,
+        )
+    }
+    pub fn recv_tagged(&mut self, data: Data, peer: c_int, tag_offset: c_int, deps: &[V]) -> V {
+        self.ntags = self.ntags.max(tag_offset + 1);
+        self.push(
+            Action::Recv {
+                data,
+                peer,
+                tag_offset,
+            },
+            deps,
+        )
+    }
+    pub fn copy(&mut self, src: Data, dst: Data, deps: &[V]) -> V {
+        self.push(Action::Copy { src, dst }, deps)
+    }
+    /// `dst = src op dst`.
+    pub fn reduce(
+        &mut self,
+        src: Addr,
+        dst: Addr,
+        count: i64,
+        dt: MPI_Datatype,
+        op: MPI_Op,
+        deps: &[V],
+    ) -> V {
+        self.push(
+            Action::Reduce {
+                src,
+                dst,
+                count,
+                dt,
+                op,
+            },
+            deps,
+        )
+    }
+    pub fn nop(&mut self, deps: &[V]) -> V {
+        self.push(Action::Nop, deps)
+    }
+
+    /// Reserves `bytes` of scratch (64-byte aligned) and returns its offset.
+    pub fn scratch(&mut self, bytes: i64) -> i64 {
+        let off = self.scratch.div_ceil(64) * 64;
+        self.scratch = off + bytes.max(0) as usize;
+        off as i64
+    }
+
+    /// Reserves scratch for `count` elements of a type and returns the address to hand to
+    /// MPI (start minus the true lower bound, MPI-4.0 §5.1.8).
+    pub fn scratch_for(&mut self, count: i64, ti: &crate::dtype::TypeInfo) -> Addr {
+        let off = self.scratch(ti.span(count));
+        Addr::scratch(off - ti.true_lb)
+    }
+
+    pub fn len(&self) -> usize {
+        self.actions.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+
+    pub fn finish(self) -> Schedule {
+        let n = self.actions.len();
+        let mut indeg = vec![0u32; n];
+        let mut counts = vec![0u32; n + 1];
+        for (v, ds) in self.deps.iter().enumerate() {
+            // duplicates in a dependency list are harmless but must be counted once
+            let mut ds = ds.clone();
+            ds.sort_unstable();
+            ds.dedup();
+            indeg[v] = ds.len() as u32;
+            for &d in &ds {
+                counts[d as usize + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            counts[i + 1] += counts[i];
+        }
+        let succ_start = counts.clone();
+        let mut fill = counts;
+        let mut succ = vec![0u32; *succ_start.last().unwrap_or(&0) as usize];
+        for (v, ds) in self.deps.iter().enumerate() {
+            let mut ds = ds.clone();
+            ds.sort_unstable();
+            ds.dedup();
+            for &d in &ds {
+                succ[fill[d as usize] as usize] = v as u32;
+                fill[d as usize] += 1;
+            }
+        }
+        // channel order: (direction, peer, tag offset) -> last action seen
+        let mut chan_prev = vec![NONE; n];
+        let mut chan_next = vec![NONE; n];
+        let mut last: std::collections::HashMap<(bool, c_int, c_int), u32> = Default::default();
+        for (v, a) in self.actions.iter().enumerate() {
+            let key = match *a {
+                Action::Send {
+                    peer, tag_offset, ..
+                } => (true, peer, tag_offset),
+                Action::Recv {
+                    peer, tag_offset, ..
+                } => (false, peer, tag_offset),
+                _ => continue,
+            };
+            if let Some(&p) = last.get(&key) {
+                chan_prev[v] = p;
+                chan_next[p as usize] = v as u32;
+            }
+            last.insert(key, v as u32);
+        }
+        Schedule {
+            actions: self.actions,
+            indeg,
+            succ_start,
+            succ,
+            chan_prev,
+            chan_next,
+            scratch: self.scratch,
+            ntags: self.ntags,
+            algorithm: self.algorithm,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::MPI_INT;
+
+    #[test]
+    fn dag_and_channels() {
+        let mut b = Builder::new("test");
+        let d = Data::new(Addr::recv(0), 1, MPI_INT);
+        let r0 = b.recv(d, 1, &[]);
+        let r1 = b.recv(d, 1, &[]);
+        let s = b.send(d, 2, &[r0, r1, r0]);
+        let n = b.nop(&[s]);
+        let sch = b.finish();
+        assert_eq!(sch.indeg, vec![0, 0, 2, 1]);
+        assert_eq!(sch.successors(r0), &[s]);
+        assert_eq!(sch.successors(s), &[n]);
+        assert_eq!(sch.next_on_channel(r0), Some(r1));
+        assert_eq!(sch.has_prev_on_channel(r1), Some(r0));
+        assert_eq!(sch.has_prev_on_channel(s), None);
+    }
+
+    #[test]
+    fn scratch_is_aligned() {
+        let mut b = Builder::new("test");
+        assert_eq!(b.scratch(10), 0);
+        assert_eq!(b.scratch(1), 64);
+        assert_eq!(b.finish().scratch, 65);
+    }
+}

@@ -1,0 +1,306 @@
+//! One execution of a schedule: bound buffers, a scratch arena, dependency counters and
+//! the outstanding point-to-point requests.
+//!
+//! `advance` does all the work that is possible without waiting: it executes ready local
+//! actions, posts ready sends and receives (in channel order), and tests the outstanding
+//! requests with one `PMPI_Testsome`, repeating while that completes something. It never
+//! blocks, so it can be called from any MPI call, the progress thread, or a wait loop.
+
+use core::ffi::{c_int, c_void};
+use std::collections::VecDeque;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+use super::{Action, Addr, Data, Schedule, V};
+use crate::abi::*;
+use crate::comm::CommState;
+use crate::pmpi;
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+const WAITING: u8 = 0;
+const READY: u8 = 1;
+/// Ready, but an earlier action on the same channel is not posted yet.
+const BLOCKED: u8 = 2;
+const POSTED: u8 = 3;
+const DONE: u8 = 4;
+
+/// The running state of one collective instance.
+pub struct Run {
+    sched: Arc<Schedule>,
+    comm: Arc<CommState>,
+    tag: c_int,
+    bases: [usize; 3],
+    _scratch: Box<[MaybeUninit<Line>]>,
+    remaining: Vec<u32>,
+    state: Vec<u8>,
+    ready: VecDeque<V>,
+    reqs: Vec<MPI_Request>,
+    req_action: Vec<V>,
+    indices: Vec<c_int>,
+    statuses: Vec<MPI_Status>,
+    done: u32,
+    started: bool,
+    finished: bool,
+    /// First error (an MPI error code), or MPI_SUCCESS.
+    pub error: c_int,
+}
+
+// SAFETY: a Run only holds addresses of the application's buffers (which MPI requires to
+// stay valid until the operation completes) and its own allocations; it is advanced by
+// one thread at a time (it lives behind a Mutex).
+unsafe impl Send for Run {}
+
+impl Run {
+    /// Binds a schedule to buffers (`send`, `recv` as the application passed them), a
+    /// communicator and the instance's tag. Nothing is posted until `advance`.
+    pub fn new(
+        sched: Arc<Schedule>,
+        comm: Arc<CommState>,
+        tag: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+    ) -> Run {
+        let lines = sched.scratch.div_ceil(64);
+        let mut scratch: Box<[MaybeUninit<Line>]> = Box::new_uninit_slice(lines);
+        let n = sched.len();
+        let bases = [send as usize, recv as usize, scratch.as_mut_ptr() as usize];
+        Run {
+            remaining: sched.indeg.clone(),
+            state: vec![WAITING; n],
+            ready: VecDeque::new(),
+            reqs: Vec::new(),
+            req_action: Vec::new(),
+            indices: Vec::new(),
+            statuses: Vec::new(),
+            done: 0,
+            started: false,
+            finished: n == 0,
+            error: MPI_SUCCESS,
+            sched,
+            comm,
+            tag,
+            bases,
+            _scratch: scratch,
+        }
+    }
+
+    pub fn schedule(&self) -> &Arc<Schedule> {
+        &self.sched
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    fn addr(&self, a: Addr) -> *mut c_void {
+        self.bases[a.base as usize].wrapping_add_signed(a.off) as *mut c_void
+    }
+
+    /// Advances as far as possible without waiting; returns true once finished.
+    pub fn advance(&mut self) -> bool {
+        if self.finished {
+            return true;
+        }
+        if !self.started {
+            // The communicator's shadow may still be under construction (MPI_Comm_idup).
+            if !self.comm.shadow_ready() {
+                return false;
+            }
+            self.started = true;
+            for v in 0..self.sched.len() as V {
+                if self.remaining[v as usize] == 0 {
+                    self.state[v as usize] = READY;
+                    self.ready.push_back(v);
+                }
+            }
+        }
+        loop {
+            while let Some(v) = self.ready.pop_front() {
+                self.execute(v);
+                if self.error != MPI_SUCCESS {
+                    self.fail();
+                    return true;
+                }
+            }
+            if self.reqs.is_empty() || !self.test() {
+                break;
+            }
+            if self.error != MPI_SUCCESS {
+                self.fail();
+                return true;
+            }
+        }
+        if self.done as usize == self.sched.len() {
+            self.finished = true;
+        }
+        self.finished
+    }
+
+    fn execute(&mut self, v: V) {
+        let sched = Arc::clone(&self.sched);
+        match sched.actions[v as usize] {
+            Action::Send {
+                data,
+                peer,
+                tag_offset,
+            }
+            | Action::Recv {
+                data,
+                peer,
+                tag_offset,
+            } => {
+                if let Some(p) = sched.has_prev_on_channel(v) {
+                    if self.state[p as usize] < POSTED {
+                        self.state[v as usize] = BLOCKED;
+                        return;
+                    }
+                }
+                let send = matches!(sched.actions[v as usize], Action::Send { .. });
+                let mut req = MPI_REQUEST_NULL;
+                let rc = self.post(send, data, peer, self.tag + tag_offset, &mut req);
+                if rc != MPI_SUCCESS {
+                    self.error = rc;
+                    return;
+                }
+                self.state[v as usize] = POSTED;
+                self.reqs.push(req);
+                self.req_action.push(v);
+                if let Some(n) = sched.next_on_channel(v) {
+                    if self.state[n as usize] == BLOCKED {
+                        self.state[n as usize] = READY;
+                        self.ready.push_front(n);
+                    }
+                }
+            }
+            Action::Copy { src, dst } => {
+                // SAFETY: the schedule addresses the caller's buffers and the scratch arena
+                // within the extents the algorithm computed from the call's arguments.
+                let rc = unsafe {
+                    crate::dtype::copy(
+                        self.addr(src.addr),
+                        src.count,
+                        src.dt,
+                        self.addr(dst.addr),
+                        dst.count,
+                        dst.dt,
+                    )
+                };
+                self.local_done(v, rc);
+            }
+            Action::Reduce {
+                src,
+                dst,
+                count,
+                dt,
+                op,
+            } => {
+                // SAFETY: as for Copy.
+                let rc = unsafe {
+                    crate::ops::reduce_local(self.addr(src), self.addr(dst), count, dt, op)
+                };
+                self.local_done(v, rc);
+            }
+            Action::Nop => self.local_done(v, MPI_SUCCESS),
+        }
+    }
+
+    fn post(&self, send: bool, d: Data, peer: c_int, tag: c_int, req: &mut MPI_Request) -> c_int {
+        let buf = self.addr(d.addr);
+        let comm = self.comm.shadow();
+        // SAFETY: buffers as for Copy; `req` is a valid out-pointer.
+        unsafe {
+            match (send, d.count <= c_int::MAX as i64) {
+                (true, true) => pmpi::PMPI_Isend(buf, d.count as c_int, d.dt, peer, tag, comm, req),
+                (true, false) => pmpi::PMPI_Isend_c(buf, d.count, d.dt, peer, tag, comm, req),
+                (false, true) => {
+                    pmpi::PMPI_Irecv(buf, d.count as c_int, d.dt, peer, tag, comm, req)
+                }
+                (false, false) => pmpi::PMPI_Irecv_c(buf, d.count, d.dt, peer, tag, comm, req),
+            }
+        }
+    }
+
+    fn local_done(&mut self, v: V, rc: c_int) {
+        if rc != MPI_SUCCESS {
+            self.error = rc;
+            return;
+        }
+        self.complete(v);
+    }
+
+    fn complete(&mut self, v: V) {
+        self.state[v as usize] = DONE;
+        self.done += 1;
+        let sched = Arc::clone(&self.sched);
+        for &s in sched.successors(v) {
+            let r = &mut self.remaining[s as usize];
+            *r -= 1;
+            if *r == 0 {
+                self.state[s as usize] = READY;
+                self.ready.push_back(s);
+            }
+        }
+    }
+
+    /// Tests the outstanding requests once; true if any completed.
+    fn test(&mut self) -> bool {
+        let n = self.reqs.len();
+        self.indices.resize(n, 0);
+        self.statuses.resize(n, MPI_Status::default());
+        let mut outcount: c_int = 0;
+        // SAFETY: arrays of n requests, n indices and n statuses.
+        let rc = unsafe {
+            pmpi::PMPI_Testsome(
+                n as c_int,
+                self.reqs.as_mut_ptr(),
+                &mut outcount,
+                self.indices.as_mut_ptr(),
+                self.statuses.as_mut_ptr(),
+            )
+        };
+        if rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS {
+            self.error = rc;
+            return true;
+        }
+        if outcount == MPI_UNDEFINED || outcount <= 0 {
+            return false;
+        }
+        for k in 0..outcount as usize {
+            let i = self.indices[k] as usize;
+            if rc == MPI_ERR_IN_STATUS && self.statuses[k].MPI_ERROR != MPI_SUCCESS {
+                self.error = self.statuses[k].MPI_ERROR;
+            }
+            let v = self.req_action[i];
+            self.complete(v);
+        }
+        // drop completed requests (Testsome set them to MPI_REQUEST_NULL)
+        let mut j = 0;
+        for i in 0..n {
+            if self.reqs[i] != MPI_REQUEST_NULL {
+                self.reqs[j] = self.reqs[i];
+                self.req_action[j] = self.req_action[i];
+                j += 1;
+            }
+        }
+        self.reqs.truncate(j);
+        self.req_action.truncate(j);
+        true
+    }
+
+    /// Stops after an error: outstanding requests are released (they complete in the
+    /// background) and the run counts as finished, carrying the error.
+    fn fail(&mut self) {
+        for r in self.reqs.iter_mut() {
+            // SAFETY: a valid outstanding request of this run.
+            unsafe { pmpi::PMPI_Request_free(r) };
+        }
+        self.reqs.clear();
+        self.req_action.clear();
+        self.ready.clear();
+        self.finished = true;
+        tracing::debug!(target: "shim::sched", "{} failed with MPI error {}", self.sched.algorithm, self.error);
+    }
+}
