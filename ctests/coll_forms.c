@@ -7,15 +7,6 @@
 enum form { BLK, NB, PERS, BLK_C, NB_C, PERS_C, NFORMS };
 static const char *form_name[] = {"blocking", "I*", "*_init", "_c", "I*_c", "*_init_c"};
 
-/* How often each persistent collective is started (CTEST_PERSISTENT_STARTS, default 3).
- * Debian's MPICH 4.0.2 fails on the second MPI_Start of several persistent collectives
- * (Scatter_init at 3+ ranks, Gather/Bcast/Barrier_init at 5), so runs whose persistent
- * collectives are carried out by the system MPI start them once. */
-static int persistent_starts(void) {
-    const char *s = getenv("CTEST_PERSISTENT_STARTS");
-    return s ? atoi(s) : 3;
-}
-
 /* Completes one collective call in the given form (`req` from the I* or *_init call). */
 static void complete(enum form f, MPI_Request *req) {
     if (f == NB || f == NB_C) {

@@ -17,8 +17,19 @@
  * A second phase starts many non-blocking collectives on several communicators at once,
  * mixed with user point-to-point traffic (MPI_ANY_TAG receives on the same communicators),
  * and completes them in a rank-specific shuffled order with mixed completion functions
- * and mixed shim/native request arrays. */
+ * and mixed shim/native request arrays.
+ *
+ * DIFF_ALGOS=cycle forces, before each shim call, the next algorithm of that collective
+ * (shim_set_algorithm, round robin over its list, native included), so a run covers every
+ * algorithm of every collective, and checks through shim_function_paths (SHIM_STATS,
+ * which this mode turns on) that the call ran that algorithm (or its documented
+ * fallback, whose name says why).
+ *
+ * DIFF_ALGOS=all:<name> sets, before MPI_Init, SHIM_<COLL>_ALGORITHM=<name> for every
+ * collective that has algorithm <name> (the configuration path a user takes), and checks
+ * the same way that each call of those collectives ran it. */
 #include "common.h"
+#include <ctype.h>
 #include <math.h>
 
 /* ---- random numbers ---------------------------------------------------------------- */
@@ -253,6 +264,95 @@ static void describe(const case_t *c, char *out, size_t n) {
              c->inplace ? ", in place" : "", c->root, c->completion);
 }
 
+/* ---- algorithm cycling (DIFF_ALGOS=cycle) ------------------------------------------ */
+static int algo_cycle;
+static char env_algo[64]; /* DIFF_ALGOS=all:<name> */
+static int next_algo[NCOLLS];
+static char forced[64];
+static int (*set_algo)(const char *, const char *);
+static int (*list_algos)(const char *, char *, size_t);
+static int (*fn_paths)(const char *, char *, size_t);
+
+/* Debian's MPICH 4.0.2 Gather/Scatter truncate messages when the root is not 0 and the
+ * type has holes, from about 12 KB per block on (README, "system MPI bugs"). The oracle
+ * avoids them (regular_oracle); runs where the shim may hand such a case to the system
+ * MPI (auto, or native forced) use root 0 for it, and cycle mode does not force native. */
+static int mpich_rooted_bug(const case_t *c) {
+    return (c->coll == GATHER || c->coll == SCATTER) && c->root != 0 && c->count > 257;
+}
+static int shim_never_native(void) { return algo_cycle || (env_algo[0] && strcmp(env_algo, "native") != 0); }
+
+/* Forces the next algorithm of collective `coll` (every rank does the same). */
+static void pick_algorithm(int coll, int form, int no_native) {
+    forced[0] = 0;
+    if (env_algo[0]) {
+        /* forced by the environment: every call of a collective that has it */
+        char buf[512], key[80];
+        if (!list_algos || list_algos(COLLNAMES[coll], buf, sizeof buf) <= 0) return;
+        snprintf(key, sizeof key, ",%s,", env_algo);
+        char list[520];
+        snprintf(list, sizeof list, ",%s,", buf);
+        if (strstr(list, key)) snprintf(forced, sizeof forced, "%s", env_algo);
+        return;
+    }
+    if (!algo_cycle || !set_algo) return;
+    char buf[512], *names[16];
+    int n = 0;
+    CHECK(list_algos(COLLNAMES[coll], buf, sizeof buf) > 0, "no algorithms for %s", COLLNAMES[coll]);
+    for (char *tok = strtok(buf, ","); tok && n < 16; tok = strtok(NULL, ","))
+        /* the system MPI's persistent collectives cannot be restarted (README, "system MPI
+         * bugs"), so persistent cases never force "native" */
+        if (strcmp(tok, "auto") != 0 && !((no_native || form == PERSISTENT) && strcmp(tok, "native") == 0)) names[n++] = tok;
+    snprintf(forced, sizeof forced, "%s", names[next_algo[coll]++ % n]);
+    CHECK(set_algo(COLLNAMES[coll], forced) == 0, "shim_set_algorithm(%s, %s)", COLLNAMES[coll], forced);
+}
+
+/* The MPI function a case calls through the shim. */
+static void fn_name(const case_t *c, char *out, size_t n) {
+    char lower[48];
+    snprintf(lower, sizeof lower, "%s", COLLNAMES[c->coll]);
+    if (c->form == NONBLOCKING) lower[0] = (char)(lower[0] - 'A' + 'a');
+    const char *fmt[] = {"MPI_%s", "MPI_I%s", "MPI_%s_init"};
+    snprintf(out, n, fmt[c->form], lower);
+}
+
+/* The count recorded for path `path` ("kind:name") in a paths listing, 0 if absent. */
+static long path_count(const char *list, const char *kind_name_prefix, int exact, char *which, size_t wn) {
+    long total = 0;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strrchr(tok, '=');
+        if (!eq) continue;
+        *eq = 0;
+        size_t k = strlen(kind_name_prefix);
+        int match = exact ? strcmp(tok, kind_name_prefix) == 0 : strncmp(tok, kind_name_prefix, k) == 0;
+        if (match) {
+            total += atol(eq + 1);
+            if (which) snprintf(which, wn, "%s", tok);
+        }
+    }
+    return total;
+}
+
+/* Checks that the last call of case c ran the forced algorithm: `before` is the paths
+ * listing taken before it. */
+static void check_algorithm(const case_t *c, const char *before, const char *desc) {
+    if (!forced[0] || !fn_paths) return;
+    char name[64], after[4096], want[96], which[256] = "";
+    fn_name(c, name, sizeof name);
+    fn_paths(name, after, sizeof after);
+    if (strcmp(forced, "native") == 0)
+        snprintf(want, sizeof want, "native:");
+    else
+        snprintf(want, sizeof want, "schedule:%s", forced);
+    long grew = path_count(after, want, 0, which, sizeof which) - path_count(before, want, 0, NULL, 0);
+    if (grew > 0) return;
+    /* a documented fallback: another schedule whose name explains itself */
+    long fb = path_count(after, "schedule:", 0, NULL, 0) - path_count(before, "schedule:", 0, NULL, 0);
+    CHECK(fb > 0 && strchr(after, '('), "%s: forced %s but the paths are %s", desc, forced, after);
+}
+
 /* Completes a non-blocking shim request with one of several completion functions. */
 static void complete_one(MPI_Request *req, int how) {
     int flag = 0, idx;
@@ -313,6 +413,20 @@ static void prep(const case_t *c, args_t *a, char *rbuf) {
 }
 
 /* Runs the collective of case c through the shim (shim=1) or the system MPI (shim=0). */
+/* The oracle for Gather and Scatter: PMPI_Gatherv/Scatterv with equal counts, the same
+ * operation. Debian's MPICH 4.0.2 Gather/Scatter truncate messages when the root is not
+ * 0 and the type has holes (MPI_DOUBLE_INT, structs) from about 12 KB per block on
+ * (README, "system MPI bugs"), which would fail the oracle, not the shim. */
+static int regular_oracle(const case_t *c, args_t *a, const void *s, void *r, int gather) {
+    int p = a->size, n = c->count, *cnt = malloc(sizeof(int) * p), *dsp = malloc(sizeof(int) * p), rc;
+    for (int i = 0; i < p; i++) cnt[i] = n, dsp[i] = i * n;
+    if (gather) rc = PMPI_Gatherv(s, n, a->t, r, cnt, dsp, a->t, c->root, a->comm);
+    else rc = PMPI_Scatterv(s, cnt, dsp, a->t, r, n, a->t, c->root, a->comm);
+    free(cnt);
+    free(dsp);
+    return rc;
+}
+
 static int run(const case_t *c, args_t *a, int shim, char *rbuf) {
     const void *sb = c->inplace ? MPI_IN_PLACE : a->sbuf;
     MPI_Comm m = a->comm;
@@ -338,6 +452,10 @@ static int run(const case_t *c, args_t *a, int shim, char *rbuf) {
         break;
     case GATHER: {
         const void *s = (c->inplace && a->rank == root) ? MPI_IN_PLACE : a->sbuf;
+        if (!shim) { /* oracle: see regular_oracle */
+            rc = regular_oracle(c, a, s, rbuf, 1);
+            break;
+        }
         DO3(MPI_Gather(s, n, t, rbuf, n, t, root, m), MPI_Igather(s, n, t, rbuf, n, t, root, m, rq),
             MPI_Gather_init(s, n, t, rbuf, n, t, root, m, MPI_INFO_NULL, rq));
         break;
@@ -352,6 +470,10 @@ static int run(const case_t *c, args_t *a, int shim, char *rbuf) {
     }
     case SCATTER: {
         void *r = (c->inplace && a->rank == root) ? MPI_IN_PLACE : rbuf;
+        if (!shim) {
+            rc = regular_oracle(c, a, a->sbuf, r, 0);
+            break;
+        }
         DO3(MPI_Scatter(a->sbuf, n, t, r, n, t, root, m), MPI_Iscatter(a->sbuf, n, t, r, n, t, root, m, rq),
             MPI_Scatter_init(a->sbuf, n, t, r, n, t, root, m, MPI_INFO_NULL, rq));
         break;
@@ -448,7 +570,7 @@ static int run(const case_t *c, args_t *a, int shim, char *rbuf) {
     if (pers) {
         /* start twice: the second run must give the same result (in-place inputs are
          * restored first, as an application would) */
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < persistent_starts(); k++) {
             prep(c, a, rbuf);
             MPI_OK(MPI_Start(rq));
             MPI_OK(MPI_Wait(rq, MPI_STATUS_IGNORE));
@@ -525,6 +647,7 @@ static void prepare(case_t *c, args_t *a, rng_t *r) {
         }
     }
     c->root = rint_(r, p);
+    if (mpich_rooted_bug(c) && !shim_never_native()) c->root = 0;
     int slots = p > a->indeg ? p : a->indeg;
     slots = slots > a->outdeg ? slots : a->outdeg;
     a->counts = calloc(slots, sizeof(int));
@@ -641,6 +764,8 @@ static void phase_outstanding(uint64_t seed, int batches) {
             const void *sb = c->inplace ? MPI_IN_PLACE : a->sbuf;
             int n = c->count;
             prep(c, a, a->rbuf_shim);
+            /* MPICH's own I* Alltoallv/w at 1 rank hang while the wildcard receive is pending */
+            pick_algorithm(c->coll, NONBLOCKING, g_size == 1 || mpich_rooted_bug(c));
             switch (c->coll) {
             case ALLREDUCE:
                 MPI_OK(MPI_Iallreduce(sb, a->rbuf_shim, n, a->t, OPS[c->op], a->comm, &r));
@@ -656,11 +781,14 @@ static void phase_outstanding(uint64_t seed, int batches) {
                 break;
             default:
                 /* the rest: complete immediately (still interleaved with the others) */
+                if (getenv("DIFF_TRACE") && g_rank == 0) fprintf(stderr, "batch %d: run case %d, algorithm %s\n", b, c->id, forced);
                 run(&nb, a, 1, a->rbuf_shim);
+                if (set_algo) set_algo(COLLNAMES[c->coll], NULL);
                 continue;
             }
             reqs[nreq++] = r;
             cs[k].completion = nreq - 1; /* remember which request */
+            if (set_algo) set_algo(COLLNAMES[c->coll], NULL);
         }
         /* the matching user message, after the collectives were started */
         MPI_Isend(&uout, 1, MPI_INT, (g_rank + 1) % g_size, 77 + b, MPI_COMM_WORLD, &ureq[1]);
@@ -702,7 +830,30 @@ static void phase_outstanding(uint64_t seed, int batches) {
 }
 
 int main(int argc, char **argv) {
+    algo_cycle = getenv("DIFF_ALGOS") && strcmp(getenv("DIFF_ALGOS"), "cycle") == 0;
+    if (algo_cycle && !getenv("SHIM_STATS")) setenv("SHIM_STATS", "rank", 1); /* paths are recorded with stats on */
+    const char *da = getenv("DIFF_ALGOS");
+    if (da && strncmp(da, "all:", 4) == 0) {
+        /* set SHIM_<COLL>_ALGORITHM before MPI_Init, where the shim reads its configuration */
+        snprintf(env_algo, sizeof env_algo, "%s", da + 4);
+        list_algos = (int (*)(const char *, char *, size_t))dlsym(RTLD_DEFAULT, "shim_algorithms");
+        if (!getenv("SHIM_STATS")) setenv("SHIM_STATS", "rank", 1);
+        for (int i = 0; list_algos && i < NCOLLS; i++) {
+            char buf[512], key[80], list[520], var[96];
+            if (list_algos(COLLNAMES[i], buf, sizeof buf) <= 0) continue;
+            snprintf(key, sizeof key, ",%s,", env_algo);
+            snprintf(list, sizeof list, ",%s,", buf);
+            if (!strstr(list, key)) continue;
+            snprintf(var, sizeof var, "SHIM_%s_ALGORITHM", COLLNAMES[i]);
+            for (char *p = var; *p; p++) *p = (char)toupper((unsigned char)*p);
+            setenv(var, env_algo, 1);
+        }
+    }
     test_init(&argc, &argv);
+    set_algo = (int (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "shim_set_algorithm");
+    list_algos = (int (*)(const char *, char *, size_t))dlsym(RTLD_DEFAULT, "shim_algorithms");
+    fn_paths = (int (*)(const char *, char *, size_t))dlsym(RTLD_DEFAULT, "shim_function_paths");
+    if (algo_cycle && expect_shim()) CHECK(set_algo && list_algos && fn_paths, "DIFF_ALGOS=cycle needs the shim");
     setup_types();
     setup_comms();
     uint64_t seed = getenv("DIFF_SEED") ? strtoull(getenv("DIFF_SEED"), 0, 10) : 1;
@@ -720,9 +871,15 @@ int main(int argc, char **argv) {
             release(&a);
             continue;
         }
-        if (getenv("DIFF_TRACE") && g_rank == 0) fprintf(stderr, "%s\n", desc);
         int rc1 = run(&c, &a, 0, a.rbuf_ref);
+        char before[4096] = "", fname[64];
+        pick_algorithm(c.coll, c.form, mpich_rooted_bug(&c));
+        if (getenv("DIFF_TRACE") && g_rank == 0) fprintf(stderr, "%s%s%s\n", desc, forced[0] ? ", algorithm " : "", forced);
+        fn_name(&c, fname, sizeof fname);
+        if (fn_paths) fn_paths(fname, before, sizeof before);
         int rc2 = run(&c, &a, 1, a.rbuf_shim);
+        check_algorithm(&c, before, desc);
+        if (set_algo) set_algo(COLLNAMES[c.coll], NULL);
         CHECK(rc1 == MPI_SUCCESS && rc2 == MPI_SUCCESS, "%s: system %d shim %d", desc, rc1, rc2);
         int bad = compare(&c, &a, desc), anybad;
         PMPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -747,7 +904,10 @@ int main(int argc, char **argv) {
     if (expect_shim()) CHECK(total >= (uint64_t)ncases, "only %llu collective calls intercepted", (unsigned long long)total);
     const char *names[] = {"MPI_Wait", "MPI_Init"};
     check_intercepted(names, 2);
-    test_pass("diff_coll");
+        test_pass("diff_coll");
+    for (int i = 10; i <= 14; i++) MPI_Type_free(&TYPES[i].t);
+    MPI_Op_free(&OPS[12]);
+    MPI_Op_free(&OPS[13]);
     MPI_Finalize();
     return 0;
 }

@@ -75,6 +75,66 @@ const char *shim_function_name(uint32_t i);
  */
 void shim_reset_counters(void);
 
+/*
+ Returns the CPU time the progress thread (`SHIM_PROGRESS=thread`) has used so far, in
+ nanoseconds, or 0 without one. Benchmarks use it to charge the thread's cost.
+ */
+uint64_t shim_progress_thread_cpu_ns(void);
+
+/*
+ Chooses the algorithm of a collective for the rest of the run, as
+ `SHIM_<COLL>_ALGORITHM` does at start-up: `coll` names it (`"MPI_Allreduce"`,
+ `"allreduce"`), `algorithm` is one of its algorithms or `"auto"`; NULL restores the
+ configured choice. Every rank of the communicators involved must make the same call
+ (like a collective), between collectives. Returns 0, -1 for an unknown collective,
+ -2 for an algorithm that collective does not have.
+
+ # Safety
+ `coll` and `algorithm` must be NULL or NUL-terminated strings.
+ */
+int shim_set_algorithm(const char *coll, const char *algorithm);
+
+/*
+ Writes the algorithms of a collective, comma-separated with `auto` first, into `buf`
+ (`len` bytes). Returns the length needed including the NUL, or -1 for an unknown
+ collective.
+
+ # Safety
+ `coll` must be NULL or NUL-terminated; `buf` must be NULL or hold `len` bytes.
+ */
+int shim_algorithms(const char *coll, char *buf, size_t len);
+
+/*
+ Writes how the calls of MPI function `name` were carried out so far in this process,
+ as `kind:name=count` items separated by commas (e.g. `schedule:ring=3,native:system
+ MPI=1`); recorded only with `SHIM_STATS` on. Returns the length needed including the
+ NUL, or -1 for a name the shim does not export.
+
+ # Safety
+ `name` must be NULL or NUL-terminated; `buf` must be NULL or hold `len` bytes.
+ */
+int shim_function_paths(const char *name, char *buf, size_t len);
+
+/*
+ Writes the tuning data in force (model parameters and measured rows, in the tuning
+ file format that `SHIM_TUNING_FILE` reads). Returns the length needed including the
+ NUL.
+
+ # Safety
+ `buf` must be NULL or hold `len` bytes.
+ */
+int shim_tuning(char *buf, size_t len);
+
+/*
+ Writes the table of what `auto` chooses, per collective, for communicators of the
+ `n` sizes in `sizes`, for blocking calls (`nonblocking` = 0) or non-blocking ones,
+ with a commutative operation. Returns the length needed including the NUL.
+
+ # Safety
+ `sizes` must hold `n` ints; `buf` must be NULL or hold `len` bytes.
+ */
+int shim_decision_table(int n, const int *sizes, int nonblocking, char *buf, size_t len);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -109,3 +109,160 @@ pub extern "C" fn shim_function_name(i: u32) -> *const c_char {
 pub extern "C" fn shim_reset_counters() {
     crate::entry::guard("shim_reset_counters", crate::stats::reset)
 }
+
+/// Returns the CPU time the progress thread (`SHIM_PROGRESS=thread`) has used so far, in
+/// nanoseconds, or 0 without one. Benchmarks use it to charge the thread's cost.
+#[unsafe(no_mangle)]
+pub extern "C" fn shim_progress_thread_cpu_ns() -> u64 {
+    crate::progress::thread::CPU_NS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Copies `s` into `buf` (at most `len` bytes, NUL-terminated when `len` > 0) and returns
+/// the length `s` needs including the NUL, as C's snprintf does.
+fn write_str(s: &str, buf: *mut c_char, len: usize) -> c_int {
+    if !buf.is_null() && len > 0 {
+        let n = s.len().min(len - 1);
+        // SAFETY: `buf` holds `len` bytes per the caller's contract; n < len.
+        unsafe {
+            core::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    (s.len() + 1) as c_int
+}
+
+fn str_arg<'a>(p: *const c_char) -> Option<&'a str> {
+    // SAFETY: the exported functions require NULL or a NUL-terminated string.
+    unsafe { crate::symbols::cstr_opt(p) }?.to_str().ok()
+}
+
+/// Chooses the algorithm of a collective for the rest of the run, as
+/// `SHIM_<COLL>_ALGORITHM` does at start-up: `coll` names it (`"MPI_Allreduce"`,
+/// `"allreduce"`), `algorithm` is one of its algorithms or `"auto"`; NULL restores the
+/// configured choice. Every rank of the communicators involved must make the same call
+/// (like a collective), between collectives. Returns 0, -1 for an unknown collective,
+/// -2 for an algorithm that collective does not have.
+///
+/// # Safety
+/// `coll` and `algorithm` must be NULL or NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn shim_set_algorithm(
+    coll: *const c_char,
+    algorithm: *const c_char,
+) -> c_int {
+    use crate::coll::select::{self, Algo};
+    crate::entry::guard("shim_set_algorithm", || {
+        let Some(spec) = str_arg(coll).and_then(select::find) else {
+            return -1;
+        };
+        if algorithm.is_null() {
+            select::set_override(spec.coll, None);
+            return 0;
+        }
+        match str_arg(algorithm).and_then(Algo::from_name) {
+            Some(a) if a == Algo::Auto || spec.algos.contains(&a) => {
+                select::set_override(spec.coll, Some(a));
+                0
+            }
+            _ => -2,
+        }
+    })
+}
+
+/// Writes the algorithms of a collective, comma-separated with `auto` first, into `buf`
+/// (`len` bytes). Returns the length needed including the NUL, or -1 for an unknown
+/// collective.
+///
+/// # Safety
+/// `coll` must be NULL or NUL-terminated; `buf` must be NULL or hold `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn shim_algorithms(
+    coll: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+) -> c_int {
+    crate::entry::guard("shim_algorithms", || {
+        let Some(spec) = str_arg(coll).and_then(crate::coll::select::find) else {
+            return -1;
+        };
+        let names: Vec<&str> = std::iter::once("auto")
+            .chain(spec.algos.iter().map(|a| a.name()))
+            .collect();
+        write_str(&names.join(","), buf, len)
+    })
+}
+
+/// Writes how the calls of MPI function `name` were carried out so far in this process,
+/// as `kind:name=count` items separated by commas (e.g. `schedule:ring=3,native:system
+/// MPI=1`); recorded only with `SHIM_STATS` on. Returns the length needed including the
+/// NUL, or -1 for a name the shim does not export.
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated; `buf` must be NULL or hold `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn shim_function_paths(
+    name: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+) -> c_int {
+    crate::entry::guard("shim_function_paths", || match index_of(name) {
+        Some(i) => {
+            let mut v = crate::stats::paths_of(i);
+            v.sort();
+            let s: Vec<String> = v.iter().map(|(p, n)| format!("{p}={n}")).collect();
+            write_str(&s.join(","), buf, len)
+        }
+        None => -1,
+    })
+}
+
+/// Writes the tuning data in force (model parameters and measured rows, in the tuning
+/// file format that `SHIM_TUNING_FILE` reads). Returns the length needed including the
+/// NUL.
+///
+/// # Safety
+/// `buf` must be NULL or hold `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn shim_tuning(buf: *mut c_char, len: usize) -> c_int {
+    crate::entry::guard("shim_tuning", || {
+        write_str(&crate::coll::select::tuning::get().to_text(), buf, len)
+    })
+}
+
+/// Writes the table of what `auto` chooses, per collective, for communicators of the
+/// `n` sizes in `sizes`, for blocking calls (`nonblocking` = 0) or non-blocking ones,
+/// with a commutative operation. Returns the length needed including the NUL.
+///
+/// # Safety
+/// `sizes` must hold `n` ints; `buf` must be NULL or hold `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn shim_decision_table(
+    n: c_int,
+    sizes: *const c_int,
+    nonblocking: c_int,
+    buf: *mut c_char,
+    len: usize,
+) -> c_int {
+    crate::entry::guard("shim_decision_table", || {
+        let sizes: Vec<i32> = if sizes.is_null() || n <= 0 {
+            vec![2]
+        } else {
+            // SAFETY: `sizes` holds `n` ints per the contract.
+            unsafe { core::slice::from_raw_parts(sizes, n as usize) }
+                .iter()
+                .copied()
+                .filter(|&p| p >= 1)
+                .collect()
+        };
+        let form = if nonblocking != 0 {
+            crate::coll::select::Form::Nonblocking
+        } else {
+            crate::coll::select::Form::Blocking
+        };
+        write_str(
+            &crate::coll::select::decision_table(&sizes, form, true),
+            buf,
+            len,
+        )
+    })
+}

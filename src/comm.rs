@@ -254,8 +254,18 @@ pub fn init() {
     KEYVAL.store(kv, Ordering::Relaxed);
 }
 
-/// Releases the states of the predefined communicators (at finalize, while MPI works).
+/// Every state created, to empty their schedule caches at finalize: MPI runs no delete
+/// callback for communicators the application never freed, and cached schedules hold
+/// derived datatypes that must be freed while MPI still works.
+static LIVE: Mutex<Vec<std::sync::Weak<CommState>>> = Mutex::new(Vec::new());
+
+/// Releases the states of the predefined communicators and the cached schedules of all
+/// others (at finalize, while MPI works).
 pub fn finalize() {
+    let live = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
+    for st in live.iter().filter_map(|w| w.upgrade()) {
+        st.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
     let mut kv = KEYVAL.swap(MPI_KEYVAL_INVALID, Ordering::Relaxed);
     if kv == MPI_KEYVAL_INVALID {
         return;
@@ -321,6 +331,11 @@ pub fn get(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
         topo: OnceLock::new(),
         cache: Mutex::new(Cache::new(crate::config::get().sched_cache)),
     });
+    {
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&state));
+    }
     let raw = Arc::into_raw(Arc::clone(&state));
     // SAFETY: the attribute takes over one strong count (released by delete_state).
     unsafe { pmpi::PMPI_Comm_set_attr(comm, kv, raw as *mut c_void) };

@@ -22,6 +22,30 @@ pub struct VarSpec {
 /// Every variable the shim reads. Keep in the order of the README table.
 pub static VARS: &[VarSpec] = &[
     VarSpec {
+        name: "SHIM_<COLL>_ALGORITHM",
+        default: "auto",
+        allowed: "`auto` or an algorithm of that collective (table below); COLL is BARRIER, BCAST, GATHER, GATHERV, SCATTER, SCATTERV, ALLGATHER, ALLGATHERV, ALLTOALL, ALLTOALLV, ALLTOALLW, REDUCE, ALLREDUCE, REDUCE_SCATTER, REDUCE_SCATTER_BLOCK, SCAN, EXSCAN or NEIGHBOR_ALLGATHER(V), NEIGHBOR_ALLTOALL(V,W)",
+        doc: "The algorithm of a collective, for all its forms (blocking, `I*`, `*_init`, `_c`); e.g. `SHIM_ALLREDUCE_ALGORITHM=ring`. `native` is the system MPI's own implementation; `auto` lets the cost model and the tuning data choose. An algorithm whose precondition fails for a call (e.g. `prefix` at a size that is not a power of two) runs its documented fallback.",
+    },
+    VarSpec {
+        name: "SHIM_<COLL>_K",
+        default: "(per algorithm)",
+        allowed: "an integer in the range of the table below",
+        doc: "The fan-out parameter of the collectives that have one (BARRIER, BCAST, REDUCE, ALLREDUCE, ALLGATHER, ALLGATHERV; see the table below).",
+    },
+    VarSpec {
+        name: "SHIM_<COLL>_SEGMENT",
+        default: "(per algorithm)",
+        allowed: "bytes, with an optional K/M/G suffix",
+        doc: "The segment size of the pipelined algorithms (BCAST, REDUCE, SCAN, EXSCAN: `pipeline`; ALLREDUCE: `ring`).",
+    },
+    VarSpec {
+        name: "SHIM_CALIBRATE",
+        default: "0",
+        allowed: "0, 1",
+        doc: "1 measures the cost model's parameters (LogGP L, o, g, G; reduction and copy cost per byte; per-call costs) at `MPI_Init`, about a second, instead of using the built-in or `SHIM_TUNING_FILE` ones.",
+    },
+    VarSpec {
         name: "SHIM_DISABLE",
         default: "0",
         allowed: "0, 1 (also true/false, yes/no, on/off)",
@@ -52,10 +76,34 @@ pub static VARS: &[VarSpec] = &[
         doc: "The MPI library to load when no loaded object provides `PMPI_*` (a program relinked with `-lshim` under `--as-needed` loses `libmpi`); by default `libmpi.so.12`, `libmpich.so.12`, `libmpi.so`, `libmpich.so` are tried.",
     },
     VarSpec {
+        name: "SHIM_PROGRESS",
+        default: "auto",
+        allowed: "none, thread, auto",
+        doc: "How non-blocking collectives advance: `none`, inside MPI calls only; `thread`, also by a progress thread (the shim then asks the MPI library for `MPI_THREAD_MULTIPLE`, still reporting to the application the level it asked for, and falls back to `none` with a warning if the library cannot); `auto`, `thread` when the job has more than one rank and the node has a core to spare for it (fewer ranks than cores on the node), else `none`.",
+    },
+    VarSpec {
+        name: "SHIM_PROGRESS_CPU",
+        default: "(not pinned)",
+        allowed: "a comma list of CPU numbers; the progress thread of the i-th rank on a node is pinned to entry i modulo the list length",
+        doc: "Pins the progress thread.",
+    },
+    VarSpec {
+        name: "SHIM_PROGRESS_INTERVAL_US",
+        default: "100",
+        allowed: "1 to 1000000",
+        doc: "The progress thread's sleep, in microseconds, when a poll completes nothing; it doubles twice (to 4x) while nothing happens and resets when something completes.",
+    },
+    VarSpec {
         name: "SHIM_SCHED_CACHE",
         default: "32",
         allowed: "0 (no caching) to 4096",
         doc: "Built schedules cached per communicator (keyed by collective, counts, datatypes, operation, root, in-place); only calls with predefined datatypes and operations are cached.",
+    },
+    VarSpec {
+        name: "SHIM_TUNING_FILE",
+        default: "(built-in)",
+        allowed: "a tuning file path (as written by `scripts/shim-tune`)",
+        doc: "Model parameters and measured fastest algorithms that `auto` uses instead of the built-in ones (measured on the reference machine).",
     },
     VarSpec {
         name: "SHIM_STATS",
@@ -64,6 +112,14 @@ pub static VARS: &[VarSpec] = &[
         doc: "At `MPI_Finalize` print a table of intercepted calls, time, bytes and the path each took: `on` aggregates on rank 0, `rank` prints one table per rank.",
     },
 ];
+
+/// `SHIM_PROGRESS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressMode {
+    None,
+    Thread,
+    Auto,
+}
 
 /// How the statistics are reported at finalize.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +140,13 @@ pub struct Config {
     pub fault_panic: Option<String>,
     /// Schedules cached per communicator.
     pub sched_cache: usize,
+    pub progress: ProgressMode,
+    pub progress_interval_us: u64,
+    pub progress_cpus: Vec<usize>,
+    /// Forced algorithms and parameters per collective (`SHIM_<COLL>_*`), by `Coll - 1`.
+    pub algorithms: [crate::coll::select::Forced; 22],
+    pub tuning_file: Option<String>,
+    pub calibrate: bool,
 }
 
 impl Default for Config {
@@ -95,6 +158,12 @@ impl Default for Config {
             stats: StatsMode::Off,
             fault_panic: None,
             sched_cache: 32,
+            progress: ProgressMode::Auto,
+            progress_interval_us: 100,
+            progress_cpus: Vec::new(),
+            algorithms: Default::default(),
+            tuning_file: None,
+            calibrate: false,
         }
     }
 }
@@ -239,7 +308,7 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
         if !k.starts_with("SHIM_") {
             continue;
         }
-        if VARS.iter().any(|s| s.name == k) {
+        if VARS.iter().any(|s| s.name == k) || coll_var(&k).is_some() {
             seen.push((k, v));
         } else {
             l.warnings.push(format!(
@@ -288,6 +357,52 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
             _ => l.errors.push(error("SHIM_SCHED_CACHE", &v)),
         }
     }
+    if let Some(v) = get("SHIM_PROGRESS") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "none" => c.progress = ProgressMode::None,
+            "thread" => c.progress = ProgressMode::Thread,
+            "auto" => c.progress = ProgressMode::Auto,
+            _ => l.errors.push(error("SHIM_PROGRESS", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_PROGRESS_INTERVAL_US") {
+        match v.trim().parse::<u64>() {
+            Ok(n) if (1..=1_000_000).contains(&n) => c.progress_interval_us = n,
+            _ => l.errors.push(error("SHIM_PROGRESS_INTERVAL_US", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_PROGRESS_CPU") {
+        let cpus: Result<Vec<usize>, _> = v.split(',').map(|x| x.trim().parse::<usize>()).collect();
+        match cpus {
+            Ok(list)
+                if !list.is_empty() && list.iter().all(|&c| c < libc::CPU_SETSIZE as usize) =>
+            {
+                c.progress_cpus = list
+            }
+            _ => l.errors.push(error("SHIM_PROGRESS_CPU", &v)),
+        }
+    }
+    for (k, v) in &seen {
+        if let Some((spec, what)) = coll_var(k) {
+            if let Err(e) = parse_coll_var(&mut l.config, spec, what, k, v) {
+                l.errors.push(e);
+            }
+        }
+    }
+    if let Some(v) = get("SHIM_TUNING_FILE") {
+        if v.trim().is_empty() {
+            l.errors.push(error("SHIM_TUNING_FILE", &v));
+        } else {
+            l.config.tuning_file = Some(v.trim().to_string());
+        }
+    }
+    if let Some(v) = get("SHIM_CALIBRATE") {
+        match parse_bool(&v) {
+            Some(b) => l.config.calibrate = b,
+            None => l.errors.push(error("SHIM_CALIBRATE", &v)),
+        }
+    }
+    let c = &mut l.config;
     if let Some(v) = get("SHIM_STATS") {
         match v.trim().to_ascii_lowercase().as_str() {
             "off" | "0" | "" => c.stats = StatsMode::Off,
@@ -297,6 +412,106 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
         }
     }
     l
+}
+
+/// Which per-collective variable a name is: `SHIM_<COLL>_ALGORITHM`, `_K` or `_SEGMENT`
+/// for a collective that has that parameter.
+fn coll_var(name: &str) -> Option<(&'static crate::coll::select::CollSpec, &'static str)> {
+    let rest = name.strip_prefix("SHIM_")?;
+    for what in ["ALGORITHM", "K", "SEGMENT"] {
+        if let Some(coll) = rest.strip_suffix(what).and_then(|r| r.strip_suffix('_')) {
+            let spec = crate::coll::select::COLLS.iter().find(|c| c.env == coll)?;
+            let ok = match what {
+                "K" => spec.k.is_some(),
+                "SEGMENT" => spec.segment.is_some(),
+                _ => true,
+            };
+            return ok.then_some((spec, what));
+        }
+    }
+    None
+}
+
+fn parse_coll_var(
+    c: &mut Config,
+    spec: &crate::coll::select::CollSpec,
+    what: &str,
+    name: &str,
+    v: &str,
+) -> Result<(), ConfigError> {
+    use crate::coll::select::Algo;
+    let slot = &mut c.algorithms[spec.coll as usize - 1];
+    let bad = |allowed: String| ConfigError {
+        var: name.into(),
+        value: v.into(),
+        allowed,
+    };
+    match what {
+        "ALGORITHM" => {
+            let names: Vec<&str> = std::iter::once("auto")
+                .chain(spec.algos.iter().map(|a| a.name()))
+                .collect();
+            match Algo::from_name(v) {
+                Some(a) if a == Algo::Auto || spec.algos.contains(&a) => slot.algo = a,
+                _ => return Err(bad(names.join(", "))),
+            }
+        }
+        _ => {
+            let p = if what == "K" { spec.k } else { spec.segment }.expect("checked by coll_var");
+            let parsed = if what == "K" {
+                v.trim().parse::<i64>().ok()
+            } else {
+                parse_size(v).and_then(|x| i64::try_from(x).ok())
+            };
+            match parsed {
+                Some(x) if (p.min..=p.max).contains(&x) => {
+                    if what == "K" {
+                        slot.k = Some(x)
+                    } else {
+                        slot.seg = Some(x)
+                    }
+                }
+                _ => return Err(bad(format!("{} to {} ({})", p.min, p.max, p.doc))),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A hash of everything that steers algorithm selection, which must be equal on every
+/// rank (else ranks could pick different algorithms and deadlock).
+pub fn selection_fingerprint(c: &Config) -> u64 {
+    let text = format!("{:?}|{:?}|{}", c.algorithms, c.tuning_file, c.calibrate);
+    // FNV-1a
+    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The README table of algorithms per collective, generated from the registry.
+pub fn algorithms_table() -> String {
+    let mut s = String::from(
+        "| Collective | `SHIM_<COLL>_ALGORITHM` values | `_K` | `_SEGMENT` |\n|---|---|---|---|\n",
+    );
+    for c in crate::coll::select::COLLS.iter() {
+        let algos: Vec<String> = c.algos.iter().map(|a| format!("`{}`", a.name())).collect();
+        let param = |p: Option<crate::coll::select::Param>| match p {
+            Some(p) if p.default > 0 => {
+                format!("{} (default {}, {}..{})", p.doc, p.default, p.min, p.max)
+            }
+            Some(p) => format!("{} ({}..{})", p.doc, p.min, p.max),
+            None => "-".into(),
+        };
+        s.push_str(&format!(
+            "| `{}` ({}) | `auto`, {} | {} | {} |\n",
+            c.env,
+            c.mpi,
+            algos.join(", "),
+            param(c.k),
+            param(c.segment)
+        ));
+    }
+    s
 }
 
 /// Reads the process environment.
@@ -417,6 +632,26 @@ mod tests {
     }
 
     #[test]
+    fn progress_settings() {
+        let l = load(&[
+            ("SHIM_PROGRESS", "thread"),
+            ("SHIM_PROGRESS_INTERVAL_US", "50"),
+            ("SHIM_PROGRESS_CPU", "1, 3"),
+        ]);
+        assert!(l.errors.is_empty(), "{:?}", l.errors);
+        assert_eq!(l.config.progress, ProgressMode::Thread);
+        assert_eq!(l.config.progress_interval_us, 50);
+        assert_eq!(l.config.progress_cpus, vec![1, 3]);
+        let bad = load(&[
+            ("SHIM_PROGRESS", "threads"),
+            ("SHIM_PROGRESS_INTERVAL_US", "0"),
+            ("SHIM_PROGRESS_CPU", "a"),
+        ]);
+        assert_eq!(bad.errors.len(), 3);
+        assert!(bad.errors[0].to_string().contains("none, thread, auto"));
+    }
+
+    #[test]
     fn log_filters() {
         assert_eq!(parse_log_filter("DEBUG").as_deref(), Some("debug"));
         assert_eq!(
@@ -439,31 +674,74 @@ mod tests {
     }
 
     #[test]
-    fn readme_documents_every_variable() {
-        // The table sits between these markers; `UPDATE_README=1 cargo test readme`
-        // rewrites it from VARS.
-        const BEGIN: &str = "<!-- BEGIN SHIM_VARS (generated from src/config.rs by `UPDATE_README=1 cargo test readme`) -->\n";
-        const END: &str = "<!-- END SHIM_VARS -->";
+    fn readme_documents_every_algorithm() {
+        readme_section(
+            "<!-- BEGIN SHIM_ALGORITHMS (generated from src/coll/select/mod.rs by `UPDATE_README=1 cargo test readme`) -->\n",
+            "<!-- END SHIM_ALGORITHMS -->",
+            &algorithms_table(),
+        );
+    }
+
+    /// Checks (or with UPDATE_README, rewrites) the README text between two markers.
+    fn readme_section(begin: &str, end: &str, want: &str) {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
         let readme = std::fs::read_to_string(path).unwrap();
-        let (Some(b), Some(e)) = (readme.find(BEGIN), readme.find(END)) else {
-            panic!("README.md lacks the SHIM_VARS markers");
+        let (Some(b), Some(e)) = (readme.find(begin), readme.find(end)) else {
+            panic!("README.md lacks the markers {begin:?}");
         };
-        let current = &readme[b + BEGIN.len()..e];
         if std::env::var_os("UPDATE_README").is_some() {
-            let updated = format!(
-                "{}{}{}{}",
-                &readme[..b + BEGIN.len()],
-                markdown_table(),
-                "",
-                &readme[e..]
-            );
+            let updated = format!("{}{}{}", &readme[..b + begin.len()], want, &readme[e..]);
             std::fs::write(path, updated).unwrap();
             return;
         }
         assert!(
-            current == markdown_table(),
-            "README.md's variable table is out of date; run `UPDATE_README=1 cargo test readme`"
+            &readme[b + begin.len()..e] == want,
+            "README.md is out of date; run `UPDATE_README=1 cargo test readme`"
+        );
+    }
+
+    #[test]
+    fn per_collective_variables() {
+        let l = load(&[
+            ("SHIM_ALLREDUCE_ALGORITHM", "Ring"),
+            ("SHIM_BCAST_K", "8"),
+            ("SHIM_BCAST_SEGMENT", "16K"),
+            ("SHIM_GATHERV_ALGORITHM", "native"),
+        ]);
+        assert!(
+            l.errors.is_empty() && l.warnings.is_empty(),
+            "{:?} {:?}",
+            l.errors,
+            l.warnings
+        );
+        use crate::coll::{Coll, select::Algo};
+        let a = &l.config.algorithms;
+        assert_eq!(a[Coll::Allreduce as usize - 1].algo, Algo::Ring);
+        assert_eq!(a[Coll::Bcast as usize - 1].k, Some(8));
+        assert_eq!(a[Coll::Bcast as usize - 1].seg, Some(16384));
+        assert_eq!(a[Coll::Gatherv as usize - 1].algo, Algo::Native);
+        let bad = load(&[
+            ("SHIM_ALLREDUCE_ALGORITHM", "bruck"),
+            ("SHIM_BCAST_K", "1"),
+            ("SHIM_ALLTOALLV_ALGORITHM", "bruck"),
+        ]);
+        assert_eq!(bad.errors.len(), 3, "{:?}", bad.errors);
+        let msg = bad.errors[0].to_string() + &bad.errors[2].to_string();
+        assert!(msg.contains("auto, native, recursive-doubling"), "{msg}");
+        assert!(msg.contains("SHIM_ALLTOALLV_ALGORITHM=\"bruck\""), "{msg}");
+        // a parameter the collective does not have is an unknown name
+        let w = load(&[("SHIM_ALLTOALL_K", "2")]);
+        assert_eq!(w.warnings.len(), 1);
+    }
+
+    #[test]
+    fn readme_documents_every_variable() {
+        readme_section(
+            "<!-- BEGIN SHIM_VARS (generated from src/config.rs by `UPDATE_README=1 cargo test readme`) -->\n",
+            "<!-- END SHIM_VARS -->",
+            &markdown_table(),
         );
     }
 }

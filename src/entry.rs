@@ -46,6 +46,12 @@ pub fn bypass() -> bool {
     !ACTIVE.load(Ordering::Relaxed) || IN_SHIM.get()
 }
 
+/// Marks the calling thread (the progress thread) as permanently inside the shim: any MPI
+/// call it makes through a callback goes straight to the MPI library.
+pub fn enter_forever() {
+    IN_SHIM.set(true);
+}
+
 /// Whether the calling thread is inside a hook right now.
 pub fn inside() -> bool {
     IN_SHIM.get()
@@ -61,8 +67,11 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
         if FAULT.load(Ordering::Relaxed) == fid as u32 + 1 {
             panic!("fault injected by SHIM_FAULT_INJECT");
         }
-        // Every intercepted call advances the outstanding schedules (progress rule).
-        crate::progress::progress_all();
+        // Every intercepted call advances the outstanding schedules (progress rule),
+        // unless the progress thread does it.
+        if !crate::progress::thread::running() {
+            crate::progress::progress_all();
+        }
         hook()
     }));
     IN_SHIM.set(outer);

@@ -27,6 +27,10 @@ pub struct World {
 
 static WORLD_RANK: AtomicI32 = AtomicI32::new(-1);
 static WORLD_SIZE: AtomicI32 = AtomicI32::new(0);
+static LOCAL_RANK: AtomicI32 = AtomicI32::new(0);
+static LOCAL_SIZE: AtomicI32 = AtomicI32::new(1);
+/// The thread level the application asked for and was told (MPI_Query_thread answers it).
+static APP_LEVEL: AtomicI32 = AtomicI32::new(-1);
 static STARTED: AtomicBool = AtomicBool::new(false);
 static FINALIZERS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
@@ -34,6 +38,48 @@ pub fn world() -> World {
     World {
         rank: WORLD_RANK.load(Ordering::Relaxed),
         size: WORLD_SIZE.load(Ordering::Relaxed),
+    }
+}
+
+/// This process's rank among the processes of its node, and their number.
+pub fn local() -> World {
+    World {
+        rank: LOCAL_RANK.load(Ordering::Relaxed),
+        size: LOCAL_SIZE.load(Ordering::Relaxed),
+    }
+}
+
+/// The first of these environment variables that holds an integer.
+fn env_int(names: &[&str]) -> Option<i32> {
+    names
+        .iter()
+        .find_map(|n| std::env::var(n).ok()?.trim().parse().ok())
+}
+
+/// Processors this process may run on.
+fn cpus() -> i32 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as i32)
+        .unwrap_or(1)
+}
+
+/// Before init: does the configuration call for a progress thread? For `auto`, judged
+/// from the launcher's environment (hydra, Open MPI, Slurm): more than one rank, and fewer
+/// ranks on this node than processors.
+fn wants_thread(c: &config::Config) -> bool {
+    match c.progress {
+        config::ProgressMode::None => false,
+        config::ProgressMode::Thread => true,
+        config::ProgressMode::Auto => {
+            let world = env_int(&["PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"]);
+            let local = env_int(&[
+                "MPI_LOCALNRANKS",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                "SLURM_NTASKS_PER_NODE",
+            ])
+            .unwrap_or(1);
+            world.is_none_or(|w| w > 1) && local < cpus()
+        }
     }
 }
 
@@ -107,7 +153,7 @@ pub fn abort_job(code: c_int) -> ! {
 }
 
 /// Everything after a successful `PMPI_Init*`.
-fn post_init(loaded: config::Loaded) {
+fn post_init(mut loaded: config::Loaded) {
     let (mut rank, mut size) = (0, 1);
     // SAFETY: MPI is initialized; out-pointers are valid locals.
     unsafe {
@@ -116,10 +162,72 @@ fn post_init(loaded: config::Loaded) {
     }
     WORLD_RANK.store(rank, Ordering::Relaxed);
     WORLD_SIZE.store(size, Ordering::Relaxed);
+    // The node's processes (for the progress thread's placement and `auto` decision).
+    let mut node: MPI_Comm = MPI_COMM_NULL;
+    // SAFETY: collective over MPI_COMM_WORLD, valid out-pointers; the communicator is freed.
+    unsafe {
+        if pmpi::PMPI_Comm_split_type(
+            MPI_COMM_WORLD,
+            MPI_COMM_TYPE_SHARED,
+            0,
+            MPI_INFO_NULL,
+            &mut node,
+        ) == MPI_SUCCESS
+        {
+            let (mut lr, mut ls) = (0, 1);
+            pmpi::PMPI_Comm_rank(node, &mut lr);
+            pmpi::PMPI_Comm_size(node, &mut ls);
+            LOCAL_RANK.store(lr, Ordering::Relaxed);
+            LOCAL_SIZE.store(ls, Ordering::Relaxed);
+            pmpi::PMPI_Comm_free(&mut node);
+        }
+    }
     crate::log::init(&loaded.config.log, loaded.config.log_file.as_deref(), rank);
     let verbose = loaded.config.log.contains("debug") || loaded.config.log.contains("trace");
     crate::entry::install_panic_hook(verbose);
 
+    // Tuning data for `auto` (SHIM_TUNING_FILE); a file that cannot be used is a
+    // configuration error like a bad value.
+    let mut tuning = None;
+    if let Some(path) = &loaded.config.tuning_file {
+        match crate::coll::select::tuning::load_file(path) {
+            Ok(t) => tuning = Some(t),
+            Err(e) => loaded.errors.push(config::ConfigError {
+                var: "SHIM_TUNING_FILE".into(),
+                value: path.clone(),
+                allowed: format!("a readable tuning file ({e})"),
+            }),
+        }
+    }
+    // Algorithm selection must be the same everywhere: compare the settings' fingerprint.
+    let fp = config::selection_fingerprint(&loaded.config);
+    let (mut lo, mut hi) = (0u64, 0u64);
+    // SAFETY: one u64 in, one out, on MPI_COMM_WORLD.
+    unsafe {
+        pmpi::PMPI_Allreduce(
+            (&fp as *const u64).cast(),
+            (&mut lo as *mut u64).cast(),
+            1,
+            MPI_UINT64_T,
+            MPI_MIN,
+            MPI_COMM_WORLD,
+        );
+        pmpi::PMPI_Allreduce(
+            (&fp as *const u64).cast(),
+            (&mut hi as *mut u64).cast(),
+            1,
+            MPI_UINT64_T,
+            MPI_MAX,
+            MPI_COMM_WORLD,
+        );
+    }
+    if lo != hi {
+        loaded.errors.push(config::ConfigError {
+            var: "SHIM_<COLL>_ALGORITHM/_K/_SEGMENT, SHIM_TUNING_FILE, SHIM_CALIBRATE".into(),
+            value: "(differs between ranks)".into(),
+            allowed: "the same settings on every rank (ranks choosing different algorithms would deadlock)".into(),
+        });
+    }
     // Agree on configuration errors so that every rank stops, even if only one rank's
     // environment is wrong. The lowest such rank prints the messages.
     let mine: c_int = if loaded.errors.is_empty() { size } else { rank };
@@ -162,14 +270,44 @@ fn post_init(loaded: config::Loaded) {
         crate::entry::arm_fault(f);
     }
     tracing::info!(target: "shim::init", "libshim {} active on {size} ranks; MPI library: {}", crate::capi::VERSION, library_version().lines().next().unwrap_or(""));
+    let calibrate = loaded.config.calibrate;
     config::install(loaded.config);
     crate::comm::init();
     at_finalize(crate::comm::finalize);
+    if let Some(t) = tuning {
+        tracing::info!(target: "shim::select", "tuning file {}: {} measured rows", t.source, t.rows());
+        crate::coll::select::tuning::install(t);
+    }
+    if calibrate {
+        let mut t = (*crate::coll::select::tuning::get()).clone();
+        t.params = crate::coll::select::calibrate::run(&t.params);
+        t.source = format!("{} + SHIM_CALIBRATE", t.source);
+        if rank == 0 {
+            tracing::info!(target: "shim::select", "calibrated: {}", t.params.describe());
+        }
+        crate::coll::select::tuning::install(t);
+    }
     crate::entry::set_active(true);
 }
 
-/// Shared body of the init hooks: `native` performs the system MPI's initialization.
-fn initialize(native: &dyn Fn() -> c_int) -> c_int {
+/// Which init function the application called.
+enum How {
+    Init,
+    Thread {
+        required: c_int,
+        provided: *mut c_int,
+    },
+}
+
+/// Shared body of the init hooks: `native` performs the system MPI's initialization as the
+/// application asked; with a progress thread the shim initializes with
+/// `MPI_THREAD_MULTIPLE` instead and tells the application the level it asked for.
+fn initialize(
+    how: How,
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
     if STARTED.swap(true, Ordering::SeqCst) {
         // A second MPI_Init is erroneous; let the MPI library say so.
         return native();
@@ -180,16 +318,82 @@ fn initialize(native: &dyn Fn() -> c_int) -> c_int {
         return native();
     }
     check_abi(native);
-    let rc = native();
+    let thread = wants_thread(&loaded.config);
+    let mut multiple = false;
+    let rc = if thread {
+        let mut actual: c_int = MPI_THREAD_SINGLE;
+        // SAFETY: the application's argc/argv, a valid out-pointer.
+        let rc = unsafe { pmpi::PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &mut actual) };
+        multiple = actual >= MPI_THREAD_MULTIPLE;
+        let level = match how {
+            How::Init => MPI_THREAD_SINGLE,
+            How::Thread { required, provided } => {
+                let l = required.min(actual);
+                if !provided.is_null() {
+                    // SAFETY: the application's out-pointer.
+                    unsafe { *provided = l };
+                }
+                l
+            }
+        };
+        APP_LEVEL.store(level, Ordering::Relaxed);
+        rc
+    } else {
+        let rc = native();
+        let mut level: c_int = MPI_THREAD_SINGLE;
+        // SAFETY: valid out-pointer; MPI is initialized when rc is success.
+        if rc == MPI_SUCCESS {
+            unsafe { pmpi::PMPI_Query_thread(&mut level) };
+        }
+        APP_LEVEL.store(level, Ordering::Relaxed);
+        rc
+    };
     if rc != MPI_SUCCESS {
         return rc;
     }
+    let cfg = loaded.config.clone();
     post_init(loaded);
+    if thread {
+        start_progress(&cfg, multiple);
+    }
     MPI_SUCCESS
+}
+
+/// Starts the progress thread if the setup allows it (after init, when the node's layout
+/// is known).
+fn start_progress(c: &config::Config, multiple: bool) {
+    let l = local();
+    if !multiple {
+        if world().rank == 0 {
+            tracing::warn!(target: "shim::progress", "SHIM_PROGRESS={:?}: the MPI library does not provide MPI_THREAD_MULTIPLE; schedules advance inside MPI calls only", c.progress);
+        }
+        return;
+    }
+    if c.progress == config::ProgressMode::Auto && (world().size <= 1 || l.size >= cpus()) {
+        tracing::info!(target: "shim::progress", "SHIM_PROGRESS=auto: {} ranks on this node and {} processors: no progress thread", l.size, cpus());
+        return;
+    }
+    let cpu = (!c.progress_cpus.is_empty())
+        .then(|| c.progress_cpus[l.rank as usize % c.progress_cpus.len()]);
+    crate::progress::thread::start(c.progress_interval_us, cpu);
+    tracing::info!(target: "shim::progress", "progress thread started (interval {} us, cpu {:?})", c.progress_interval_us, cpu);
 }
 
 fn finalize(native: &dyn Fn() -> c_int) -> c_int {
     if crate::entry::is_active() {
+        if crate::progress::thread::running() {
+            crate::progress::thread::stop();
+            if crate::stats::enabled() {
+                use std::sync::atomic::Ordering::Relaxed;
+                crate::log::raw_stderr(&format!(
+                    "{} progress thread: {} polls, {} sleeps, {:.3} ms CPU\n",
+                    crate::log::prefix(),
+                    crate::progress::thread::POLLS.load(Relaxed),
+                    crate::progress::thread::SLEEPS.load(Relaxed),
+                    crate::progress::thread::CPU_NS.load(Relaxed) as f64 / 1e6
+                ));
+            }
+        }
         let w = world();
         crate::stats::report(config::get().stats, MPI_COMM_WORLD, w.rank, w.size);
         let fs: Vec<fn()> =
@@ -212,21 +416,32 @@ pub mod hooks {
     use super::*;
 
     pub unsafe fn MPI_Init(
-        _argc: *mut c_int,
-        _argv: *mut *mut *mut c_char,
+        argc: *mut c_int,
+        argv: *mut *mut *mut c_char,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
-        initialize(native)
+        initialize(How::Init, argc, argv, native)
     }
 
     pub unsafe fn MPI_Init_thread(
-        _argc: *mut c_int,
-        _argv: *mut *mut *mut c_char,
-        _required: c_int,
-        _provided: *mut c_int,
+        argc: *mut c_int,
+        argv: *mut *mut *mut c_char,
+        required: c_int,
+        provided: *mut c_int,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
-        initialize(native)
+        initialize(How::Thread { required, provided }, argc, argv, native)
+    }
+
+    /// The level the application was told at init, not the one the shim asked for.
+    pub unsafe fn MPI_Query_thread(provided: *mut c_int, native: &dyn Fn() -> c_int) -> c_int {
+        let level = APP_LEVEL.load(Ordering::Relaxed);
+        if level < 0 || provided.is_null() {
+            return native();
+        }
+        // SAFETY: the application's out-pointer.
+        unsafe { *provided = level };
+        MPI_SUCCESS
     }
 
     pub unsafe fn MPI_Finalize(native: &dyn Fn() -> c_int) -> c_int {

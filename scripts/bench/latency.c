@@ -5,9 +5,21 @@
  * measured alternately, REPS times each; a measurement is the maximum over ranks of the
  * mean time per call over a loop; the table gives the median of each and the ratio.
  *
- * Usage: latency [-c coll,coll,...] [-s minbytes] [-S maxbytes] [-r reps] [-f forms]
+ * Usage: latency [-a] [-c coll,coll,...] [-s minbytes] [-S maxbytes] [-r reps] [-f forms] [-x growth] [-o tuning]
  *   sizes grow by 8x from minbytes (8), ending at maxbytes (4 MiB); forms: b (blocking), n (I*+Wait)
- * Output: one markdown table row per point on rank 0's stdout. */
+ * Output: one markdown table row per point on rank 0's stdout.
+ *
+ * All-algorithms mode (-a): blocking form; for every collective, size and algorithm the
+ * shim offers (shim_algorithms / shim_set_algorithm, found with dlsym), plus the shim's
+ * automatic choice and the system MPI, all measured alternately in the same run. One
+ * markdown table per collective (median microseconds per column, auto/best and
+ * auto/system), then a summary against the targets: auto within 10% of the best
+ * algorithm, never more than 5% slower than the system MPI, geometric mean speedup over
+ * the system MPI, Reduce at >= 256 KiB. With -o FILE the best algorithm of every point is
+ * written as tuning rows ("best MPI_<coll> <ranks> <bytes> <algorithm>", the format of
+ * SHIM_TUNING_FILE; scripts/shim-tune uses it). Sizes grow by -x (default 4). */
+#include <dlfcn.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,19 +91,180 @@ static int cmpd(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static int (*set_algo)(const char *, const char *);
+static int (*list_algos)(const char *, char *, size_t);
+
+/* One median per column of one point. */
+typedef struct {
+    const char *coll;
+    long bytes;
+    double system, autot, best;
+    char best_name[32];
+} point_t;
+
+/* Collectives whose message size not every rank knows: the shim decides them by the
+ * process count alone (src/coll/api.rs), so their tuning is one row at size 0. */
+static int unsized(int c) {
+    return c == GATHERV || c == SCATTERV || c == ALLTOALLV || c == ALLTOALLW || c == NALLGATHER || c == NALLTOALL;
+}
+
+static long next_size(long bytes, long maxb, int grow) {
+    return (bytes < maxb && bytes * grow > maxb) ? maxb : bytes * grow;
+}
+
+/* The all-algorithms mode: returns the number of points that miss a target. */
+static int all_algorithms(const char *colls, long minb, long maxb, int reps, int grow, const char *tune_out) {
+    set_algo = (int (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "shim_set_algorithm");
+    list_algos = (int (*)(const char *, char *, size_t))dlsym(RTLD_DEFAULT, "shim_algorithms");
+    if (!set_algo || !list_algos) {
+        if (rank == 0) fprintf(stderr, "latency -a: run with libshim.so preloaded (shim_set_algorithm not found)\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    FILE *tune = NULL;
+    if (tune_out && rank == 0) {
+        tune = fopen(tune_out, "w");
+        if (!tune) { perror(tune_out); MPI_Abort(MPI_COMM_WORLD, 2); }
+        fprintf(tune, "# measured by scripts/bench/latency -a at %d ranks: the fastest algorithm per point\n", size);
+        /* the model parameters this run used (calibrated with SHIM_CALIBRATE=1) */
+        int (*tuning)(char *, size_t) = (int (*)(char *, size_t))dlsym(RTLD_DEFAULT, "shim_tuning");
+        int need = tuning ? tuning(NULL, 0) : 0;
+        char *text = need > 0 ? malloc(need) : NULL;
+        if (text && tuning(text, need) > 0)
+            for (char *save, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+                if (!strncmp(l, "param ", 6)) fprintf(tune, "%s\n", l);
+        free(text);
+    }
+    point_t *pts = calloc(4096, sizeof(point_t));
+    int npts = 0;
+    double *tab = malloc(sizeof(double) * reps * 32);
+    for (int c = 0; c < NCOLL; c++) {
+        if (colls) {
+            char key[64], list[1024];
+            snprintf(key, sizeof key, ",%s,", NAMES[c]);
+            snprintf(list, sizeof list, ",%s,", colls);
+            if (!strstr(list, key)) continue;
+        }
+        char buf[1024], *names[32];
+        int na = 0;
+        if (list_algos(NAMES[c], buf, sizeof buf) <= 0) continue;
+        for (char *save, *t = strtok_r(buf, ",", &save); t && na < 31; t = strtok_r(NULL, ",", &save)) names[na++] = t;
+        /* columns: 0 = system MPI, 1.. = the shim's names ("auto" first) */
+        if (rank == 0) {
+            printf("\n#### %s (%d ranks, blocking, median us)\n\n| bytes | system MPI |", NAMES[c], size);
+            for (int a = 0; a < na; a++) printf(" %s |", names[a]);
+            printf(" best | auto/best | auto/system |\n|---|---|");
+            for (int a = 0; a < na; a++) printf("---|");
+            printf("---|---|---|\n");
+            fflush(stdout);
+        }
+        double lgsum[32] = {0};
+        for (long bytes = minb; bytes <= maxb; bytes = next_size(bytes, maxb, grow)) {
+            if (c == BARRIER && bytes > minb) break;
+            int n = c == BARRIER ? 0 : (int)(bytes / 8);
+            double probe = measure(c, n, 0, 0, 2);
+            int iters = (int)(0.01 / (probe > 1e-7 ? probe : 1e-7));
+            if (iters < 2) iters = 2;
+            if (iters > 1000) iters = 1000;
+            PMPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            for (int a = 0; a < na; a++) { /* warm every schedule cache */
+                set_algo(NAMES[c], names[a]);
+                measure(c, n, 1, 0, 1);
+            }
+            for (int k = 0; k < reps; k++) {
+                tab[0 * reps + k] = measure(c, n, 0, 0, iters);
+                for (int a = 0; a < na; a++) {
+                    set_algo(NAMES[c], names[a]);
+                    tab[(a + 1) * reps + k] = measure(c, n, 1, 0, iters);
+                }
+            }
+            set_algo(NAMES[c], NULL);
+            double med[32];
+            for (int a = 0; a <= na; a++) {
+                qsort(tab + a * reps, reps, sizeof(double), cmpd);
+                med[a] = tab[a * reps + reps / 2] * 1e6;
+            }
+            point_t *p = &pts[npts++];
+            p->coll = NAMES[c];
+            p->bytes = c == BARRIER ? 0 : bytes;
+            p->system = med[0];
+            p->autot = med[1];
+            p->best = 1e300;
+            for (int a = 1; a < na; a++) /* the explicit algorithms, native included */
+                if (med[a + 1] < p->best) p->best = med[a + 1], snprintf(p->best_name, sizeof p->best_name, "%s", names[a]);
+            if (rank == 0) {
+                printf("| %ld | %.2f |", p->bytes, p->system);
+                for (int a = 0; a < na; a++) printf(" %.2f |", med[a + 1]);
+                printf(" %s | %.2f | %.2f |\n", p->best_name, p->autot / p->best, p->autot / p->system);
+                fflush(stdout);
+                /* the size the shim decides by: the total for Reduce_scatter(_block) */
+                long key = (c == REDUCE_SCATTER || c == REDUCE_SCATTER_BLOCK) ? p->bytes * size : p->bytes;
+                if (tune && !unsized(c)) fprintf(tune, "best MPI_%s %d %ld %s\n", NAMES[c], size, key, p->best_name);
+            }
+            for (int a = 1; a < na; a++) lgsum[a] += log(med[a + 1] / p->best);
+        }
+        if (tune && unsized(c)) {
+            /* one row for all sizes: the algorithm closest to the best over all of them */
+            int b = 1;
+            for (int a = 1; a < na; a++)
+                if (lgsum[a] < lgsum[b]) b = a;
+            fprintf(tune, "best MPI_%s %d 0 %s\n", NAMES[c], size, names[b]);
+        }
+    }
+    int miss = 0;
+    if (rank == 0) {
+        double lg = 0, worst_best = 0, worst_sys = 0, reduce_min = 1e300;
+        int over_best = 0, over_sys = 0, nreduce = 0;
+        for (int i = 0; i < npts; i++) {
+            point_t *p = &pts[i];
+            lg += log(p->system / p->autot);
+            double rb = p->autot / p->best, rs = p->autot / p->system;
+            if (rb > worst_best) worst_best = rb;
+            if (rs > worst_sys) worst_sys = rs;
+            if (rb > 1.10) over_best++, printf("# miss: %s %ld B: auto %.2f us, best (%s) %.2f us, ratio %.2f\n", p->coll, p->bytes, p->autot, p->best_name, p->best, rb);
+            if (rs > 1.05) over_sys++, printf("# miss: %s %ld B: auto %.2f us, system MPI %.2f us, ratio %.2f\n", p->coll, p->bytes, p->autot, p->system, rs);
+            if (!strcmp(p->coll, "Reduce") && p->bytes >= 256 << 10) {
+                nreduce++;
+                if (p->system / p->autot < reduce_min) reduce_min = p->system / p->autot;
+            }
+        }
+        printf("\n#### Summary (%d ranks, %d points)\n\n", size, npts);
+        printf("- auto within 10%% of the best algorithm: %d of %d points (worst auto/best %.2f)\n", npts - over_best, npts, worst_best);
+        printf("- auto at most 5%% slower than the system MPI: %d of %d points (worst auto/system %.2f)\n", npts - over_sys, npts, worst_sys);
+        printf("- geometric mean speedup over the system MPI: %.3f\n", npts ? exp(lg / npts) : 0.0);
+        if (nreduce) printf("- Reduce at >= 256 KiB: at least %.2fx faster than the system MPI\n", reduce_min);
+        fflush(stdout);
+        miss = over_best + over_sys + (nreduce && reduce_min < 2.0) + (npts && exp(lg / npts) <= 1.0);
+        if (tune) fclose(tune);
+    }
+    PMPI_Bcast(&miss, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    free(pts);
+    free(tab);
+    return miss;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     long minb = 8, maxb = 4l << 20;
     int reps = 7;
-    const char *colls = NULL, *forms = "bn";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-c")) colls = argv[i + 1];
-        else if (!strcmp(argv[i], "-s")) minb = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "-S")) maxb = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-f")) forms = argv[i + 1];
+    const char *colls = NULL, *forms = "bn", *tune_out = NULL;
+    int all = 0, grow = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : "0";
+        if (!strcmp(argv[i], "-a")) { all = 1; continue; }
+        if (!strcmp(argv[i], "-c")) colls = v;
+        else if (!strcmp(argv[i], "-s")) minb = atol(v);
+        else if (!strcmp(argv[i], "-S")) maxb = atol(v);
+        else if (!strcmp(argv[i], "-r")) reps = atoi(v);
+        else if (!strcmp(argv[i], "-f")) forms = v;
+        else if (!strcmp(argv[i], "-x")) grow = atoi(v);
+        else if (!strcmp(argv[i], "-o")) tune_out = v;
+        else {
+            if (rank == 0) fprintf(stderr, "latency: unknown option %s\n", argv[i]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        i++;
     }
     size_t elems = (size_t)(maxb / 8 + 1) * size;
     sbuf = calloc(elems, 8);
@@ -103,6 +276,13 @@ int main(int argc, char **argv) {
     for (int i = 0; i < size; i++) types[i] = MPI_DOUBLE;
     int dims[1] = {size}, periods[1] = {1};
     MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring);
+    if (all) {
+        all_algorithms(colls, minb, maxb, reps, grow ? grow : 4, tune_out);
+        MPI_Comm_free(&ring);
+        MPI_Finalize();
+        return 0;
+    }
+    if (!grow) grow = 8;
     if (rank == 0) {
         printf("| collective | form | bytes | system MPI (us) | shim (us) | shim/system |\n");
         printf("|---|---|---|---|---|---|\n");
@@ -119,7 +299,7 @@ int main(int argc, char **argv) {
         }
         for (const char *f = forms; *f; f++) {
             int nb = *f == 'n';
-            for (long bytes = minb; bytes <= maxb; bytes = (bytes < maxb && bytes * 8 > maxb) ? maxb : bytes * 8) {
+            for (long bytes = minb; bytes <= maxb; bytes = next_size(bytes, maxb, grow)) {
                 if (c == BARRIER && bytes > minb) break;
                 int n = c == BARRIER ? 0 : (int)(bytes / 8);
                 /* about 20 ms of work per measurement, at least 3 calls */

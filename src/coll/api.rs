@@ -15,6 +15,7 @@
 use core::ffi::{c_int, c_void};
 
 use super::algo::{self, Blk, Red};
+use super::select::Algo;
 use super::{Call, Coll, Ctx, key};
 use crate::abi::*;
 use crate::dtype::TypeInfo;
@@ -118,10 +119,14 @@ impl Ctx<'_> {
 
 pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
     hook!(call, comm, native, |c| {
+        let ch = c.choose(Coll::Barrier, 0, true);
+        if ch.algo == Algo::Native {
+            return c.native();
+        }
         let me = c.me();
-        let k = key(Coll::Barrier, 0, 0, MPI_OP_NULL, &[], Vec::new());
+        let k = key(Coll::Barrier, &ch, 0, 0, MPI_OP_NULL, &[], Vec::new());
         c.launch(k, core::ptr::null(), core::ptr::null_mut(), || {
-            Ok(algo::barrier::dissemination(me))
+            Ok(algo::barrier::build(&ch, me))
         })
     })
 }
@@ -141,11 +146,23 @@ pub unsafe fn bcast(
         let ti = c.type_info(datatype, "datatype")?;
         c.check_buffer(buffer, count, datatype, "the buffer")?;
         stats::note_bytes((count * ti.size) as u64);
+        let ch = c.choose(Coll::Bcast, count * ti.size, true);
+        if ch.algo == Algo::Native {
+            return c.native();
+        }
         let me = c.me();
         let data = crate::sched::Data::new(Addr::recv(0), count, datatype);
-        let k = key(Coll::Bcast, root, 0, MPI_OP_NULL, &[datatype], vec![count]);
+        let k = key(
+            Coll::Bcast,
+            &ch,
+            root,
+            0,
+            MPI_OP_NULL,
+            &[datatype],
+            vec![count],
+        );
         c.launch(k, core::ptr::null(), buffer, || {
-            Ok(algo::bcast::binomial(me, data, count * ti.size, root))
+            Ok(algo::bcast::build(&ch, me, data, &ti, root))
         })
     })
 }
@@ -191,10 +208,20 @@ fn gather_common(
         kc.extend(counts);
         kc.extend(displs);
     }
+    // Gather: every rank knows the block size (equal signatures); Gatherv: only the root
+    let block = (coll == Coll::Gather).then(|| match (is_root, send) {
+        (true, _) => rblocks.first().map_or(0, |b| b.bytes),
+        (false, Some(s)) => s.bytes,
+        (false, None) => 0,
+    });
+    let ch = c.choose(coll, block.unwrap_or(0), true);
+    if ch.algo == Algo::Native {
+        return c.native();
+    }
     let me = c.me();
-    let k = key(coll, root, inplace as u8, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL, &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::rooted::gather_linear(me, send, &rblocks, root))
+        Ok(algo::rooted::gather(&ch, me, send, &rblocks, root, block))
     })
 }
 
@@ -313,10 +340,19 @@ fn scatter_common(
         kc.extend(counts);
         kc.extend(displs);
     }
+    let block = (coll == Coll::Scatter).then(|| match (is_root, recv) {
+        (true, _) => sblocks.first().map_or(0, |b| b.bytes),
+        (false, Some(r)) => r.bytes,
+        (false, None) => 0,
+    });
+    let ch = c.choose(coll, block.unwrap_or(0), true);
+    if ch.algo == Algo::Native {
+        return c.native();
+    }
     let me = c.me();
-    let k = key(coll, root, inplace as u8, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL, &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::rooted::scatter_linear(me, &sblocks, recv, root))
+        Ok(algo::rooted::scatter(&ch, me, &sblocks, recv, root, block))
     })
 }
 
@@ -425,13 +461,19 @@ fn allgather_common(
         c.check_buffer(recvbuf, 1, recvtype, "the receive buffer")?;
     }
     let rblocks = blocks(Addr::recv, &counts, &displs, recvtype, &rti);
+    // every rank knows all counts: decide by the average block
+    let avg = rblocks.iter().map(|b| b.bytes).sum::<i64>() / c.size() as i64;
     types.push(recvtype);
     kc.extend(counts);
     kc.extend(displs);
+    let ch = c.choose(coll, avg, true);
+    if ch.algo == Algo::Native {
+        return c.native();
+    }
     let me = c.me();
-    let k = key(coll, 0, inplace as u8, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL, &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::allgather::ring(me, send, &rblocks))
+        Ok(algo::allgather::build(&ch, me, send, &rblocks))
     })
 }
 
@@ -530,10 +572,23 @@ fn alltoall_common(
     if recv.iter().any(|x| x.1 > 0) {
         c.check_buffer(recvbuf, 1, recv[0].2, "the receive buffer")?;
     }
+    // only Alltoall's block size is known to every rank
+    let regular = coll == Coll::Alltoall;
+    let bytes = if regular {
+        rblocks.first().map_or(0, |b| b.bytes)
+    } else {
+        0
+    };
+    let ch = c.choose(coll, bytes, true);
+    if ch.algo == Algo::Native {
+        return c.native();
+    }
     let me = c.me();
-    let k = key(coll, 0, inplace as u8, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL, &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::alltoall::linear(me, &sblocks, &rblocks, inplace))
+        Ok(algo::alltoall::build(
+            &ch, me, &sblocks, &rblocks, inplace, regular,
+        ))
     })
 }
 
@@ -683,9 +738,14 @@ pub unsafe fn reduce(
         if is_root {
             c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
         }
+        let ch = c.choose(Coll::Reduce, r.bytes(), r.commutative);
+        if ch.algo == Algo::Native {
+            return c.native();
+        }
         let me = c.me();
         let k = key(
             Coll::Reduce,
+            &ch,
             root,
             inplace as u8,
             op,
@@ -693,7 +753,7 @@ pub unsafe fn reduce(
             vec![count],
         );
         c.launch(k, sendbuf, recvbuf, || {
-            Ok(algo::reduce::reduce_binomial(me, &r, inplace, root))
+            Ok(algo::reduce::reduce(&ch, me, &r, inplace, root))
         })
     })
 }
@@ -715,9 +775,14 @@ pub unsafe fn allreduce(
             c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
         }
         c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
+        let ch = c.choose(Coll::Allreduce, r.bytes(), r.commutative);
+        if ch.algo == Algo::Native {
+            return c.native();
+        }
         let me = c.me();
         let k = key(
             Coll::Allreduce,
+            &ch,
             0,
             inplace as u8,
             op,
@@ -725,7 +790,7 @@ pub unsafe fn allreduce(
             vec![count],
         );
         c.launch(k, sendbuf, recvbuf, || {
-            Ok(algo::reduce::allreduce_recursive_doubling(me, &r, inplace))
+            Ok(algo::reduce::allreduce(&ch, me, &r, inplace))
         })
     })
 }
@@ -751,12 +816,14 @@ fn reduce_scatter_common(
         datatype,
         "the receive buffer",
     )?;
+    let ch = c.choose(coll, total * r.ti.size, r.commutative);
+    if ch.algo == Algo::Native {
+        return c.native();
+    }
     let me = c.me();
-    let k = key(coll, 0, inplace as u8, op, &[datatype], counts.clone());
+    let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], counts.clone());
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::reduce::reduce_scatter_via_reduce(
-            me, &r, &counts, inplace,
-        ))
+        Ok(algo::reduce_scatter::build(&ch, me, &r, &counts, inplace))
     })
 }
 
@@ -824,11 +891,15 @@ fn scan_common(
         c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
     }
     c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
+    let ch = c.choose(coll, r.bytes(), r.commutative);
+    if ch.algo == Algo::Native {
+        return c.native();
+    }
     let me = c.me();
     let exclusive = coll == Coll::Exscan;
-    let k = key(coll, 0, inplace as u8, op, &[datatype], vec![count]);
+    let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], vec![count]);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::scan::recursive_doubling(me, &r, inplace, exclusive))
+        Ok(algo::scan::build(&ch, me, &r, inplace, exclusive))
     })
 }
 
@@ -902,9 +973,13 @@ fn neighbor_common(
         kc.extend([d, n]);
         types.push(t);
     }
+    let ch = c.choose(coll, 0, true);
+    if ch.algo == Algo::Native {
+        return c.native();
+    }
     let me = c.me();
     let cart = nb.cart;
-    let k = key(coll, 0, 0, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, 0, 0, MPI_OP_NULL, &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(algo::neighbor::single_round(me, &sends, &recvs, cart))
     })

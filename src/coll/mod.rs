@@ -8,6 +8,7 @@
 
 pub mod algo;
 pub mod api;
+pub mod select;
 
 use core::ffi::{c_int, c_void};
 use std::fmt::Display;
@@ -279,12 +280,34 @@ impl<'a> Ctx<'a> {
         stats::note_path(self.call.fid, "forwarded", why);
         Ok((self.native)())
     }
+
+    /// How the call was made, for selection.
+    pub fn form(&self) -> select::Form {
+        match self.call.variant {
+            Variant::Blocking => select::Form::Blocking,
+            Variant::Nonblocking(_) => select::Form::Nonblocking,
+            Variant::Persistent(..) => select::Form::Persistent,
+        }
+    }
+
+    /// The algorithm for this call (see `select`): `bytes` must be a size every rank of
+    /// the communicator agrees on.
+    pub fn choose(&self, coll: Coll, bytes: i64, commutative: bool) -> select::Choice {
+        select::choose(coll, self.form(), self.size(), bytes, commutative)
+    }
+
+    /// Runs the system MPI's own implementation (the `native` algorithm).
+    pub fn native(&self) -> Result<c_int, c_int> {
+        stats::note_path(self.call.fid, "native", "system MPI");
+        Ok((self.native)())
+    }
 }
 
 /// A cache key, or `None` when the call's datatypes or operation are not all predefined
 /// (see `sched::cache`).
 pub fn key(
     coll: Coll,
+    choice: &select::Choice,
     root: c_int,
     flags: u8,
     op: MPI_Op,
@@ -298,6 +321,7 @@ pub fn key(
     }
     Some(Key {
         coll: coll as u8,
+        algo: choice.pack(),
         root,
         flags,
         op,

@@ -186,3 +186,52 @@ pub unsafe fn copy(
         )
     }
 }
+
+/// Builds and commits one struct datatype per composite message of a schedule (blocks at
+/// byte displacements from the message's base).
+pub fn struct_types(composites: &[Vec<crate::sched::Part>]) -> Result<Vec<MPI_Datatype>, c_int> {
+    let mut out = Vec::with_capacity(composites.len());
+    for parts in composites {
+        let lens: Vec<MPI_Count> = parts.iter().map(|p| p.count).collect();
+        let displs: Vec<MPI_Count> = parts.iter().map(|p| p.off as MPI_Count).collect();
+        let types: Vec<MPI_Datatype> = parts.iter().map(|p| p.dt).collect();
+        let mut t: MPI_Datatype = MPI_DATATYPE_NULL;
+        // SAFETY: three arrays of parts.len() entries and a valid out-pointer.
+        let rc = unsafe {
+            let rc = pmpi::PMPI_Type_create_struct_c(
+                parts.len() as MPI_Count,
+                lens.as_ptr(),
+                displs.as_ptr(),
+                types.as_ptr(),
+                &mut t,
+            );
+            if rc == MPI_SUCCESS {
+                pmpi::PMPI_Type_commit(&mut t)
+            } else {
+                rc
+            }
+        };
+        if rc != MPI_SUCCESS {
+            free_types(&out);
+            return Err(rc);
+        }
+        out.push(t);
+    }
+    Ok(out)
+}
+
+/// Frees datatypes the shim created, unless MPI is already finalized (then the library
+/// has released them).
+pub fn free_types(types: &[MPI_Datatype]) {
+    let mut fin: c_int = 0;
+    // SAFETY: valid out-pointer; PMPI_Finalized may be called at any time.
+    unsafe { pmpi::PMPI_Finalized(&mut fin) };
+    if fin != 0 {
+        return;
+    }
+    for &t in types {
+        let mut t = t;
+        // SAFETY: a datatype this module created and nobody else frees.
+        unsafe { pmpi::PMPI_Type_free(&mut t) };
+    }
+}

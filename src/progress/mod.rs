@@ -1,18 +1,21 @@
-//! Progress of outstanding schedules.
+//! Progress of outstanding schedules (`SHIM_PROGRESS`).
 //!
-//! Without a progress thread (this module's only mode so far), schedules advance inside
-//! MPI calls: every intercepted call first advances all outstanding schedules (one
-//! atomic load when there are none), and every call that waits (a blocking collective,
-//! `MPI_Wait*`, the blocking point-to-point calls in `blocking`) polls all of them while
-//! it waits. That is MPI's progress rule (MPI-4.0 §3.7.4: a non-blocking operation must
-//! complete while its peers are blocked in other MPI calls), which the system MPI's own
-//! progress engine cannot provide for the shim's schedules.
+//! `none`: schedules advance inside MPI calls: every intercepted call first advances all
+//! outstanding schedules (one atomic load when there are none), and every call that waits
+//! (a blocking collective, `MPI_Wait*`, the blocking point-to-point calls in `blocking`)
+//! polls all of them while it waits. That is MPI's progress rule (MPI-4.0 §3.7.4: a
+//! non-blocking operation must complete while its peers are blocked in other MPI calls),
+//! which the system MPI's own progress engine cannot provide for the shim's schedules.
+//!
+//! `thread`: in addition, the progress thread (`thread`) advances them while the
+//! application computes.
 //!
 //! Each run sits behind its own mutex and is advanced by whichever thread gets it
 //! (`try_lock`): never by two threads at once, and a thread never waits for another's
 //! advance.
 
 pub mod blocking;
+pub mod thread;
 
 use core::ffi::c_int;
 use std::cell::RefCell;
@@ -49,16 +52,24 @@ impl RunCell {
 
     /// Advances the run unless another thread is doing so; returns whether it is done.
     pub fn poke(&self) -> bool {
+        self.poke_counting().0
+    }
+
+    /// Like `poke`; also tells whether any action completed.
+    pub fn poke_counting(&self) -> (bool, bool) {
         if self.is_done() {
-            return true;
+            return (true, false);
         }
+        let mut progressed = false;
         if let Ok(mut r) = self.run.try_lock() {
+            let before = r.completed();
             if r.advance() {
                 self.error.store(r.error, Ordering::Release);
                 self.done.store(true, Ordering::Release);
             }
+            progressed = r.completed() != before;
         }
-        self.is_done()
+        (self.is_done(), progressed)
     }
 
     /// Name of the schedule's algorithm.
@@ -73,6 +84,12 @@ impl RunCell {
 
 static ACTIVE: Mutex<Vec<Arc<RunCell>>> = Mutex::new(Vec::new());
 static N_ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// Application threads currently waiting (and advancing schedules) in an MPI call.
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+
+pub fn waiters() -> usize {
+    WAITERS.load(Ordering::Relaxed)
+}
 
 thread_local! {
     static SNAPSHOT: RefCell<Vec<Arc<RunCell>>> = const { RefCell::new(Vec::new()) };
@@ -89,19 +106,27 @@ pub fn submit(cell: &Arc<RunCell>) {
     if cell.poke() {
         return;
     }
-    let mut a = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-    a.push(Arc::clone(cell));
-    N_ACTIVE.store(a.len(), Ordering::Relaxed);
+    {
+        let mut a = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+        a.push(Arc::clone(cell));
+        N_ACTIVE.store(a.len(), Ordering::Relaxed);
+    }
+    thread::notify();
 }
 
 /// Advances every outstanding run once and forgets the finished ones.
 pub fn progress_all() {
+    progress_all_counting();
+}
+
+/// Like `progress_all`; tells whether any action of any run completed.
+pub fn progress_all_counting() -> bool {
     if !any_active() {
-        return;
+        return false;
     }
     SNAPSHOT.with(|s| {
         let Ok(mut snap) = s.try_borrow_mut() else {
-            return;
+            return false;
         };
         snap.clear();
         snap.extend(
@@ -112,8 +137,11 @@ pub fn progress_all() {
                 .cloned(),
         );
         let mut finished = false;
+        let mut progressed = false;
         for c in snap.iter() {
-            finished |= c.poke();
+            let (d, p) = c.poke_counting();
+            finished |= d;
+            progressed |= p;
         }
         snap.clear();
         if finished {
@@ -121,12 +149,17 @@ pub fn progress_all() {
             a.retain(|c| !c.is_done());
             N_ACTIVE.store(a.len(), Ordering::Relaxed);
         }
-    });
+        progressed
+    })
 }
 
 /// Polls until `done()` holds, advancing every outstanding run meanwhile. Yields the
 /// processor now and then: ranks often outnumber cores in tests.
 pub fn wait_until(mut done: impl FnMut() -> bool) {
+    if done() {
+        return;
+    }
+    WAITERS.fetch_add(1, Ordering::Relaxed);
     let mut spins: u32 = 0;
     while !done() {
         progress_all();
@@ -135,6 +168,7 @@ pub fn wait_until(mut done: impl FnMut() -> bool) {
             std::thread::yield_now();
         }
     }
+    WAITERS.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Runs a blocking collective's schedule to completion; returns its error code.

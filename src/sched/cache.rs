@@ -14,6 +14,8 @@ use crate::abi::{MPI_Datatype, MPI_Op};
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Key {
     pub coll: u8,
+    /// The algorithm and its parameters (`Choice::pack`).
+    pub algo: u64,
     pub root: i32,
     pub flags: u8,
     pub op: MPI_Op,
@@ -33,6 +35,11 @@ impl Cache {
             cap,
             entries: Vec::new(),
         }
+    }
+
+    /// Drops every cached schedule.
+    pub fn clear(&mut self) {
+        self.entries.clear();
     }
 
     pub fn get(&mut self, key: &Key) -> Option<Arc<Schedule>> {
@@ -68,6 +75,7 @@ mod tests {
     fn key(n: i64) -> Key {
         Key {
             coll: 1,
+            algo: 0,
             root: 0,
             flags: 0,
             op: 0,

@@ -12,6 +12,12 @@
 //! therefore independent of the buffers and can be cached and re-run (repeated calls with
 //! the same arguments, persistent collectives).
 //!
+//! Several blocks can travel as one message ([`Builder::blocks`]): the builder records
+//! the blocks under a schedule-local "composite" datatype handle, and the engine turns
+//! it into an MPI struct datatype once per schedule (freed with the schedule). Both sides
+//! of such a message list the same blocks in the same order, so the type signatures
+//! match whatever layout each side's buffers have.
+//!
 //! Matching: all messages of one collective instance use one tag on the communicator's
 //! private shadow (plus `tag_offset`, for Cartesian neighbourhood collectives), so two
 //! messages between the same pair are told apart only by order. The engine therefore
@@ -20,10 +26,31 @@
 
 pub mod cache;
 pub mod run;
+#[cfg(test)]
+pub mod sim;
 
 use core::ffi::c_int;
+use std::sync::OnceLock;
 
 use crate::abi::{MPI_Datatype, MPI_Op};
+
+/// Handles of schedule-local composite datatypes: `COMPOSITE | index`. MPICH handles
+/// always have a non-zero kind in bits 30-31, so these never collide with a real one.
+pub const COMPOSITE: MPI_Datatype = 0x0f00_0000;
+
+/// Whether `dt` is a schedule-local composite handle.
+pub fn is_composite(dt: MPI_Datatype) -> bool {
+    (dt as u32) & 0xff00_0000 == COMPOSITE as u32
+}
+
+/// One block of a composite message: `count` elements of `dt` at byte offset `off` from
+/// the message's base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub off: isize,
+    pub count: i64,
+    pub dt: MPI_Datatype,
+}
 
 /// Which buffer an address is relative to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -133,9 +160,35 @@ pub struct Schedule {
     pub ntags: c_int,
     /// Name of the algorithm, for `SHIM_STATS`.
     pub algorithm: &'static str,
+    /// The blocks of each composite datatype (see [`Builder::blocks`]).
+    pub composites: Vec<Vec<Part>>,
+    /// The MPI datatypes made from `composites`, created on first use.
+    types: OnceLock<Result<Vec<MPI_Datatype>, c_int>>,
+}
+
+impl Drop for Schedule {
+    fn drop(&mut self) {
+        if let Some(Ok(types)) = self.types.get() {
+            crate::dtype::free_types(types);
+        }
+    }
 }
 
 impl Schedule {
+    /// The MPI datatype to post for `dt`: itself, or the struct type of a composite.
+    pub fn mpi_type(&self, dt: MPI_Datatype) -> Result<MPI_Datatype, c_int> {
+        if !is_composite(dt) {
+            return Ok(dt);
+        }
+        let types = self
+            .types
+            .get_or_init(|| crate::dtype::struct_types(&self.composites));
+        match types {
+            Ok(t) => Ok(t[(dt as u32 & 0x00ff_ffff) as usize]),
+            Err(e) => Err(*e),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.actions.len()
     }
@@ -163,6 +216,7 @@ pub struct Builder {
     scratch: usize,
     ntags: c_int,
     algorithm: &'static str,
+    composites: Vec<Vec<Part>>,
 }
 
 impl Builder {
@@ -266,6 +320,58 @@ impl Builder {
         Addr::scratch(off - ti.true_lb)
     }
 
+    /// Names the algorithm (for builders that fall back to another one).
+    pub fn rename(&mut self, algorithm: &'static str) {
+        self.algorithm = algorithm;
+    }
+
+    /// Describes several blocks as the data of one message. `parts` are (address, count,
+    /// datatype, extent), all relative to the same base, in message order; empty blocks
+    /// are dropped and neighbours that continue each other with the same datatype are
+    /// merged. Returns plain data when one block remains (a count of 0 when none does).
+    pub fn blocks(&mut self, parts: &[(Addr, i64, MPI_Datatype, i64)]) -> Data {
+        let mut out: Vec<(Addr, i64, MPI_Datatype, i64)> = Vec::new();
+        for &(a, n, dt, ext) in parts.iter().filter(|p| p.1 > 0) {
+            if let Some(last) = out.last_mut() {
+                assert_eq!(last.0.base, a.base, "one message, one base");
+                if last.2 == dt && last.0.off + (last.1 * last.3) as isize == a.off {
+                    last.1 += n;
+                    continue;
+                }
+            }
+            out.push((a, n, dt, ext));
+        }
+        match out.len() {
+            0 => Data::new(
+                parts.first().map_or(Addr::recv(0), |p| p.0),
+                0,
+                crate::abi::MPI_BYTE,
+            ),
+            1 => Data::new(out[0].0, out[0].1, out[0].2),
+            _ => {
+                let id = self.composites.len();
+                assert!(id < 1 << 24, "too many composite messages");
+                self.composites.push(
+                    out.iter()
+                        .map(|&(a, count, dt, _)| Part {
+                            off: a.off,
+                            count,
+                            dt,
+                        })
+                        .collect(),
+                );
+                Data::new(
+                    Addr {
+                        base: out[0].0.base,
+                        off: 0,
+                    },
+                    1,
+                    COMPOSITE | id as MPI_Datatype,
+                )
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.actions.len()
     }
@@ -332,6 +438,8 @@ impl Builder {
             scratch: self.scratch,
             ntags: self.ntags,
             algorithm: self.algorithm,
+            composites: self.composites,
+            types: OnceLock::new(),
         }
     }
 }

@@ -95,6 +95,11 @@ impl Run {
         self.finished
     }
 
+    /// Actions completed so far (to tell whether an advance achieved anything).
+    pub fn completed(&self) -> u32 {
+        self.done
+    }
+
     fn addr(&self, a: Addr) -> *mut c_void {
         self.bases[a.base as usize].wrapping_add_signed(a.off) as *mut c_void
     }
@@ -209,6 +214,11 @@ impl Run {
 
     fn post(&self, send: bool, d: Data, peer: c_int, tag: c_int, req: &mut MPI_Request) -> c_int {
         let buf = self.addr(d.addr);
+        let mut d = d;
+        d.dt = match self.sched.mpi_type(d.dt) {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
         let comm = self.comm.shadow();
         // SAFETY: buffers as for Copy; `req` is a valid out-pointer.
         unsafe {

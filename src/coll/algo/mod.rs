@@ -12,12 +12,13 @@ pub mod barrier;
 pub mod bcast;
 pub mod neighbor;
 pub mod reduce;
+pub mod reduce_scatter;
 pub mod rooted;
 pub mod scan;
 
-use crate::abi::{MPI_Datatype, MPI_Op};
+use crate::abi::{MPI_Datatype, MPI_Op, MPI_PACKED};
 use crate::dtype::TypeInfo;
-use crate::sched::{Addr, Data};
+use crate::sched::{Addr, Builder, Data, V};
 
 /// This rank in its communicator.
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +35,8 @@ pub struct Blk {
     pub bytes: i64,
     pub lo: i64,
     pub hi: i64,
+    /// Extent of the datatype (to tell whether two blocks continue each other).
+    pub ext: i64,
 }
 
 impl Blk {
@@ -44,12 +47,104 @@ impl Blk {
             bytes: count * ti.size,
             lo,
             hi: lo + ti.span(count),
+            ext: ti.extent,
         }
     }
 
     pub fn empty(&self) -> bool {
         self.bytes == 0
     }
+
+    /// The block as a part of a composite message (see `Builder::blocks`).
+    pub fn part(&self) -> (Addr, i64, MPI_Datatype, i64) {
+        (self.d.addr, self.d.count, self.d.dt, self.ext)
+    }
+}
+
+/// One message carrying several blocks, in the given order.
+pub fn multi<'a>(b: &mut Builder, blocks: impl IntoIterator<Item = &'a Blk>) -> Data {
+    let parts: Vec<_> = blocks.into_iter().map(Blk::part).collect();
+    b.blocks(&parts)
+}
+
+/// Data of `count` elements of a type seen as packed bytes (`MPI_PACKED`, which matches
+/// any type signature of the same bytes, MPI-4.0 §5.2.1): in place when the type is dense,
+/// else in scratch, filled by [`Packed::pack`] and emptied by [`Packed::unpack`]. Every
+/// rank agrees on the byte count (the signatures match), whatever its own layout.
+#[derive(Clone, Copy, Debug)]
+pub struct Packed {
+    pub typed: Data,
+    pub at: Addr,
+    pub bytes: i64,
+    pub dense: bool,
+}
+
+impl Packed {
+    pub fn new(b: &mut Builder, typed: Data, ti: &TypeInfo) -> Packed {
+        let bytes = typed.count * ti.size;
+        if ti.dense() {
+            Packed {
+                typed,
+                at: typed.addr.add(ti.lb),
+                bytes,
+                dense: true,
+            }
+        } else {
+            Packed {
+                typed,
+                at: Addr::scratch(b.scratch(bytes)),
+                bytes,
+                dense: false,
+            }
+        }
+    }
+
+    /// `n` bytes from byte `off`.
+    pub fn slice(&self, off: i64, n: i64) -> Data {
+        Data::new(self.at.add(off), n, MPI_PACKED)
+    }
+
+    /// Copies the typed data into the packed view (nothing when dense).
+    pub fn pack(&self, b: &mut Builder, deps: &[V]) -> Vec<V> {
+        if self.dense || self.bytes == 0 {
+            deps.to_vec()
+        } else {
+            vec![b.copy(self.typed, self.slice(0, self.bytes), deps)]
+        }
+    }
+
+    /// Copies the packed view back into the typed data (nothing when dense).
+    pub fn unpack(&self, b: &mut Builder, deps: &[V]) -> Vec<V> {
+        if self.dense || self.bytes == 0 {
+            deps.to_vec()
+        } else {
+            vec![b.copy(self.slice(0, self.bytes), self.typed, deps)]
+        }
+    }
+}
+
+/// Splits `n` items into `parts` nearly equal pieces: (start, len) of piece `i`.
+pub fn split(n: i64, parts: i64, i: i64) -> (i64, i64) {
+    let q = n / parts;
+    let r = n % parts;
+    let start = i * q + i.min(r);
+    (start, q + i64::from(i < r))
+}
+
+/// Largest power of two not above `p` (p >= 1).
+pub fn pof2_floor(p: i32) -> i32 {
+    1 << (31 - (p as u32).leading_zeros())
+}
+
+/// ceil(log_k(p)) for p >= 1, k >= 2.
+pub fn ceil_log(k: i64, p: i64) -> u32 {
+    let mut n = 0;
+    let mut x = 1i64;
+    while x < p {
+        x = x.saturating_mul(k);
+        n += 1;
+    }
+    n
 }
 
 /// The parameters of a reduction.
@@ -74,4 +169,9 @@ impl Red {
 /// `(a - b) mod n` for ranks.
 pub fn sub_mod(a: i32, b: i32, n: i32) -> i32 {
     ((a - b) % n + n) % n
+}
+
+/// ceil(a / b) for a >= 0, b > 0.
+pub fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
 }

@@ -1,12 +1,65 @@
-//! Gather(v) and Scatter(v): linear. The root posts one receive (send) per rank at once
-//! and the system MPI moves them concurrently; every other rank sends (receives) one block.
-//! The root's own block is a local typed copy unless it is `MPI_IN_PLACE`.
+//! Gather(v) and Scatter(v).
+//! - `linear`: the root posts one receive (send) per rank at once and the system MPI moves
+//!   them concurrently; every other rank sends (receives) one block.
+//! - `binomial`: a binomial tree over ranks relative to the root; inner nodes forward
+//!   their whole subtree's blocks as one packed message, so the root handles ceil(log2 P)
+//!   messages instead of P - 1. It needs every rank to know the block size, which only
+//!   Gather and Scatter guarantee: Gatherv and Scatterv fall back to `linear` (only the
+//!   root knows their counts).
+//!
+//! The root's own block is a local typed copy unless it is `MPI_IN_PLACE`. Intermediate
+//! data is kept as `MPI_PACKED` bytes (which match any type signature of the same size,
+//! MPI-4.0 §5.2.1), so ranks may use different datatypes for matching signatures.
 
-use super::{Blk, Me};
-use crate::sched::{Builder, Schedule};
+use super::bcast::knomial_tree;
+use super::{Blk, Me, multi, sub_mod};
+use crate::abi::MPI_PACKED;
+use crate::coll::select::{Algo, Choice};
+use crate::sched::{Addr, Builder, Data, Schedule, V};
 
 /// `send`: this rank's contribution (`None` = in place at the root); `recv`: the root's
-/// blocks, one per rank (ignored elsewhere).
+/// blocks, one per rank (ignored elsewhere); `block_bytes`: the size of every block when
+/// all ranks know it (Gather), else `None` (Gatherv).
+pub fn gather(
+    ch: &Choice,
+    me: Me,
+    send: Option<Blk>,
+    recv: &[Blk],
+    root: i32,
+    block_bytes: Option<i64>,
+) -> Schedule {
+    match (ch.algo, block_bytes) {
+        (Algo::Binomial, Some(bb)) => gather_binomial(me, send, recv, root, bb),
+        (Algo::Binomial, None) => {
+            let mut s = gather_linear(me, send, recv, root);
+            s.algorithm = "linear (binomial needs the counts at every rank)";
+            s
+        }
+        _ => gather_linear(me, send, recv, root),
+    }
+}
+
+/// `send`: the root's blocks, one per rank; `recv`: this rank's block (`None` = in place
+/// at the root).
+pub fn scatter(
+    ch: &Choice,
+    me: Me,
+    send: &[Blk],
+    recv: Option<Blk>,
+    root: i32,
+    block_bytes: Option<i64>,
+) -> Schedule {
+    match (ch.algo, block_bytes) {
+        (Algo::Binomial, Some(bb)) => scatter_binomial(me, send, recv, root, bb),
+        (Algo::Binomial, None) => {
+            let mut s = scatter_linear(me, send, recv, root);
+            s.algorithm = "linear (binomial needs the counts at every rank)";
+            s
+        }
+        _ => scatter_linear(me, send, recv, root),
+    }
+}
+
 pub fn gather_linear(me: Me, send: Option<Blk>, recv: &[Blk], root: i32) -> Schedule {
     let mut b = Builder::new("linear");
     if me.rank == root {
@@ -30,8 +83,6 @@ pub fn gather_linear(me: Me, send: Option<Blk>, recv: &[Blk], root: i32) -> Sche
     b.finish()
 }
 
-/// `send`: the root's blocks, one per rank; `recv`: this rank's block (`None` = in place
-/// at the root).
 pub fn scatter_linear(me: Me, send: &[Blk], recv: Option<Blk>, root: i32) -> Schedule {
     let mut b = Builder::new("linear");
     if me.rank == root {
@@ -53,4 +104,215 @@ pub fn scatter_linear(me: Me, send: &[Blk], recv: Option<Blk>, root: i32) -> Sch
         }
     }
     b.finish()
+}
+
+fn packed(addr: Addr, bytes: i64) -> Data {
+    Data::new(addr, bytes, MPI_PACKED)
+}
+
+fn gather_binomial(me: Me, send: Option<Blk>, recv: &[Blk], root: i32, bb: i64) -> Schedule {
+    let mut b = Builder::new("binomial");
+    let p = me.size as i64;
+    let vr = sub_mod(me.rank, root, me.size) as i64;
+    let abs = |v: i64| ((v + root as i64) % p) as i32;
+    if bb == 0 {
+        return b.finish();
+    }
+    let (parent, children) = knomial_tree(vr, p, 2);
+    match parent {
+        None => {
+            if let Some(s) = send {
+                b.copy(s.d, recv[root as usize].d, &[]);
+            }
+            for (c, size) in children {
+                let d = multi(&mut b, (c..c + size).map(|v| &recv[abs(v) as usize]));
+                b.recv(d, abs(c), &[]);
+            }
+        }
+        Some(q) => {
+            let s = send.expect("a non-root rank has a send buffer");
+            if children.is_empty() {
+                b.send(s.d, abs(q), &[]);
+            } else {
+                let size = (vr & -vr).min(p - vr);
+                let buf = Addr::scratch(b.scratch(size * bb));
+                let mut deps = vec![b.copy(s.d, packed(buf, bb), &[])];
+                for (c, csize) in children {
+                    let at = buf.add((c - vr) * bb);
+                    deps.push(b.recv(packed(at, csize * bb), abs(c), &[]));
+                }
+                b.send(packed(buf, size * bb), abs(q), &deps);
+            }
+        }
+    }
+    b.finish()
+}
+
+fn scatter_binomial(me: Me, send: &[Blk], recv: Option<Blk>, root: i32, bb: i64) -> Schedule {
+    let mut b = Builder::new("binomial");
+    let p = me.size as i64;
+    let vr = sub_mod(me.rank, root, me.size) as i64;
+    let abs = |v: i64| ((v + root as i64) % p) as i32;
+    if bb == 0 {
+        return b.finish();
+    }
+    let (parent, children) = knomial_tree(vr, p, 2);
+    match parent {
+        None => {
+            for (c, size) in children {
+                let d = multi(&mut b, (c..c + size).map(|v| &send[abs(v) as usize]));
+                b.send(d, abs(c), &[]);
+            }
+            if let Some(r) = recv {
+                b.copy(send[root as usize].d, r.d, &[]);
+            }
+        }
+        Some(q) => {
+            let r = recv.expect("a non-root rank has a receive buffer");
+            if children.is_empty() {
+                b.recv(r.d, abs(q), &[]);
+            } else {
+                let size = (vr & -vr).min(p - vr);
+                let buf = Addr::scratch(b.scratch(size * bb));
+                let got: Vec<V> = vec![b.recv(packed(buf, size * bb), abs(q), &[])];
+                for (c, csize) in children {
+                    let at = buf.add((c - vr) * bb);
+                    b.send(packed(at, csize * bb), abs(c), &got);
+                }
+                b.copy(packed(buf, bb), r.d, &got);
+            }
+        }
+    }
+    b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::MPI_UINT64_T;
+    use crate::sched::sim::{self, Bufs, Mode};
+
+    fn blk(addr: Addr, n: i64) -> Blk {
+        Blk::new(
+            addr,
+            n,
+            MPI_UINT64_T,
+            &crate::dtype::info(MPI_UINT64_T).unwrap(),
+        )
+    }
+
+    #[test]
+    fn gather_and_scatter_all_algorithms() {
+        for algo in [Algo::Linear, Algo::Binomial] {
+            for regular in [true, false] {
+                for p in 1..=12i32 {
+                    for n in [0i64, 1, 3] {
+                        for root in [0, p / 2, p - 1] {
+                            for inplace in [false, true] {
+                                check(algo, p, n, root, inplace, regular);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn check(algo: Algo, p: i32, n: i64, root: i32, inplace: bool, regular: bool) {
+        let ch = Choice::new(algo);
+        let pu = p as usize;
+        let nu = n as usize;
+        let blocks: Vec<Blk> = (0..p as i64)
+            .map(|i| blk(Addr::recv(i * n * 8), n))
+            .collect();
+        let sblocks: Vec<Blk> = (0..p as i64)
+            .map(|i| blk(Addr::send(i * n * 8), n))
+            .collect();
+        let bb = regular.then_some(n * 8);
+        let what = format!("{algo:?} p={p} n={n} root={root} inplace={inplace} regular={regular}");
+        // gather
+        let scheds: Vec<Schedule> = (0..p)
+            .map(|r| {
+                let me = Me { rank: r, size: p };
+                let is_root = r == root;
+                let send = if is_root && inplace {
+                    None
+                } else {
+                    Some(blk(Addr::send(0), n))
+                };
+                gather(&ch, me, send, if is_root { &blocks } else { &[] }, root, bb)
+            })
+            .collect();
+        for mode in [Mode::Eager, Mode::Rendezvous] {
+            let mut bufs: Vec<Bufs> = (0..pu)
+                .map(|r| {
+                    let mine: Vec<u64> = (0..nu).map(|i| sim::val(r, i)).collect();
+                    let mut recv = vec![0u64; pu * nu];
+                    if r == root as usize && inplace {
+                        recv[r * nu..(r + 1) * nu].copy_from_slice(&mine);
+                    }
+                    Bufs {
+                        send: sim::to_bytes(&mine),
+                        recv: sim::to_bytes(&recv),
+                    }
+                })
+                .collect();
+            sim::run(&scheds, &mut bufs, mode, 11).unwrap_or_else(|e| panic!("gather {what}: {e}"));
+            let want: Vec<u64> = (0..pu)
+                .flat_map(|r| (0..nu).map(move |i| sim::val(r, i)))
+                .collect();
+            assert_eq!(
+                sim::from_bytes(&bufs[root as usize].recv),
+                want,
+                "gather {what}"
+            );
+        }
+        // scatter
+        let scheds: Vec<Schedule> = (0..p)
+            .map(|r| {
+                let me = Me { rank: r, size: p };
+                let is_root = r == root;
+                let recv = if is_root && inplace {
+                    None
+                } else {
+                    Some(blk(Addr::recv(0), n))
+                };
+                scatter(
+                    &ch,
+                    me,
+                    if is_root { &sblocks } else { &[] },
+                    recv,
+                    root,
+                    bb,
+                )
+            })
+            .collect();
+        for mode in [Mode::Eager, Mode::Rendezvous] {
+            let all: Vec<u64> = (0..pu)
+                .flat_map(|r| (0..nu).map(move |i| sim::val(r, i)))
+                .collect();
+            let mut bufs: Vec<Bufs> = (0..pu)
+                .map(|r| Bufs {
+                    send: if r == root as usize {
+                        sim::to_bytes(&all)
+                    } else {
+                        vec![]
+                    },
+                    recv: vec![0; nu * 8],
+                })
+                .collect();
+            sim::run(&scheds, &mut bufs, mode, 13)
+                .unwrap_or_else(|e| panic!("scatter {what}: {e}"));
+            for r in 0..pu {
+                if r == root as usize && inplace {
+                    continue;
+                }
+                assert_eq!(
+                    sim::from_bytes(&bufs[r].recv),
+                    all[r * nu..(r + 1) * nu].to_vec(),
+                    "scatter {what} rank {r}"
+                );
+            }
+        }
+    }
 }

@@ -1,0 +1,835 @@
+//! Algorithm selection: the registry of algorithms per collective, forced choices
+//! (`SHIM_<COLL>_ALGORITHM`, `_K`, `_SEGMENT`, or `shim_set_algorithm` at run time), and
+//! `auto`, which asks the cost model (`model`) and the measured table of a tuning file
+//! (`tuning`) which algorithm to run.
+//!
+//! Every input of a decision is known identically on every rank of the communicator
+//! (the collective, the form, the communicator size, the commutativity of the operation,
+//! and a size in bytes that the standard makes equal everywhere: signature sizes of the
+//! data per block), so all ranks pick the same algorithm; collectives whose sizes only
+//! some ranks know (the v/w forms other than Allgatherv and Reduce_scatter, the
+//! neighbourhood ones) decide by communicator size alone. A mismatch would deadlock,
+//! which is why the configuration is also checked to be identical on all ranks at init.
+
+pub mod calibrate;
+pub mod model;
+pub mod tuning;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{LazyLock, OnceLock, RwLock};
+
+use super::Coll;
+
+/// The algorithms, over all collectives (each collective accepts a subset, see [`COLLS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Algo {
+    Auto = 0,
+    Native,
+    Linear,
+    Binomial,
+    Knomial,
+    Pipeline,
+    ScatterAllgather,
+    Dissemination,
+    NwayDissemination,
+    RecursiveDoubling,
+    Rabenseifner,
+    Ring,
+    ReduceBcast,
+    RecursiveHalving,
+    Pairwise,
+    ReduceScatterv,
+    Bruck,
+    Mesh,
+    Prefix,
+    KPrefix,
+    KShift,
+    Hypercube,
+    SingleRound,
+}
+
+/// Every algorithm, in `repr` order.
+pub const ALL_ALGOS: &[Algo] = &[
+    Algo::Auto,
+    Algo::Native,
+    Algo::Linear,
+    Algo::Binomial,
+    Algo::Knomial,
+    Algo::Pipeline,
+    Algo::ScatterAllgather,
+    Algo::Dissemination,
+    Algo::NwayDissemination,
+    Algo::RecursiveDoubling,
+    Algo::Rabenseifner,
+    Algo::Ring,
+    Algo::ReduceBcast,
+    Algo::RecursiveHalving,
+    Algo::Pairwise,
+    Algo::ReduceScatterv,
+    Algo::Bruck,
+    Algo::Mesh,
+    Algo::Prefix,
+    Algo::KPrefix,
+    Algo::KShift,
+    Algo::Hypercube,
+    Algo::SingleRound,
+];
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Auto => "auto",
+            Algo::Native => "native",
+            Algo::Linear => "linear",
+            Algo::Binomial => "binomial",
+            Algo::Knomial => "knomial",
+            Algo::Pipeline => "pipeline",
+            Algo::ScatterAllgather => "scatter-allgather",
+            Algo::Dissemination => "dissemination",
+            Algo::NwayDissemination => "nway-dissemination",
+            Algo::RecursiveDoubling => "recursive-doubling",
+            Algo::Rabenseifner => "rabenseifner",
+            Algo::Ring => "ring",
+            Algo::ReduceBcast => "reduce-bcast",
+            Algo::RecursiveHalving => "recursive-halving",
+            Algo::Pairwise => "pairwise",
+            Algo::ReduceScatterv => "reduce-scatterv",
+            Algo::Bruck => "bruck",
+            Algo::Mesh => "mesh",
+            Algo::Prefix => "prefix",
+            Algo::KPrefix => "kprefix",
+            Algo::KShift => "kshift",
+            Algo::Hypercube => "hypercube",
+            Algo::SingleRound => "single-round",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Algo> {
+        let s = s.trim().to_ascii_lowercase().replace('_', "-");
+        ALL_ALGOS.iter().copied().find(|a| a.name() == s)
+    }
+
+    fn from_u8(v: u8) -> Algo {
+        ALL_ALGOS[v as usize]
+    }
+}
+
+/// A parameter an algorithm family takes: (default, minimum, maximum).
+#[derive(Clone, Copy, Debug)]
+pub struct Param {
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
+    pub doc: &'static str,
+}
+
+/// One collective's entry in the registry.
+pub struct CollSpec {
+    pub coll: Coll,
+    /// The name in `SHIM_<NAME>_ALGORITHM`.
+    pub env: &'static str,
+    /// The MPI name, for messages and tables.
+    pub mpi: &'static str,
+    /// The algorithms it accepts besides `auto`.
+    pub algos: &'static [Algo],
+    /// `SHIM_<NAME>_K`, if the collective has a fan-out parameter.
+    pub k: Option<Param>,
+    /// `SHIM_<NAME>_SEGMENT` (bytes), if it has a segment size.
+    pub segment: Option<Param>,
+    /// Whether every rank knows the data size (else decisions ignore it).
+    pub sized: bool,
+}
+
+const BARRIER_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::Dissemination,
+    Algo::NwayDissemination,
+    Algo::RecursiveDoubling,
+];
+const BCAST_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::Linear,
+    Algo::Binomial,
+    Algo::Knomial,
+    Algo::Pipeline,
+    Algo::ScatterAllgather,
+];
+const ROOTED_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Binomial];
+const ALLGATHER_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::Ring,
+    Algo::RecursiveDoubling,
+    Algo::Bruck,
+    Algo::Mesh,
+    Algo::Prefix,
+    Algo::KPrefix,
+    Algo::KShift,
+    Algo::Hypercube,
+];
+const ALLTOALL_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Pairwise, Algo::Bruck];
+const ALLTOALLV_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Pairwise];
+const REDUCE_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::Binomial,
+    Algo::Knomial,
+    Algo::Rabenseifner,
+    Algo::Pipeline,
+];
+const ALLREDUCE_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::RecursiveDoubling,
+    Algo::NwayDissemination,
+    Algo::Rabenseifner,
+    Algo::Ring,
+    Algo::ReduceBcast,
+];
+const REDSCAT_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::Ring,
+    Algo::RecursiveHalving,
+    Algo::Pairwise,
+    Algo::ReduceScatterv,
+];
+const SCAN_ALGOS: &[Algo] = &[Algo::Native, Algo::RecursiveDoubling, Algo::Pipeline];
+const NEIGHBOR_ALGOS: &[Algo] = &[Algo::Native, Algo::SingleRound];
+
+const SEGMENT: Param = Param {
+    default: 64 << 10,
+    min: 1,
+    max: 1 << 40,
+    doc: "segment size in bytes of `pipeline`",
+};
+const KNOMIAL_K: Param = Param {
+    default: 4,
+    min: 2,
+    max: 64,
+    doc: "fan-out k of `knomial`",
+};
+const NWAY_K: Param = Param {
+    default: 2,
+    min: 1,
+    max: 64,
+    doc: "peers n per round of `nway-dissemination`",
+};
+
+const fn spec(
+    coll: Coll,
+    env: &'static str,
+    mpi: &'static str,
+    algos: &'static [Algo],
+    k: Option<Param>,
+    segment: Option<Param>,
+    sized: bool,
+) -> CollSpec {
+    CollSpec {
+        coll,
+        env,
+        mpi,
+        algos,
+        k,
+        segment,
+        sized,
+    }
+}
+
+/// The registry, indexed by `Coll as usize - 1`.
+pub static COLLS: [CollSpec; 22] = [
+    spec(
+        Coll::Barrier,
+        "BARRIER",
+        "MPI_Barrier",
+        BARRIER_ALGOS,
+        Some(NWAY_K),
+        None,
+        true,
+    ),
+    spec(
+        Coll::Bcast,
+        "BCAST",
+        "MPI_Bcast",
+        BCAST_ALGOS,
+        Some(KNOMIAL_K),
+        Some(SEGMENT),
+        true,
+    ),
+    spec(
+        Coll::Gather,
+        "GATHER",
+        "MPI_Gather",
+        ROOTED_ALGOS,
+        None,
+        None,
+        true,
+    ),
+    spec(
+        Coll::Gatherv,
+        "GATHERV",
+        "MPI_Gatherv",
+        ROOTED_ALGOS,
+        None,
+        None,
+        false,
+    ),
+    spec(
+        Coll::Scatter,
+        "SCATTER",
+        "MPI_Scatter",
+        ROOTED_ALGOS,
+        None,
+        None,
+        true,
+    ),
+    spec(
+        Coll::Scatterv,
+        "SCATTERV",
+        "MPI_Scatterv",
+        ROOTED_ALGOS,
+        None,
+        None,
+        false,
+    ),
+    spec(
+        Coll::Allgather,
+        "ALLGATHER",
+        "MPI_Allgather",
+        ALLGATHER_ALGOS,
+        Some(Param {
+            default: 0,
+            min: 0,
+            max: 1 << 20,
+            doc: "partition size of `kprefix` (default 4), window of `kshift` (default 4), direct-stage dimension of `hypercube` (default 2); 0 = those defaults",
+        }),
+        None,
+        true,
+    ),
+    spec(
+        Coll::Allgatherv,
+        "ALLGATHERV",
+        "MPI_Allgatherv",
+        ALLGATHER_ALGOS,
+        Some(Param {
+            default: 0,
+            min: 0,
+            max: 1 << 20,
+            doc: "as `SHIM_ALLGATHER_K`",
+        }),
+        None,
+        true,
+    ),
+    spec(
+        Coll::Alltoall,
+        "ALLTOALL",
+        "MPI_Alltoall",
+        ALLTOALL_ALGOS,
+        None,
+        None,
+        true,
+    ),
+    spec(
+        Coll::Alltoallv,
+        "ALLTOALLV",
+        "MPI_Alltoallv",
+        ALLTOALLV_ALGOS,
+        None,
+        None,
+        false,
+    ),
+    spec(
+        Coll::Alltoallw,
+        "ALLTOALLW",
+        "MPI_Alltoallw",
+        ALLTOALLV_ALGOS,
+        None,
+        None,
+        false,
+    ),
+    spec(
+        Coll::Reduce,
+        "REDUCE",
+        "MPI_Reduce",
+        REDUCE_ALGOS,
+        Some(KNOMIAL_K),
+        Some(SEGMENT),
+        true,
+    ),
+    spec(
+        Coll::Allreduce,
+        "ALLREDUCE",
+        "MPI_Allreduce",
+        ALLREDUCE_ALGOS,
+        Some(NWAY_K),
+        Some(Param {
+            default: 0,
+            min: 0,
+            max: 1 << 40,
+            doc: "largest message in bytes of `ring` (its chunks are split into pieces of at most this size; 0 = no limit)",
+        }),
+        true,
+    ),
+    spec(
+        Coll::ReduceScatter,
+        "REDUCE_SCATTER",
+        "MPI_Reduce_scatter",
+        REDSCAT_ALGOS,
+        None,
+        None,
+        true,
+    ),
+    spec(
+        Coll::ReduceScatterBlock,
+        "REDUCE_SCATTER_BLOCK",
+        "MPI_Reduce_scatter_block",
+        REDSCAT_ALGOS,
+        None,
+        None,
+        true,
+    ),
+    spec(
+        Coll::Scan,
+        "SCAN",
+        "MPI_Scan",
+        SCAN_ALGOS,
+        None,
+        Some(SEGMENT),
+        true,
+    ),
+    spec(
+        Coll::Exscan,
+        "EXSCAN",
+        "MPI_Exscan",
+        SCAN_ALGOS,
+        None,
+        Some(SEGMENT),
+        true,
+    ),
+    spec(
+        Coll::NeighborAllgather,
+        "NEIGHBOR_ALLGATHER",
+        "MPI_Neighbor_allgather",
+        NEIGHBOR_ALGOS,
+        None,
+        None,
+        false,
+    ),
+    spec(
+        Coll::NeighborAllgatherv,
+        "NEIGHBOR_ALLGATHERV",
+        "MPI_Neighbor_allgatherv",
+        NEIGHBOR_ALGOS,
+        None,
+        None,
+        false,
+    ),
+    spec(
+        Coll::NeighborAlltoall,
+        "NEIGHBOR_ALLTOALL",
+        "MPI_Neighbor_alltoall",
+        NEIGHBOR_ALGOS,
+        None,
+        None,
+        false,
+    ),
+    spec(
+        Coll::NeighborAlltoallv,
+        "NEIGHBOR_ALLTOALLV",
+        "MPI_Neighbor_alltoallv",
+        NEIGHBOR_ALGOS,
+        None,
+        None,
+        false,
+    ),
+    spec(
+        Coll::NeighborAlltoallw,
+        "NEIGHBOR_ALLTOALLW",
+        "MPI_Neighbor_alltoallw",
+        NEIGHBOR_ALGOS,
+        None,
+        None,
+        false,
+    ),
+];
+
+pub fn spec_of(coll: Coll) -> &'static CollSpec {
+    &COLLS[coll as usize - 1]
+}
+
+/// The registry entry for a `SHIM_<NAME>` collective name (case-insensitive) or an MPI
+/// name (`MPI_Allreduce`, `allreduce`).
+pub fn find(name: &str) -> Option<&'static CollSpec> {
+    let n = name.trim().to_ascii_uppercase();
+    let n = n.strip_prefix("MPI_").unwrap_or(&n);
+    COLLS.iter().find(|c| c.env == n)
+}
+
+/// A decision: the algorithm and its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Choice {
+    pub algo: Algo,
+    /// Fan-out / partition parameter (`SHIM_<COLL>_K`; 0 = the algorithm's default).
+    pub k: u32,
+    /// Segment size in bytes (`SHIM_<COLL>_SEGMENT`; 0 = unsegmented where allowed).
+    pub seg: i64,
+}
+
+impl Choice {
+    pub fn new(algo: Algo) -> Choice {
+        Choice { algo, k: 0, seg: 0 }
+    }
+
+    /// A compact encoding (for caches and schedule-cache keys).
+    pub fn pack(&self) -> u64 {
+        (self.algo as u64) | ((self.k as u64) << 8) | ((self.seg as u64) << 24)
+    }
+}
+
+/// What the application asked for, per collective: the configuration's values, which
+/// `shim_set_algorithm` may replace at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forced {
+    pub algo: Algo,
+    pub k: Option<i64>,
+    pub seg: Option<i64>,
+}
+
+impl Default for Forced {
+    fn default() -> Self {
+        Forced {
+            algo: Algo::Auto,
+            k: None,
+            seg: None,
+        }
+    }
+}
+
+/// Run-time overrides (algorithm + 1, 0 = none), set through the C API.
+static OVERRIDE: [AtomicU32; 22] = [const { AtomicU32::new(0) }; 22];
+
+/// Replaces the configured algorithm of a collective for the rest of the run (all ranks
+/// must do the same). `Algo::Auto` returns to automatic selection; `None` restores the
+/// configuration.
+pub fn set_override(coll: Coll, algo: Option<Algo>) {
+    let v = algo.map_or(0, |a| a as u32 + 1);
+    OVERRIDE[coll as usize - 1].store(v, Ordering::Relaxed);
+    clear_decisions();
+}
+
+fn forced(coll: Coll) -> Forced {
+    let mut f = crate::config::get().algorithms[coll as usize - 1];
+    let o = OVERRIDE[coll as usize - 1].load(Ordering::Relaxed);
+    if o != 0 {
+        f.algo = Algo::from_u8((o - 1) as u8);
+    }
+    f
+}
+
+/// The parameters a forced or automatic choice runs with.
+fn params(coll: Coll, f: &Forced) -> (u32, i64) {
+    let s = spec_of(coll);
+    let k = f.k.or(s.k.map(|p| p.default)).unwrap_or(0) as u32;
+    let seg = f.seg.or(s.segment.map(|p| p.default)).unwrap_or(0);
+    (k, seg)
+}
+
+/// How the collective was called, as far as selection cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// Blocking: pick the fastest.
+    Blocking,
+    /// `I*`: pick the lowest CPU overhead.
+    Nonblocking,
+    /// `*_init`: as non-blocking, and never the system MPI's (its persistent collectives
+    /// cannot be restarted reliably, see the README).
+    Persistent,
+}
+
+/// Size bucket of a decision: two per power of two from 2 bytes on (boundaries at 2^n
+/// and 1.5 * 2^n), so a decision is made once per bucket at its lower edge.
+pub fn bucket(bytes: i64) -> u32 {
+    if bytes <= 0 {
+        return 0;
+    }
+    let b = bytes as u64;
+    let lg = 63 - b.leading_zeros();
+    if lg == 0 {
+        return 1;
+    }
+    2 * lg + ((b >> (lg - 1)) & 1) as u32
+}
+
+/// The smallest size in a bucket.
+pub fn bucket_floor(bucket: u32) -> i64 {
+    if bucket <= 1 {
+        return bucket as i64;
+    }
+    let base = 1i64 << (bucket / 2);
+    if bucket % 2 == 1 {
+        base + base / 2
+    } else {
+        base
+    }
+}
+
+const BUCKETS: usize = 128;
+
+/// Automatic decisions per communicator size, cached: index (coll, form, commutative,
+/// bucket), value `Choice::pack() + 1` (0 = not decided yet).
+type Table = &'static [AtomicU32];
+const TABLE_LEN: usize = 22 * 3 * 2 * BUCKETS;
+/// Decision tables per communicator size: a direct slot for small sizes (one atomic load
+/// on the per-call path, which the native path's overhead budget needs), a map beyond.
+/// Tables live for the whole run (a few KiB per communicator size ever seen).
+const DIRECT: usize = 1024;
+static SMALL: [OnceLock<Table>; DIRECT] = [const { OnceLock::new() }; DIRECT];
+static DECISIONS: LazyLock<RwLock<HashMap<i32, Table>>> = LazyLock::new(Default::default);
+
+fn new_table() -> Table {
+    Box::leak((0..TABLE_LEN).map(|_| AtomicU32::new(0)).collect())
+}
+
+fn clear_decisions() {
+    let clear = |t: &Table| t.iter().for_each(|x| x.store(0, Ordering::Relaxed));
+    SMALL.iter().filter_map(OnceLock::get).for_each(clear);
+    DECISIONS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .for_each(clear);
+}
+
+/// Forgets cached automatic decisions (after new tuning data is installed).
+pub fn reset() {
+    clear_decisions();
+}
+
+fn table(p: i32) -> Table {
+    if (p as usize) < DIRECT {
+        return SMALL[p as usize].get_or_init(new_table);
+    }
+    if let Some(t) = DECISIONS.read().unwrap_or_else(|e| e.into_inner()).get(&p) {
+        return t;
+    }
+    let mut w = DECISIONS.write().unwrap_or_else(|e| e.into_inner());
+    w.entry(p).or_insert_with(new_table)
+}
+
+/// The algorithm to run for one call. `bytes` must be a size every rank agrees on (see
+/// the module docs); it is ignored for collectives that are not `sized`.
+pub fn choose(coll: Coll, form: Form, p: i32, bytes: i64, commutative: bool) -> Choice {
+    let f = forced(coll);
+    let (k, seg) = params(coll, &f);
+    if f.algo != Algo::Auto {
+        return Choice {
+            algo: f.algo,
+            k,
+            seg,
+        };
+    }
+    let spec = spec_of(coll);
+    let bytes = if spec.sized { bytes } else { 0 };
+    let bk = bucket(bytes) as usize;
+    let form_i = match form {
+        Form::Blocking => 0,
+        Form::Nonblocking => 1,
+        Form::Persistent => 2,
+    };
+    let idx = (((coll as usize - 1) * 3 + form_i) * 2 + commutative as usize) * BUCKETS
+        + bk.min(BUCKETS - 1);
+    let t = table(p);
+    let v = t[idx].load(Ordering::Relaxed);
+    let algo = if v != 0 {
+        Algo::from_u8((v - 1) as u8)
+    } else {
+        let a = decide(coll, form, p, bucket_floor(bk as u32), commutative, k, seg);
+        t[idx].store(a as u32 + 1, Ordering::Relaxed);
+        a
+    };
+    Choice { algo, k, seg }
+}
+
+/// The automatic decision: a measured winner from the tuning data when there is one for
+/// this collective, communicator size and size, else the cost model's.
+pub fn decide(
+    coll: Coll,
+    form: Form,
+    p: i32,
+    bytes: i64,
+    commutative: bool,
+    k: u32,
+    seg: i64,
+) -> Algo {
+    let spec = spec_of(coll);
+    let tun = tuning::get();
+    if form == Form::Blocking {
+        if let Some(a) = tun.measured(coll, p, bytes) {
+            if spec.algos.contains(&a)
+                && (p > 1 || a != Algo::Native)
+                && model::applicable(coll, a, p, commutative, k)
+            {
+                return a;
+            }
+        }
+    }
+    let mut best: Option<(f64, f64, Algo)> = None;
+    for &a in spec.algos {
+        // Persistent: the system MPI's cannot be restarted. One process: a schedule is a
+        // local copy, and MPICH 4.0's own Alltoallv/w on one process hang while a wildcard
+        // receive is pending on the communicator (README, "system MPI bugs").
+        if (form == Form::Persistent || p == 1) && a == Algo::Native {
+            continue;
+        }
+        if !model::applicable(coll, a, p, commutative, k) {
+            continue;
+        }
+        let c = model::cost(
+            &tun.params,
+            coll,
+            a,
+            p,
+            bytes,
+            k,
+            seg,
+            form != Form::Blocking,
+        );
+        let key = if form == Form::Blocking {
+            (c.time, c.cpu)
+        } else {
+            (c.cpu, c.time)
+        };
+        if best.is_none_or(|b| key.0 < b.0 || (key.0 == b.0 && key.1 < b.1)) {
+            best = Some((key.0, key.1, a));
+        }
+    }
+    best.map_or(Algo::Native, |b| b.2)
+}
+
+/// The decision table (what `auto` picks) for the given communicator sizes, as text.
+pub fn decision_table(sizes: &[i32], form: Form, commutative: bool) -> String {
+    let mut s = String::new();
+    let tun = tuning::get();
+    s.push_str(&format!(
+        "# libshim auto decisions ({} calls, {} operation), parameters: {}\n",
+        match form {
+            Form::Blocking => "blocking",
+            Form::Nonblocking => "non-blocking",
+            Form::Persistent => "persistent",
+        },
+        if commutative {
+            "commutative"
+        } else {
+            "non-commutative"
+        },
+        tun.params.describe()
+    ));
+    s.push_str(&format!("# tuning: {}\n", tun.source));
+    for spec in COLLS.iter() {
+        for &p in sizes {
+            let f = forced(spec.coll);
+            let (k, seg) = params(spec.coll, &f);
+            let mut ranges: Vec<(i64, Algo)> = Vec::new();
+            let top = if spec.sized { bucket(4 << 30) } else { 0 };
+            for b in 0..=top {
+                let lo = bucket_floor(b);
+                let a = if f.algo != Algo::Auto {
+                    f.algo
+                } else {
+                    decide(spec.coll, form, p, lo, commutative, k, seg)
+                };
+                if ranges.last().is_none_or(|r| r.1 != a) {
+                    ranges.push((lo, a));
+                }
+            }
+            let parts: Vec<String> = ranges
+                .iter()
+                .enumerate()
+                .map(|(i, (lo, a))| {
+                    if !spec.sized {
+                        format!("any size: {}", a.name())
+                    } else {
+                        let hi = ranges.get(i + 1).map(|r| r.0);
+                        match hi {
+                            Some(h) => {
+                                format!("{}..{}: {}", fmt_bytes(*lo), fmt_bytes(h - 1), a.name())
+                            }
+                            None => format!(">={}: {}", fmt_bytes(*lo), a.name()),
+                        }
+                    }
+                })
+                .collect();
+            s.push_str(&format!(
+                "{:<26} P={:<5} {}{}\n",
+                spec.mpi,
+                p,
+                parts.join(", "),
+                if f.algo != Algo::Auto {
+                    "  (forced)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    s
+}
+
+/// 1536 -> "1.5K", 65536 -> "64K".
+pub fn fmt_bytes(b: i64) -> String {
+    let units = [("G", 1i64 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    for (u, v) in units {
+        if b >= v {
+            let x = b as f64 / v as f64;
+            return if (x - x.round()).abs() < 1e-9 {
+                format!("{}{u}", x.round() as i64)
+            } else {
+                format!("{x:.1}{u}")
+            };
+        }
+    }
+    format!("{b}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for &a in ALL_ALGOS {
+            assert_eq!(Algo::from_name(a.name()), Some(a));
+            assert_eq!(Algo::from_u8(a as u8), a);
+        }
+        assert_eq!(
+            Algo::from_name("Recursive_Doubling"),
+            Some(Algo::RecursiveDoubling)
+        );
+        assert_eq!(Algo::from_name("bogus"), None);
+    }
+
+    #[test]
+    fn registry_is_indexed_by_coll() {
+        for (i, c) in COLLS.iter().enumerate() {
+            assert_eq!(c.coll as usize - 1, i);
+            assert_eq!(c.algos[0], Algo::Native);
+        }
+        assert_eq!(find("mpi_allreduce").unwrap().coll, Coll::Allreduce);
+        assert_eq!(
+            find("REDUCE_SCATTER_BLOCK").unwrap().coll,
+            Coll::ReduceScatterBlock
+        );
+    }
+
+    #[test]
+    fn buckets() {
+        assert_eq!(bucket(0), 0);
+        for b in 1..60 {
+            let lo = bucket_floor(b);
+            assert_eq!(bucket(lo), b, "bucket {b} floor {lo}");
+            assert_eq!(bucket(bucket_floor(b + 1) - 1), b);
+        }
+        assert_eq!(bucket_floor(bucket(8)), 8);
+        assert_eq!(bucket_floor(bucket(1 << 20)), 1 << 20);
+        assert_eq!(fmt_bytes(1536), "1.5K");
+        assert_eq!(fmt_bytes(4 << 20), "4M");
+    }
+}

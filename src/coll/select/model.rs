@@ -1,0 +1,572 @@
+//! The cost model: LogGP (Hoefler digest §8; Culler et al., Alexandrov et al.) with a
+//! per-byte reduction cost γ (Franke digest §4) and a rendezvous round trip for messages
+//! above the eager limit (LogGPS). For each algorithm it predicts the completion time and
+//! the CPU time the calling process spends (the o, γ and copy terms), which is what a
+//! non-blocking collective costs the application when a progress engine overlaps the
+//! rest (Hoefler digest §8.4: "optimize first for low CPU overhead").
+//!
+//! The formulas are the digest's (Eq. III.1-III.7) and Thakur, Rabenseifner and Gropp's,
+//! written with two helpers: `msg(m)`, one message of m bytes end to end
+//! (`L + 2o + G·m`, plus `2L + 2o` in rendezvous), and `fanout(n, m)`, n messages of m
+//! bytes posted back to back by one rank (LogGP: they leave `max(o, g + G·m)` apart).
+//!
+//! `native` is modelled as the algorithm the system MPI (MPICH 4.0's defaults, design
+//! notes anchors-nbc-progress-rma.md §3.3) picks, with its own per-call overhead; the
+//! measured table of a tuning file overrides the model where the MPI does worse than its
+//! algorithm predicts (MPICH's Reduce in shared memory, for one).
+
+use super::{Algo, Coll};
+
+/// Model parameters, in microseconds (per byte where named so).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Params {
+    /// L: latency.
+    pub l: f64,
+    /// o: CPU overhead per message of the shim's schedules (posting plus completion).
+    pub o: f64,
+    /// g: gap between consecutive messages.
+    pub g: f64,
+    /// G: gap per byte.
+    pub big_g: f64,
+    /// γ: reduction cost per byte.
+    pub gamma: f64,
+    /// Local copy cost per byte.
+    pub copy: f64,
+    /// Fixed CPU cost of one collective call through a shim schedule.
+    pub sched: f64,
+    /// Per-message overhead inside the system MPI's collectives.
+    pub o_native: f64,
+    /// Fixed cost of one call of the system MPI's collective.
+    pub native_call: f64,
+    /// Messages above this many bytes pay a rendezvous round trip.
+    pub eager: f64,
+}
+
+impl Default for Params {
+    /// Measured on the reference machine (2 cores, MPICH 4.0.2 ch4:ucx, shared memory)
+    /// with `SHIM_CALIBRATE=1`.
+    fn default() -> Self {
+        Params {
+            l: 0.35,
+            o: 0.30,
+            g: 0.10,
+            big_g: 1.0e-4,
+            gamma: 2.0e-4,
+            copy: 1.0e-4,
+            sched: 1.2,
+            o_native: 0.15,
+            native_call: 0.15,
+            eager: 65536.0,
+        }
+    }
+}
+
+/// The names in a tuning file, with accessors.
+pub const NAMES: &[&str] = &[
+    "L",
+    "o",
+    "g",
+    "G",
+    "gamma",
+    "copy",
+    "sched",
+    "o_native",
+    "native_call",
+    "eager",
+];
+
+impl Params {
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "L" => self.l,
+            "o" => self.o,
+            "g" => self.g,
+            "G" => self.big_g,
+            "gamma" => self.gamma,
+            "copy" => self.copy,
+            "sched" => self.sched,
+            "o_native" => self.o_native,
+            "native_call" => self.native_call,
+            "eager" => self.eager,
+            _ => return None,
+        })
+    }
+
+    pub fn set(&mut self, name: &str, v: f64) -> bool {
+        let slot = match name {
+            "L" => &mut self.l,
+            "o" => &mut self.o,
+            "g" => &mut self.g,
+            "G" => &mut self.big_g,
+            "gamma" => &mut self.gamma,
+            "copy" => &mut self.copy,
+            "sched" => &mut self.sched,
+            "o_native" => &mut self.o_native,
+            "native_call" => &mut self.native_call,
+            "eager" => &mut self.eager,
+            _ => return false,
+        };
+        *slot = v;
+        true
+    }
+
+    pub fn describe(&self) -> String {
+        NAMES
+            .iter()
+            .map(|n| format!("{n}={:.3e}", self.get(n).unwrap_or(0.0)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Predicted cost of one call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cost {
+    /// Completion time (µs).
+    pub time: f64,
+    /// CPU time of the busiest process (µs).
+    pub cpu: f64,
+}
+
+/// Whether `algo` runs as itself for this collective, size and operation (rather than
+/// falling back to another algorithm, which the model then need not consider twice).
+pub fn applicable(coll: Coll, algo: Algo, p: i32, commutative: bool, k: u32) -> bool {
+    let pof2 = p > 0 && (p & (p - 1)) == 0;
+    match (coll, algo) {
+        (Coll::Allreduce, Algo::Ring | Algo::NwayDissemination) => commutative,
+        (
+            Coll::ReduceScatter | Coll::ReduceScatterBlock,
+            Algo::Ring | Algo::Pairwise | Algo::RecursiveHalving,
+        ) => commutative,
+        (Coll::Allgather | Coll::Allgatherv, Algo::Prefix) => pof2,
+        (Coll::Allgather | Coll::Allgatherv, Algo::KPrefix) => {
+            let k = if k == 0 { 4 } else { k as i32 };
+            k.count_ones() == 1 && k <= p && p % k == 0
+        }
+        (Coll::Allgather | Coll::Allgatherv, Algo::KShift) => {
+            let k = if k == 0 { 4 } else { k as i32 };
+            k <= p && p % k == 0
+        }
+        (Coll::Gatherv | Coll::Scatterv, Algo::Binomial) => false,
+        _ => true,
+    }
+}
+
+fn log2c(p: f64) -> f64 {
+    if p <= 1.0 { 0.0 } else { p.log2().ceil() }
+}
+
+fn logk(k: f64, p: f64) -> f64 {
+    let mut n = 0.0;
+    let mut x = 1.0;
+    while x < p {
+        x *= k;
+        n += 1.0;
+    }
+    n
+}
+
+/// The model evaluated with one per-message overhead (the shim's or the system MPI's).
+struct M<'a> {
+    q: &'a Params,
+    o: f64,
+}
+
+impl M<'_> {
+    fn rv(&self, m: f64) -> f64 {
+        if m > self.q.eager {
+            2.0 * self.q.l + 2.0 * self.o
+        } else {
+            0.0
+        }
+    }
+    fn msg(&self, m: f64) -> f64 {
+        self.q.l + 2.0 * self.o + self.q.big_g * m + self.rv(m)
+    }
+    fn fanout(&self, n: f64, m: f64) -> f64 {
+        if n <= 0.0 {
+            return 0.0;
+        }
+        self.msg(m) + (n - 1.0) * self.o.max(self.q.g + self.q.big_g * m)
+    }
+    fn red(&self, m: f64) -> f64 {
+        self.q.gamma * m
+    }
+    fn cp(&self, m: f64) -> f64 {
+        self.q.copy * m
+    }
+}
+
+/// Cost of `algo` for `coll` at `p` ranks and `m` bytes (per block for the gather /
+/// scatter / allgather / alltoall families, the whole vector for the others). `k` and
+/// `seg` are the algorithm's parameters (0: its default).
+#[allow(clippy::too_many_arguments)]
+pub fn cost(
+    q: &Params,
+    coll: Coll,
+    algo: Algo,
+    p: i32,
+    m: i64,
+    k: u32,
+    seg: i64,
+    nonblocking: bool,
+) -> Cost {
+    let pf = p.max(1) as f64;
+    let m = m.max(0) as f64;
+    if algo == Algo::Native {
+        let c = shape(q, coll, native_algo(coll, p, m), pf, m, 0, 0, q.o_native);
+        let time = c.time + q.native_call;
+        // without a progress engine a non-blocking call makes progress only in Wait,
+        // which then costs the application the whole communication
+        return Cost {
+            time,
+            cpu: if nonblocking {
+                time
+            } else {
+                c.cpu + q.native_call
+            },
+        };
+    }
+    let c = shape(q, coll, algo, pf, m, k, seg, q.o);
+    Cost {
+        time: c.time + q.sched,
+        cpu: c.cpu + q.sched,
+    }
+}
+
+/// The algorithm MPICH 4.0 picks by default (its `generic.json` and CVAR defaults).
+fn native_algo(coll: Coll, p: i32, m: f64) -> Algo {
+    let pf = p as f64;
+    let pof2 = p > 0 && (p & (p - 1)) == 0;
+    match coll {
+        Coll::Barrier => Algo::Dissemination,
+        Coll::Bcast => {
+            if p < 8 || m < 12288.0 {
+                Algo::Binomial
+            } else {
+                Algo::ScatterAllgather
+            }
+        }
+        Coll::Gather | Coll::Gatherv | Coll::Scatter | Coll::Scatterv => Algo::Binomial,
+        Coll::Allgather | Coll::Allgatherv => {
+            let total = m * pf;
+            if pof2 && total < 524288.0 {
+                Algo::RecursiveDoubling
+            } else if !pof2 && total < 81920.0 {
+                Algo::Bruck
+            } else {
+                Algo::Ring
+            }
+        }
+        Coll::Alltoall | Coll::Alltoallv | Coll::Alltoallw => {
+            if p >= 8 && m <= 256.0 {
+                Algo::Bruck
+            } else if m <= 32768.0 {
+                Algo::Linear
+            } else {
+                Algo::Pairwise
+            }
+        }
+        Coll::Reduce => {
+            if m > 2048.0 {
+                Algo::Rabenseifner
+            } else {
+                Algo::Binomial
+            }
+        }
+        Coll::Allreduce => {
+            if m > 2048.0 {
+                Algo::Rabenseifner
+            } else {
+                Algo::RecursiveDoubling
+            }
+        }
+        Coll::ReduceScatter | Coll::ReduceScatterBlock => {
+            if m < 524288.0 {
+                Algo::RecursiveHalving
+            } else {
+                Algo::Pairwise
+            }
+        }
+        Coll::Scan | Coll::Exscan => Algo::RecursiveDoubling,
+        _ => Algo::SingleRound,
+    }
+}
+
+/// The communication and computation of an algorithm, with per-message overhead `o`.
+#[allow(clippy::too_many_arguments)]
+fn shape(q: &Params, coll: Coll, algo: Algo, p: f64, m: f64, k: u32, seg: i64, o: f64) -> Cost {
+    let x = M { q, o };
+    if p <= 1.0 {
+        return Cost {
+            time: x.cp(m),
+            cpu: x.cp(m),
+        };
+    }
+    let lg = log2c(p);
+    let pof2 = 2f64.powf(p.log2().floor());
+    let folded = if pof2 < p { 1.0 } else { 0.0 };
+    let lgf = pof2.log2();
+    let segs = |seg: i64| -> f64 {
+        if seg <= 0 || m <= 0.0 {
+            1.0
+        } else {
+            (m / seg as f64).ceil().max(1.0)
+        }
+    };
+    let t = |time: f64, cpu: f64| Cost { time, cpu };
+    use Algo::*;
+    match (coll, algo) {
+        (Coll::Barrier, NwayDissemination) => {
+            let n = (k.max(1) as f64).min(p - 1.0);
+            let r = logk(n + 1.0, p);
+            t(r * x.fanout(n, 0.0), r * 2.0 * n * o)
+        }
+        (Coll::Barrier, RecursiveDoubling) => {
+            let r = lgf + 2.0 * folded;
+            t(r * x.msg(0.0), r * 2.0 * o)
+        }
+        (Coll::Barrier, _) => t(lg * x.msg(0.0), lg * 2.0 * o),
+
+        (Coll::Bcast, Linear) => t(x.fanout(p - 1.0, m), (p - 1.0) * o),
+        (Coll::Bcast, Knomial) => {
+            let kk = k.max(2) as f64;
+            let r = logk(kk, p);
+            t(r * x.fanout(kk - 1.0, m), r * (kk - 1.0) * o + o)
+        }
+        (Coll::Bcast, Pipeline) => {
+            let s = segs(seg);
+            let ms = m / s;
+            let time = (p - 1.0) * x.msg(ms) + (s - 1.0) * (2.0 * o).max(q.g + q.big_g * ms);
+            t(time, s * 2.0 * o)
+        }
+        (Coll::Bcast, ScatterAllgather) => {
+            let time =
+                lg * (q.l + 2.0 * o) + q.big_g * m * (p - 1.0) / p + (p - 1.0) * x.msg(m / p);
+            t(time, (lg + 2.0 * (p - 1.0)) * o)
+        }
+        (Coll::Bcast, _) => t(lg * x.msg(m), lg * o + o),
+
+        (Coll::Gather | Coll::Gatherv | Coll::Scatter | Coll::Scatterv, Binomial) => {
+            let time = lg * (q.l + 2.0 * o) + q.big_g * m * (p - 1.0) + x.cp(m * p / 2.0);
+            t(time, lg * 2.0 * o + x.cp(m * p / 2.0))
+        }
+        (Coll::Gather | Coll::Gatherv | Coll::Scatter | Coll::Scatterv, _) => {
+            t(x.fanout(p - 1.0, m), (p - 1.0) * o)
+        }
+
+        (Coll::Allgather | Coll::Allgatherv, RecursiveDoubling) => {
+            let time = lgf * (q.l + 2.0 * o)
+                + q.big_g * m * (pof2 - 1.0)
+                + folded * (x.msg(m) + x.msg(m * p));
+            t(time, 2.0 * (lgf + 2.0 * folded) * o)
+        }
+        (Coll::Allgather | Coll::Allgatherv, Bruck) => {
+            t(lg * (q.l + 2.0 * o) + q.big_g * m * (p - 1.0), 2.0 * lg * o)
+        }
+        (Coll::Allgather | Coll::Allgatherv, Mesh) => {
+            let cols = p.sqrt().ceil();
+            let rows = (p / cols).ceil();
+            let time = x.fanout(cols - 1.0, m) + x.fanout(rows - 1.0, cols * m);
+            t(time, 2.0 * (cols + rows - 2.0) * o)
+        }
+        (Coll::Allgather | Coll::Allgatherv, Prefix) => {
+            t(x.fanout(p - 1.0, m), 2.0 * (p - 1.0) * o)
+        }
+        (Coll::Allgather | Coll::Allgatherv, KPrefix) => {
+            let kk = if k == 0 { 4.0 } else { k as f64 };
+            let ph = p / kk;
+            let time = ph * x.fanout(kk - 1.0, m) + (ph - 1.0) * x.msg(m);
+            t(time, 2.0 * (p - 1.0) * o)
+        }
+        (Coll::Allgather | Coll::Allgatherv, KShift) => {
+            let kk = if k == 0 { 4.0 } else { k as f64 };
+            let ph = p / kk;
+            t(ph * x.fanout(kk, m), 2.0 * (p - 1.0) * o)
+        }
+        (Coll::Allgather | Coll::Allgatherv, Hypercube) => {
+            let z = (if k == 0 { 2.0 } else { k as f64 }).min(lgf);
+            let sub = 2f64.powf(z);
+            let col = pof2 / sub;
+            let time = (lgf - z) * (q.l + 2.0 * o)
+                + q.big_g * m * (col - 1.0)
+                + x.fanout(sub - 1.0, m * col)
+                + folded * (x.msg(m) + x.msg(m * p));
+            t(time, 2.0 * (lgf - z + sub - 1.0 + 2.0 * folded) * o)
+        }
+        (Coll::Allgather | Coll::Allgatherv, _) => t((p - 1.0) * x.msg(m), 2.0 * (p - 1.0) * o),
+
+        (Coll::Alltoall | Coll::Alltoallv | Coll::Alltoallw, Pairwise) => {
+            t((p - 1.0) * x.msg(m), 2.0 * (p - 1.0) * o)
+        }
+        (Coll::Alltoall | Coll::Alltoallv | Coll::Alltoallw, Bruck) => {
+            let copies = x.cp(2.0 * m * p);
+            t(lg * x.msg(m * p / 2.0) + copies, 2.0 * lg * o + copies)
+        }
+        (Coll::Alltoall | Coll::Alltoallv | Coll::Alltoallw, _) => {
+            let time = q.l + 2.0 * o + (p - 1.0) * (2.0 * o).max(q.g + q.big_g * m) + x.rv(m);
+            t(time, 2.0 * (p - 1.0) * o)
+        }
+
+        (Coll::Reduce, Knomial) => {
+            let kk = k.max(2) as f64;
+            let r = logk(kk, p);
+            let step = x.fanout(kk - 1.0, m) + (kk - 1.0) * x.red(m);
+            t(r * step, r * ((kk - 1.0) * (o + x.red(m)) + o))
+        }
+        (Coll::Reduce, Rabenseifner) => {
+            let time = 2.0 * lg * (q.l + 2.0 * o)
+                + 2.0 * q.big_g * m * (p - 1.0) / p
+                + x.red(m) * (p - 1.0) / p
+                + folded * (x.msg(m) + x.red(m));
+            t(time, 4.0 * lg * o + x.red(m) * (1.0 + folded))
+        }
+        (Coll::Reduce, Pipeline) => {
+            let s = segs(seg);
+            let ms = m / s;
+            let time = (p - 1.0) * (x.msg(ms) + x.red(ms))
+                + (s - 1.0) * (2.0 * o + x.red(ms)).max(q.g + q.big_g * ms);
+            t(time, s * 2.0 * o + x.red(m))
+        }
+        (Coll::Reduce, _) => t(lg * (x.msg(m) + x.red(m)), lg * (2.0 * o + x.red(m))),
+
+        (Coll::Allreduce, NwayDissemination) => {
+            let n = (k.max(1) as f64).min(p - 1.0);
+            let mut qn = 1.0;
+            while qn * (n + 1.0) <= p {
+                qn *= n + 1.0;
+            }
+            let r = logk(n + 1.0, qn);
+            let fold = if qn < p {
+                2.0 * x.msg(m) + x.red(m)
+            } else {
+                0.0
+            };
+            let time = r * (x.fanout(n, m) + n * x.red(m)) + fold;
+            t(time, r * n * (2.0 * o + x.red(m)) + fold)
+        }
+        (Coll::Allreduce, Rabenseifner) => {
+            let time = 2.0 * lgf * (q.l + 2.0 * o)
+                + 2.0 * q.big_g * m * (pof2 - 1.0) / pof2
+                + x.red(m) * (pof2 - 1.0) / pof2
+                + folded * (2.0 * x.msg(m) + x.red(m));
+            t(time, 4.0 * lgf * o + x.red(m))
+        }
+        (Coll::Allreduce, Ring) => {
+            let time = (2.0 * p - 2.0) * x.msg(m / p) + (p - 1.0) * x.red(m / p);
+            t(time, (4.0 * p - 4.0) * o + x.red(m))
+        }
+        (Coll::Allreduce, ReduceBcast) => {
+            let time = lg * (2.0 * x.msg(m) + x.red(m));
+            t(time, lg * (4.0 * o + x.red(m)))
+        }
+        (Coll::Allreduce, _) => {
+            let time = lgf * (x.msg(m) + x.red(m)) + folded * (2.0 * x.msg(m) + x.red(m));
+            t(time, (lgf + folded) * (2.0 * o + x.red(m)))
+        }
+
+        (Coll::ReduceScatter | Coll::ReduceScatterBlock, Ring | Pairwise) => {
+            let b = m / p;
+            t(
+                (p - 1.0) * (x.msg(b) + x.red(b)),
+                (p - 1.0) * (2.0 * o + x.red(b)),
+            )
+        }
+        (Coll::ReduceScatter | Coll::ReduceScatterBlock, RecursiveHalving) => {
+            let time = lg * (q.l + 2.0 * o)
+                + (p - 1.0) / p * m * (q.big_g + q.gamma)
+                + folded * (x.msg(m) + x.red(m));
+            t(time, 2.0 * lg * o + x.red(m))
+        }
+        (Coll::ReduceScatter | Coll::ReduceScatterBlock, _) => {
+            let time = lg * (x.msg(m) + x.red(m)) + x.fanout(p - 1.0, m / p);
+            t(time, lg * (2.0 * o + x.red(m)) + (p - 1.0) * o)
+        }
+
+        (Coll::Scan | Coll::Exscan, Pipeline) => {
+            let s = segs(seg);
+            let ms = m / s;
+            let time = (p - 1.0) * (x.msg(ms) + x.red(ms))
+                + (s - 1.0) * (2.0 * o + x.red(ms)).max(q.g + q.big_g * ms);
+            t(time, s * 2.0 * o + x.red(m))
+        }
+        (Coll::Scan | Coll::Exscan, _) => t(
+            lg * (x.msg(m) + 2.0 * x.red(m)),
+            lg * (2.0 * o + 2.0 * x.red(m)),
+        ),
+
+        // neighbourhood: a degree the model does not know; one round of messages
+        _ => t(x.fanout(2.0, m), 4.0 * o),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn best(coll: Coll, algos: &[Algo], p: i32, m: i64, nb: bool) -> Algo {
+        let q = Params {
+            native_call: 1e9, // leave the system MPI out
+            ..Params::default()
+        };
+        *algos
+            .iter()
+            .filter(|&&a| applicable(coll, a, p, true, 0))
+            .min_by(|&&a, &&b| {
+                let ca = cost(&q, coll, a, p, m, 0, 64 << 10, nb);
+                let cb = cost(&q, coll, b, p, m, 0, 64 << 10, nb);
+                let (x, y) = if nb {
+                    (ca.cpu, cb.cpu)
+                } else {
+                    (ca.time, cb.time)
+                };
+                x.partial_cmp(&y).unwrap()
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn textbook_crossovers() {
+        use Algo::*;
+        // allreduce: recursive doubling for short vectors, bandwidth-optimal for long
+        let ar = [RecursiveDoubling, Rabenseifner, Ring, ReduceBcast];
+        assert_eq!(best(Coll::Allreduce, &ar, 16, 8, false), RecursiveDoubling);
+        assert!(matches!(
+            best(Coll::Allreduce, &ar, 16, 8 << 20, false),
+            Rabenseifner | Ring
+        ));
+        // bcast: a tree for short messages, scatter-allgather or a pipeline for long ones
+        let bc = [Linear, Binomial, Knomial, Pipeline, ScatterAllgather];
+        assert!(matches!(
+            best(Coll::Bcast, &bc, 32, 8, false),
+            Binomial | Knomial
+        ));
+        assert!(matches!(
+            best(Coll::Bcast, &bc, 32, 16 << 20, false),
+            ScatterAllgather | Pipeline
+        ));
+        // allgather: few rounds for small blocks (the ring's P - 1 rounds lose)
+        let ag = [Ring, RecursiveDoubling, Bruck, Mesh];
+        assert_ne!(best(Coll::Allgather, &ag, 64, 8, false), Ring);
+    }
+
+    #[test]
+    fn native_is_priced_as_its_algorithm() {
+        let q = Params::default();
+        let n = cost(&q, Coll::Allreduce, Algo::Native, 8, 8, 0, 0, false);
+        let s = cost(
+            &q,
+            Coll::Allreduce,
+            Algo::RecursiveDoubling,
+            8,
+            8,
+            0,
+            0,
+            false,
+        );
+        assert!(n.time < s.time, "the system MPI has less overhead per call");
+        // non-blocking: the system MPI's work all lands in Wait
+        let nb = cost(&q, Coll::Allreduce, Algo::Native, 8, 1 << 20, 0, 0, true);
+        assert_eq!(nb.cpu, nb.time);
+    }
+}
