@@ -57,6 +57,26 @@ fn blocks(
 }
 
 impl Ctx<'_> {
+    /// Hands the call to the system MPI at once when the choice for it is `native`, before
+    /// any per-rank block list is built: on that path the shim's per-call cost is all that
+    /// small messages pay on top of the system MPI (README, "Algorithms and selection").
+    /// `count` elements of `dt` must be the size the full path decides by on this rank.
+    fn native_first(
+        &self,
+        coll: Coll,
+        count: i64,
+        dt: MPI_Datatype,
+        names: (&str, &str),
+    ) -> Result<Option<c_int>, c_int> {
+        self.check_count(count, names.0)?;
+        let ti = self.type_info(dt, names.1)?;
+        if self.choose(coll, count * ti.size, true).algo != Algo::Native {
+            return Ok(None);
+        }
+        stats::note_bytes((count * ti.size) as u64);
+        self.native().map(Some)
+    }
+
     /// Reads a count array of `n` entries, each non-negative.
     fn counts(&self, c: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
         if c.is_null() && n > 0 {
@@ -238,8 +258,18 @@ pub unsafe fn gather(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, |c| {
+        c.check_root(root)?;
+        let early = if c.rank() == root {
+            c.native_first(Coll::Gather, recvcount, recvtype, ("recvcount", "recvtype"))?
+        } else if !in_place(sendbuf) {
+            c.native_first(Coll::Gather, sendcount, sendtype, ("sendcount", "sendtype"))?
+        } else {
+            None // an error the full path reports
+        };
+        if let Some(rc) = early {
+            return Ok(rc);
+        }
         let recv = if c.rank() == root {
-            c.check_count(recvcount, "recvcount")?;
             let p = c.size() as i64;
             Some((
                 vec![recvcount; p as usize],
@@ -369,8 +399,28 @@ pub unsafe fn scatter(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, |c| {
+        c.check_root(root)?;
+        let early = if c.rank() == root {
+            c.native_first(
+                Coll::Scatter,
+                sendcount,
+                sendtype,
+                ("sendcount", "sendtype"),
+            )?
+        } else if !in_place(recvbuf) {
+            c.native_first(
+                Coll::Scatter,
+                recvcount,
+                recvtype,
+                ("recvcount", "recvtype"),
+            )?
+        } else {
+            None // an error the full path reports
+        };
+        if let Some(rc) = early {
+            return Ok(rc);
+        }
         let send = if c.rank() == root {
-            c.check_count(sendcount, "sendcount")?;
             let p = c.size() as i64;
             Some((
                 vec![sendcount; p as usize],
@@ -489,7 +539,10 @@ pub unsafe fn allgather(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, |c| {
-        c.check_count(recvcount, "recvcount")?;
+        let names = ("recvcount", "recvtype");
+        if let Some(rc) = c.native_first(Coll::Allgather, recvcount, recvtype, names)? {
+            return Ok(rc);
+        }
         let p = c.size() as i64;
         let counts = vec![recvcount; p as usize];
         let displs = (0..p).map(|i| i * recvcount).collect();
@@ -620,8 +673,11 @@ pub unsafe fn alltoall(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, |c| {
+        let names = ("recvcount", "recvtype");
+        if let Some(rc) = c.native_first(Coll::Alltoall, recvcount, recvtype, names)? {
+            return Ok(rc);
+        }
         let p = c.size() as i64;
-        c.check_count(recvcount, "recvcount")?;
         let recv = triples(
             c,
             &vec![recvcount; p as usize],
