@@ -273,6 +273,15 @@ static int (*set_algo)(const char *, const char *);
 static int (*list_algos)(const char *, char *, size_t);
 static int (*fn_paths)(const char *, char *, size_t);
 
+/* Whether the shim offers algorithm `name` for collective `coll`. */
+static int has_algorithm(int coll, const char *name) {
+    char buf[512], key[80], list[520];
+    if (!list_algos || list_algos(COLLNAMES[coll], buf, sizeof buf) <= 0) return 0;
+    snprintf(key, sizeof key, ",%s,", name);
+    snprintf(list, sizeof list, ",%s,", buf);
+    return strstr(list, key) != NULL;
+}
+
 /* Debian's MPICH 4.0.2 Gather/Scatter truncate messages when the root is not 0 and the
  * type has holes, from about 12 KB per block on (README, "system MPI bugs"). The oracle
  * avoids them (regular_oracle); runs where the shim may hand such a case to the system
@@ -287,12 +296,7 @@ static void pick_algorithm(int coll, int form, int no_native) {
     forced[0] = 0;
     if (env_algo[0]) {
         /* forced by the environment: every call of a collective that has it */
-        char buf[512], key[80];
-        if (!list_algos || list_algos(COLLNAMES[coll], buf, sizeof buf) <= 0) return;
-        snprintf(key, sizeof key, ",%s,", env_algo);
-        char list[520];
-        snprintf(list, sizeof list, ",%s,", buf);
-        if (strstr(list, key)) snprintf(forced, sizeof forced, "%s", env_algo);
+        if (has_algorithm(coll, env_algo)) snprintf(forced, sizeof forced, "%s", env_algo);
         return;
     }
     if (!algo_cycle || !set_algo) return;
@@ -838,12 +842,9 @@ int main(int argc, char **argv) {
         snprintf(env_algo, sizeof env_algo, "%s", da + 4);
         list_algos = (int (*)(const char *, char *, size_t))dlsym(RTLD_DEFAULT, "shim_algorithms");
         if (!getenv("SHIM_STATS")) setenv("SHIM_STATS", "rank", 1);
-        for (int i = 0; list_algos && i < NCOLLS; i++) {
-            char buf[512], key[80], list[520], var[96];
-            if (list_algos(COLLNAMES[i], buf, sizeof buf) <= 0) continue;
-            snprintf(key, sizeof key, ",%s,", env_algo);
-            snprintf(list, sizeof list, ",%s,", buf);
-            if (!strstr(list, key)) continue;
+        for (int i = 0; i < NCOLLS; i++) {
+            char var[96];
+            if (!has_algorithm(i, env_algo)) continue;
             snprintf(var, sizeof var, "SHIM_%s_ALGORITHM", COLLNAMES[i]);
             for (char *p = var; *p; p++) *p = (char)toupper((unsigned char)*p);
             setenv(var, env_algo, 1);

@@ -102,6 +102,15 @@ typedef struct {
     char best_name[32];
 } point_t;
 
+/* Whether collective c is in the -c list (all when there is none). */
+static int selected(const char *colls, int c) {
+    if (!colls) return 1;
+    char key[64], list[1024];
+    snprintf(key, sizeof key, ",%s,", NAMES[c]);
+    snprintf(list, sizeof list, ",%s,", colls);
+    return strstr(list, key) != NULL;
+}
+
 /* Collectives whose message size not every rank knows: the shim decides them by the
  * process count alone (src/coll/api.rs), so their tuning is one row at size 0. */
 static int unsized(int c) {
@@ -138,12 +147,7 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
     int npts = 0;
     double *tab = malloc(sizeof(double) * reps * 32);
     for (int c = 0; c < NCOLL; c++) {
-        if (colls) {
-            char key[64], list[1024];
-            snprintf(key, sizeof key, ",%s,", NAMES[c]);
-            snprintf(list, sizeof list, ",%s,", colls);
-            if (!strstr(list, key)) continue;
-        }
+        if (!selected(colls, c)) continue;
         char buf[1024], *names[32];
         int na = 0;
         if (list_algos(NAMES[c], buf, sizeof buf) <= 0) continue;
@@ -290,13 +294,7 @@ int main(int argc, char **argv) {
     }
     double *tn = malloc(sizeof(double) * reps), *ts = malloc(sizeof(double) * reps);
     for (int c = 0; c < NCOLL; c++) {
-        if (colls) {
-            char key[64];
-            snprintf(key, sizeof key, ",%s,", NAMES[c]);
-            char list[1024];
-            snprintf(list, sizeof list, ",%s,", colls);
-            if (!strstr(list, key)) continue;
-        }
+        if (!selected(colls, c)) continue;
         for (const char *f = forms; *f; f++) {
             int nb = *f == 'n';
             for (long bytes = minb; bytes <= maxb; bytes = next_size(bytes, maxb, grow)) {

@@ -56,6 +56,25 @@ fn blocks(
         .collect()
 }
 
+/// One side (send or receive) of a rooted call, as [`Ctx::rooted_native_first`] reads it.
+struct Side<'a> {
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    names: (&'a str, &'a str),
+}
+
+impl<'a> Side<'a> {
+    fn new<T>(buf: *const T, count: i64, dt: MPI_Datatype, n: &'a str, t: &'a str) -> Self {
+        Side {
+            buf: buf.cast(),
+            count,
+            dt,
+            names: (n, t),
+        }
+    }
+}
+
 impl Ctx<'_> {
     /// Hands the call to the system MPI at once when the choice for it is `native`, before
     /// any per-rank block list is built: on that path the shim's per-call cost is all that
@@ -75,6 +94,27 @@ impl Ctx<'_> {
         }
         stats::note_bytes((count * ti.size) as u64);
         self.native().map(Some)
+    }
+
+    /// [`Self::native_first`] for Gather and Scatter: the root decides by its side of the
+    /// call (`root_side`, one block per rank), every other rank by its own single block;
+    /// `MPI_IN_PLACE` there is an error, left to the full path to report.
+    fn rooted_native_first(
+        &self,
+        coll: Coll,
+        root: c_int,
+        root_side: Side<'_>,
+        own: Side<'_>,
+    ) -> Result<Option<c_int>, c_int> {
+        self.check_root(root)?;
+        let side = if self.rank() == root {
+            root_side
+        } else if !in_place(own.buf) {
+            own
+        } else {
+            return Ok(None);
+        };
+        self.native_first(coll, side.count, side.dt, side.names)
     }
 
     /// Reads a count array of `n` entries, each non-negative.
@@ -258,15 +298,9 @@ pub unsafe fn gather(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, |c| {
-        c.check_root(root)?;
-        let early = if c.rank() == root {
-            c.native_first(Coll::Gather, recvcount, recvtype, ("recvcount", "recvtype"))?
-        } else if !in_place(sendbuf) {
-            c.native_first(Coll::Gather, sendcount, sendtype, ("sendcount", "sendtype"))?
-        } else {
-            None // an error the full path reports
-        };
-        if let Some(rc) = early {
+        let root_side = Side::new(recvbuf, recvcount, recvtype, "recvcount", "recvtype");
+        let own = Side::new(sendbuf, sendcount, sendtype, "sendcount", "sendtype");
+        if let Some(rc) = c.rooted_native_first(Coll::Gather, root, root_side, own)? {
             return Ok(rc);
         }
         let recv = if c.rank() == root {
@@ -399,25 +433,9 @@ pub unsafe fn scatter(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, |c| {
-        c.check_root(root)?;
-        let early = if c.rank() == root {
-            c.native_first(
-                Coll::Scatter,
-                sendcount,
-                sendtype,
-                ("sendcount", "sendtype"),
-            )?
-        } else if !in_place(recvbuf) {
-            c.native_first(
-                Coll::Scatter,
-                recvcount,
-                recvtype,
-                ("recvcount", "recvtype"),
-            )?
-        } else {
-            None // an error the full path reports
-        };
-        if let Some(rc) = early {
+        let root_side = Side::new(sendbuf, sendcount, sendtype, "sendcount", "sendtype");
+        let own = Side::new(recvbuf, recvcount, recvtype, "recvcount", "recvtype");
+        if let Some(rc) = c.rooted_native_first(Coll::Scatter, root, root_side, own)? {
             return Ok(rc);
         }
         let send = if c.rank() == root {
