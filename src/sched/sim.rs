@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::{Action, Addr, Base, Data, Schedule, is_composite};
+use super::{Action, Addr, Base, Data, Schedule, V, is_composite};
 use crate::abi::*;
 
 /// The non-commutative test operation.
@@ -231,6 +231,87 @@ pub fn finished(scheds: &[Schedule], mode: Mode, seed: u64) -> Result<Vec<bool>,
 /// what is stuck (a deadlock or an unmatched send), if anything. Hard errors (an access
 /// outside a buffer, a size mismatch) are `Err`.
 #[allow(clippy::type_complexity)]
+/// Schedules above this many actions are not checked for races (the check is quadratic).
+const RACE_CHECK_MAX: usize = 6000;
+
+/// Static race check: every two actions that touch overlapping bytes, one of them writing,
+/// must be ordered by dependencies. The simulator alone cannot see this: it writes a
+/// receive's bytes when the message matches, while MPI may write them at any time between
+/// posting and completion, so two receives posted at once into one scratch region, or a
+/// receive posted into a region a pending reduction still reads, corrupt data only now
+/// and then on a real run.
+pub fn check_races(s: &Schedule) -> Result<(), String> {
+    let n = s.len();
+    if n > RACE_CHECK_MAX {
+        return Ok(());
+    }
+    // (base, lo, hi, action, writes)
+    let mut acc: Vec<(u8, isize, isize, usize, bool)> = Vec::new();
+    let mut add = |d: &Data, v: usize, w: bool| -> Result<(), String> {
+        for (off, len) in ranges(s, d)? {
+            if len > 0 {
+                acc.push((d.addr.base as u8, off, off + len as isize, v, w));
+            }
+        }
+        Ok(())
+    };
+    for (v, a) in s.actions.iter().enumerate() {
+        match *a {
+            Action::Send { data, .. } => add(&data, v, false)?,
+            Action::Recv { data, .. } => add(&data, v, true)?,
+            Action::Copy { src, dst } => {
+                add(&src, v, false)?;
+                add(&dst, v, true)?;
+            }
+            Action::Reduce {
+                src,
+                dst,
+                count,
+                dt,
+                ..
+            } => {
+                add(&Data::new(src, count, dt), v, false)?;
+                add(&Data::new(dst, count, dt), v, true)?;
+            }
+            Action::Nop => {}
+        }
+    }
+    // ancestors as bit sets: the builder only lets an action depend on earlier ones
+    let words = n.div_ceil(64);
+    let mut anc = vec![0u64; n * words];
+    for u in 0..n {
+        for &w in s.successors(u as V) {
+            let w = w as usize;
+            if w <= u {
+                return Err(format!("action {w} depends on the later action {u}"));
+            }
+            let (lo, hi) = anc.split_at_mut(w * words);
+            let (au, aw) = (&lo[u * words..(u + 1) * words], &mut hi[..words]);
+            for (x, y) in aw.iter_mut().zip(au) {
+                *x |= *y;
+            }
+            aw[u / 64] |= 1 << (u % 64);
+        }
+    }
+    let before = |a: usize, b: usize| anc[b * words + a / 64] >> (a % 64) & 1 == 1;
+    acc.sort_by_key(|x| (x.0, x.1));
+    for i in 0..acc.len() {
+        let (base, _, hi, v, w) = acc[i];
+        for &(base2, lo2, _, v2, w2) in &acc[i + 1..] {
+            if base2 != base || lo2 >= hi {
+                break;
+            }
+            if v2 != v && (w || w2) && !before(v.min(v2), v.max(v2)) {
+                return Err(format!(
+                    "race: actions #{v} {:?} and #{v2} {:?} touch the same bytes unordered",
+                    s.actions[v], s.actions[v2]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn simulate(
     scheds: &[Schedule],
     bufs: &mut [Bufs],
@@ -239,6 +320,9 @@ pub fn simulate(
 ) -> Result<(Stats, Vec<bool>, Option<String>), String> {
     let p = scheds.len();
     assert_eq!(bufs.len(), p);
+    for (rank, s) in scheds.iter().enumerate() {
+        check_races(s).map_err(|e| format!("rank {rank} ({}): {e}", s.algorithm))?;
+    }
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut st: Vec<RankState> = scheds
         .iter()

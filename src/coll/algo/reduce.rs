@@ -702,7 +702,11 @@ fn ring(me: Me, r: &Red, inplace: bool, seg: i64) -> Schedule {
             new_ready.push(red);
             frees.push(red);
         }
-        tmp_free = frees;
+        // a step with an empty chunk receives nothing: the next receive into `tmp` must
+        // still wait for the last reductions that read it
+        if !frees.is_empty() {
+            tmp_free = frees;
+        }
         if !new_ready.is_empty() {
             ready[inc as usize] = new_ready;
         }

@@ -664,7 +664,7 @@ pub fn decide(
     if form == Form::Blocking {
         if let Some(a) = tun.measured(coll, p, bytes) {
             if spec.algos.contains(&a)
-                && (p > 1 || a != Algo::Native)
+                && (a != Algo::Native || native_allowed(form, p))
                 && model::applicable(coll, a, p, commutative, k)
             {
                 return a;
@@ -673,10 +673,7 @@ pub fn decide(
     }
     let mut best: Option<(f64, f64, Algo)> = None;
     for &a in spec.algos {
-        // Persistent: the system MPI's cannot be restarted. One process: a schedule is a
-        // local copy, and MPICH 4.0's own Alltoallv/w on one process hang while a wildcard
-        // receive is pending on the communicator (README, "system MPI bugs").
-        if (form == Form::Persistent || p == 1) && a == Algo::Native {
+        if a == Algo::Native && !native_allowed(form, p) {
             continue;
         }
         if !model::applicable(coll, a, p, commutative, k) {
@@ -702,6 +699,15 @@ pub fn decide(
         }
     }
     best.map_or(Algo::Native, |b| b.2)
+}
+
+/// May `auto` hand this call to the system MPI? Not for persistent calls (the system
+/// MPI's cannot be restarted), not on one process (a schedule is a local copy, and MPICH
+/// 4.0's own Alltoallv/w on one process hang while a wildcard receive is pending on the
+/// communicator; README, "system MPI bugs"), and not when the node is oversubscribed
+/// (its waits spin without yielding; see `init::oversubscribed`).
+fn native_allowed(form: Form, p: i32) -> bool {
+    form != Form::Persistent && p > 1 && !crate::init::oversubscribed()
 }
 
 /// The decision table (what `auto` picks) for the given communicator sizes, as text.
