@@ -26,6 +26,8 @@ struct Param {
 struct Func {
     category: String,
     hook: String,
+    /// Marked `W` in the table: `MPI_COMM_WORLD` arguments are mapped (ghost processes).
+    world: bool,
     ret: String,
     name: String,
     params: Vec<Param>,
@@ -149,12 +151,17 @@ fn parse_line(line: &str) -> Option<Func> {
         return None;
     }
     let words: Vec<&str> = line.split_whitespace().collect();
-    let (category, hook, ret) = (
+    let (category, hook, world, ret) = (
         words[0].to_string(),
         words[1].to_string(),
-        words[2].to_string(),
+        words[2],
+        words[3].to_string(),
     );
-    let proto = words[3..].join(" ");
+    assert!(
+        world == "W" || world == "-",
+        "mpi_functions.txt: world column must be W or -: {line}"
+    );
+    let proto = words[4..].join(" ");
     let open = proto.find('(').expect("prototype without (");
     let name = proto[..open].trim().to_string();
     let inner = proto[open + 1..proto.rfind(')').expect("prototype without )")].trim();
@@ -163,9 +170,16 @@ fn parse_line(line: &str) -> Option<Func> {
     } else {
         inner.split(',').map(parse_param).collect()
     };
+    let takes_comm = params.iter().any(|p: &Param| p.rtype == "MPI_Comm");
+    assert!(
+        takes_comm == (world == "W"),
+        "mpi_functions.txt: {name} is marked {world} but {} a communicator by value",
+        if takes_comm { "takes" } else { "does not take" }
+    );
     Some(Func {
         category,
         hook,
+        world: world == "W",
         ret,
         name,
         params,
@@ -386,6 +400,18 @@ fn main() {
             args.join(", ")
         )
         .unwrap();
+        if f.world {
+            // before anything else, the fast path included: callbacks the application
+            // runs inside the shim (user operations, attribute callbacks) see its world too
+            for p in f.params.iter().filter(|p| p.rtype == "MPI_Comm") {
+                writeln!(
+                    o,
+                    "        let {0} = crate::ghost::map_world({0});",
+                    p.name
+                )
+                .unwrap();
+            }
+        }
         writeln!(
             o,
             "        // SAFETY: the arguments are the caller's, passed on unchanged to the system MPI.\n        let native = move || unsafe {{ pmpi::P{}({}) }};",
@@ -446,6 +472,47 @@ fn main() {
                     o,
                     "        crate::entry::run({fid}, move || unsafe {{ crate::coll::api::{base}(crate::coll::Call {{ fid: {fid}, variant: {var} }}, {}, &native) }})",
                     conv.join(", ")
+                )
+                .unwrap();
+            }
+            "rma-op" => {
+                // an RMA communication call: the ghost layer says where it goes
+                let has = |n: &str| f.params.iter().any(|p| p.name == n);
+                assert!(
+                    has("target_rank") && has("target_disp") && has("win"),
+                    "{}: an rma-op needs target_rank, target_disp and win",
+                    f.name
+                );
+                let base = f.name.trim_end_matches("_c");
+                let acc = base.contains("ccumulate")
+                    || base == "MPI_Fetch_and_op"
+                    || base == "MPI_Compare_and_swap";
+                let (count, dt) = if has("origin_count") {
+                    ("origin_count as i64", "origin_datatype")
+                } else {
+                    ("1", "datatype")
+                };
+                let routed: Vec<String> = f
+                    .params
+                    .iter()
+                    .map(|p| match p.name.as_str() {
+                        "target_rank" => "r__.rank".to_string(),
+                        "target_disp" => "r__.disp".to_string(),
+                        "win" => "r__.win".to_string(),
+                        n => n.to_string(),
+                    })
+                    .collect();
+                writeln!(
+                    o,
+                    "        if crate::entry::bypass() {{ return native(); }}"
+                )
+                .unwrap();
+                writeln!(
+                    o,
+                    "        crate::entry::run({fid}, move || match crate::ghost::route(win, target_rank, target_disp, {acc}, {count}, {dt}, \"{}\") {{\n            Ok(None) => native(),\n            Err(rc) => rc,\n            // SAFETY: the caller's arguments, with the target translated to a ghost.\n            Ok(Some(r__)) => unsafe {{ pmpi::P{}({}) }},\n        }})",
+                    f.name,
+                    f.name,
+                    routed.join(", ")
                 )
                 .unwrap();
             }

@@ -273,6 +273,9 @@ pub fn finalize() {
     // SAFETY: deleting our own attribute runs delete_state; then the key is released.
     unsafe {
         pmpi::PMPI_Comm_delete_attr(MPI_COMM_WORLD, kv);
+        if crate::ghost::active() {
+            pmpi::PMPI_Comm_delete_attr(crate::ghost::user_world(), kv);
+        }
         pmpi::PMPI_Comm_delete_attr(MPI_COMM_SELF, kv);
         pmpi::PMPI_Comm_free_keyval(&mut kv);
     }

@@ -58,6 +58,30 @@ pub static VARS: &[VarSpec] = &[
         doc: "Testing aid: the shim panics inside that function's hook, to check that a panic is caught at the C boundary, logged, and aborts the whole job.",
     },
     VarSpec {
+        name: "SHIM_GHOSTS",
+        default: "0",
+        allowed: "0 to 64 (fewer than the ranks on every node)",
+        doc: "Ghost processes per node for asynchronous RMA progress (Casper-style): that many ranks of each node never return from `MPI_Init` and serve the RMA of `MPI_Win_allocate` windows; the application's `MPI_COMM_WORLD` holds the other ranks. Launch N more ranks per node. 0: every RMA call is a plain forward.",
+    },
+    VarSpec {
+        name: "SHIM_GHOST_BALANCE",
+        default: "static",
+        allowed: "static, random, op, byte",
+        doc: "With several ghosts per node: where Put and Get go once the target's lock is known to be held (after a flush, or in a fence epoch): `static`, the target's bound ghost; `random`; `op`, the ghost this origin sent the fewest operations; `byte`, the fewest bytes. Accumulate-type operations always go to the bound ghost.",
+    },
+    VarSpec {
+        name: "SHIM_GHOST_PLACEMENT",
+        default: "last",
+        allowed: "first, last, spread",
+        doc: "Which ranks of a node become ghosts: the lowest local ranks, the highest, or evenly spread.",
+    },
+    VarSpec {
+        name: "SHIM_GHOST_WINDOWS",
+        default: "4",
+        allowed: "1 to 64",
+        doc: "With ghosts: how many `MPI_Win_allocate` windows can be alive at once with asynchronous progress. Each is a slot of internal dynamic windows created at `MPI_Init` (one per user rank of the fullest node, plus one); further windows are forwarded to the system MPI with a warning.",
+    },
+    VarSpec {
         name: "SHIM_LOG",
         default: "warn",
         allowed: "off, error, warn, info, debug, trace, or a comma list of `LEVEL` and `MODULE=LEVEL` items (modules: `shim`, `shim::init`, `shim::coll`, ...)",
@@ -92,6 +116,12 @@ pub static VARS: &[VarSpec] = &[
         default: "100",
         allowed: "1 to 1000000",
         doc: "The progress thread's sleep, in microseconds, when a poll completes nothing; it doubles twice (to 4x) while nothing happens and resets when something completes.",
+    },
+    VarSpec {
+        name: "SHIM_RANKS_PER_NODE",
+        default: "(the real nodes)",
+        allowed: "a positive integer",
+        doc: "Splits each node into virtual nodes of that many consecutive ranks (for ghost processes), so that multi-node layouts can be tested on one machine.",
     },
     VarSpec {
         name: "SHIM_SCHED_CACHE",
@@ -129,6 +159,23 @@ pub enum StatsMode {
     Rank,
 }
 
+/// `SHIM_GHOST_PLACEMENT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GhostPlacement {
+    First,
+    Last,
+    Spread,
+}
+
+/// `SHIM_GHOST_BALANCE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GhostBalance {
+    Static,
+    Random,
+    Op,
+    Byte,
+}
+
 /// The typed configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -147,6 +194,11 @@ pub struct Config {
     pub algorithms: [crate::coll::select::Forced; 22],
     pub tuning_file: Option<String>,
     pub calibrate: bool,
+    pub ghosts: u32,
+    pub ghost_placement: GhostPlacement,
+    pub ghost_balance: GhostBalance,
+    pub ghost_windows: u32,
+    pub ranks_per_node: Option<u32>,
 }
 
 impl Default for Config {
@@ -164,6 +216,11 @@ impl Default for Config {
             algorithms: Default::default(),
             tuning_file: None,
             calibrate: false,
+            ghosts: 0,
+            ghost_placement: GhostPlacement::Last,
+            ghost_balance: GhostBalance::Static,
+            ghost_windows: 4,
+            ranks_per_node: None,
         }
     }
 }
@@ -403,6 +460,41 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
         }
     }
     let c = &mut l.config;
+    if let Some(v) = get("SHIM_GHOSTS") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n <= 64 => c.ghosts = n,
+            _ => l.errors.push(error("SHIM_GHOSTS", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_GHOST_PLACEMENT") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "first" => c.ghost_placement = GhostPlacement::First,
+            "last" => c.ghost_placement = GhostPlacement::Last,
+            "spread" => c.ghost_placement = GhostPlacement::Spread,
+            _ => l.errors.push(error("SHIM_GHOST_PLACEMENT", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_GHOST_BALANCE") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "static" => c.ghost_balance = GhostBalance::Static,
+            "random" => c.ghost_balance = GhostBalance::Random,
+            "op" => c.ghost_balance = GhostBalance::Op,
+            "byte" => c.ghost_balance = GhostBalance::Byte,
+            _ => l.errors.push(error("SHIM_GHOST_BALANCE", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_GHOST_WINDOWS") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if (1..=64).contains(&n) => c.ghost_windows = n,
+            _ => l.errors.push(error("SHIM_GHOST_WINDOWS", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_RANKS_PER_NODE") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => c.ranks_per_node = Some(n),
+            _ => l.errors.push(error("SHIM_RANKS_PER_NODE", &v)),
+        }
+    }
     if let Some(v) = get("SHIM_STATS") {
         match v.trim().to_ascii_lowercase().as_str() {
             "off" | "0" | "" => c.stats = StatsMode::Off,

@@ -280,6 +280,19 @@ fn post_init(mut loaded: config::Loaded) {
     tracing::info!(target: "shim::init", "libshim {} active on {size} ranks; MPI library: {}", crate::capi::VERSION, library_version().lines().next().unwrap_or(""));
     let calibrate = loaded.config.calibrate;
     config::install(loaded.config);
+    // Ghost processes leave here for good; users continue with their own world.
+    crate::ghost::setup(config::get());
+    if crate::ghost::active() {
+        let uw = crate::ghost::user_world();
+        let (mut r, mut n) = (0, 0);
+        // SAFETY: valid communicator and out-pointers.
+        unsafe {
+            pmpi::PMPI_Comm_rank(uw, &mut r);
+            pmpi::PMPI_Comm_size(uw, &mut n);
+        }
+        WORLD_RANK.store(r, Ordering::Relaxed);
+        WORLD_SIZE.store(n, Ordering::Relaxed);
+    }
     crate::comm::init();
     at_finalize(crate::comm::finalize);
     if let Some(t) = tuning {
@@ -403,12 +416,13 @@ fn finalize(native: &dyn Fn() -> c_int) -> c_int {
             }
         }
         let w = world();
-        crate::stats::report(config::get().stats, MPI_COMM_WORLD, w.rank, w.size);
+        crate::stats::report(config::get().stats, crate::ghost::user_world(), w.rank, w.size);
         let fs: Vec<fn()> =
             std::mem::take(&mut *FINALIZERS.lock().unwrap_or_else(|e| e.into_inner()));
         for f in fs.into_iter().rev() {
             f();
         }
+        crate::ghost::finalize_user();
     }
     let rc = native();
     crate::entry::set_active(false);

@@ -24,6 +24,7 @@ pub mod config;
 pub mod dtype;
 pub mod entry;
 pub mod errors;
+pub mod ghost;
 pub mod init;
 pub mod log;
 pub mod ops;

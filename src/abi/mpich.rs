@@ -161,6 +161,18 @@ pub const MPI_ERRORS_ABORT: MPI_Errhandler = 0x54000003;
 
 // Predefined attribute keys
 pub const MPI_TAG_UB: c_int = 0x64400001;
+pub const MPI_HOST: c_int = 0x64400003;
+pub const MPI_IO: c_int = 0x64400005;
+pub const MPI_WTIME_IS_GLOBAL: c_int = 0x64400007;
+pub const MPI_UNIVERSE_SIZE: c_int = 0x64400009;
+pub const MPI_LASTUSEDCODE: c_int = 0x6440000b;
+pub const MPI_APPNUM: c_int = 0x6440000d;
+pub const MPI_WIN_BASE: c_int = 0x66000001;
+pub const MPI_WIN_SIZE: c_int = 0x66000003;
+pub const MPI_WIN_DISP_UNIT: c_int = 0x66000005;
+pub const MPI_WIN_CREATE_FLAVOR: c_int = 0x66000007;
+pub const MPI_WIN_MODEL: c_int = 0x66000009;
+pub const MPI_MAX_INFO_VAL: c_int = 1024;
 pub const MPI_KEYVAL_INVALID: c_int = 0x24000000;
 
 // Sentinels and special values

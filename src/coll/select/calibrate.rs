@@ -218,11 +218,11 @@ pub fn run(base: &Params) -> Params {
     let (mut rank, mut size) = (0, 1);
     // SAFETY: valid out-pointers.
     unsafe {
-        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD, &mut rank);
-        pmpi::PMPI_Comm_size(MPI_COMM_WORLD, &mut size);
+        pmpi::PMPI_Comm_rank(crate::ghost::user_world(), &mut rank);
+        pmpi::PMPI_Comm_size(crate::ghost::user_world(), &mut size);
     }
     if size >= 2 {
-        point_to_point(&mut p, MPI_COMM_WORLD, rank);
+        point_to_point(&mut p, crate::ghost::user_world(), rank);
     } else {
         p.o_native = p.o_native.min(p.o);
     }
@@ -238,7 +238,7 @@ pub fn run(base: &Params) -> Params {
             v.len() as c_int,
             MPI_DOUBLE,
             0,
-            MPI_COMM_WORLD,
+            crate::ghost::user_world(),
         );
     }
     for (n, x) in NAMES.iter().zip(v) {

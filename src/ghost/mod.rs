@@ -1,0 +1,313 @@
+//! Casper-style ghost processes: asynchronous progress for MPI RMA.
+//!
+//! Design: `../shared/design/seed-si-casper-mtmpi-thesis.md` §4 and Appendix A. With
+//! `SHIM_GHOSTS=N`, `MPI_Init*` sets N ranks of every (virtual) node aside as ghosts. They
+//! never return to the application: they sit in the MPI library (so its progress engine
+//! runs, and the RMA aimed at them completes while the users compute) and serve commands
+//! until every user of their node has finalized. The application sees a user world without
+//! them: every `MPI_COMM_WORLD` argument is mapped (`map_world`, called by the generated
+//! entry points of every table entry marked `W`).
+//!
+//! Windows (`win.rs`) differ from Casper's in one point: ghosts never take part in a
+//! collective call after init. Casper has ghosts join each window's creation, which needs
+//! a global lock to order concurrent creations on overlapping groups. Here the internal
+//! windows are dynamic windows over users and ghosts, created once at init (a pool of
+//! slots, each a set of per-local-user lock windows and one global window, §4.4 table);
+//! a window's node-shared memory is a POSIX shared-memory object that the node's ghosts
+//! map and attach on command, both local operations.
+
+pub mod hooks;
+pub mod serve;
+pub mod win;
+
+use core::ffi::c_int;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use crate::abi::*;
+use crate::config::{self, GhostPlacement};
+use crate::pmpi;
+
+pub use win::route;
+
+/// Ghosts are on (this process is a user and MPI_COMM_WORLD is mapped).
+static ON: AtomicBool = AtomicBool::new(false);
+static USER_WORLD: AtomicI32 = AtomicI32::new(MPI_COMM_WORLD);
+
+/// Tag of commands from users to ghosts, on the control communicator.
+pub(crate) const CMD_TAG: c_int = 7301;
+/// Tag of a ghost's replies.
+pub(crate) const REPLY_TAG: c_int = 7302;
+
+/// Where every process is: built identically on every process at init.
+#[derive(Debug)]
+pub struct Layout {
+    /// Ghosts per node.
+    pub ghosts: usize,
+    /// World rank of each user, in user-world rank order.
+    pub user_world_rank: Vec<i32>,
+    /// Node index of each user (by user-world rank).
+    pub user_node: Vec<usize>,
+    /// Index of each user among the users of its node.
+    pub user_local: Vec<usize>,
+    /// World ranks of each node's ghosts.
+    pub node_ghosts: Vec<Vec<i32>>,
+    /// The most users on any node (the lock windows per slot).
+    pub max_local_users: usize,
+    /// A duplicate of the real MPI_COMM_WORLD: commands, replies and the internal windows.
+    pub ctl: MPI_Comm,
+}
+
+static LAYOUT: OnceLock<Layout> = OnceLock::new();
+
+/// The layout, when ghosts are on.
+pub fn layout() -> Option<&'static Layout> {
+    LAYOUT.get()
+}
+
+/// Are ghosts on (in a user process)?
+#[inline]
+pub fn active() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// `MPI_COMM_WORLD` as the application sees it (the user world when ghosts are on).
+#[inline(always)]
+pub fn map_world(comm: MPI_Comm) -> MPI_Comm {
+    if comm == MPI_COMM_WORLD && ON.load(Ordering::Relaxed) {
+        USER_WORLD.load(Ordering::Relaxed)
+    } else {
+        comm
+    }
+}
+
+/// The application's world (for the shim's own collective use of it).
+pub fn user_world() -> MPI_Comm {
+    map_world(MPI_COMM_WORLD)
+}
+
+/// One process's part of the layout exchange.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct Entry {
+    ghost: i32,
+    /// Lowest world rank of the process's (virtual) node: the node's name.
+    node_key: i32,
+}
+
+/// Which local ranks of a node of `n` processes are ghosts.
+pub fn ghost_positions(n: usize, g: usize, how: GhostPlacement) -> Vec<usize> {
+    match how {
+        GhostPlacement::First => (0..g).collect(),
+        GhostPlacement::Last => (n - g..n).collect(),
+        GhostPlacement::Spread => (0..g).map(|i| i * n / g).collect(),
+    }
+}
+
+/// Prints the reason on this rank and ends the job cleanly on every rank (all of them
+/// call this with the same decision).
+fn fail_everywhere(msg: &str) -> ! {
+    crate::log::raw_stderr(&format!("{} configuration error: {msg}\n", crate::log::prefix()));
+    // SAFETY: MPI is initialized; every process makes these calls.
+    unsafe {
+        pmpi::PMPI_Barrier(MPI_COMM_WORLD);
+        pmpi::PMPI_Finalize();
+    }
+    std::process::exit(1);
+}
+
+/// Sets the ghosts aside (called in `MPI_Init*` after the configuration was agreed on).
+/// Returns in user processes only; ghosts serve and exit.
+pub fn setup(c: &config::Config) {
+    if c.ghosts == 0 {
+        return;
+    }
+    let g = c.ghosts as usize;
+    let (mut rank, mut size) = (0, 0);
+    let mut node: MPI_Comm = MPI_COMM_NULL;
+    // SAFETY: MPI is initialized; valid out-pointers; collective over the real world.
+    unsafe {
+        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD, &mut rank);
+        pmpi::PMPI_Comm_size(MPI_COMM_WORLD, &mut size);
+        pmpi::PMPI_Comm_split_type(
+            MPI_COMM_WORLD,
+            MPI_COMM_TYPE_SHARED,
+            rank,
+            MPI_INFO_NULL,
+            &mut node,
+        );
+    }
+    if let Some(k) = c.ranks_per_node {
+        let mut lr = 0;
+        let mut vnode: MPI_Comm = MPI_COMM_NULL;
+        // SAFETY: `node` is valid; collective over it; the old communicator is freed.
+        unsafe {
+            pmpi::PMPI_Comm_rank(node, &mut lr);
+            pmpi::PMPI_Comm_split(node, lr / k as c_int, lr, &mut vnode);
+            pmpi::PMPI_Comm_free(&mut node);
+        }
+        node = vnode;
+    }
+    let (mut lr, mut ls, mut key) = (0, 0, 0);
+    // SAFETY: valid communicator and out-pointers.
+    unsafe {
+        pmpi::PMPI_Comm_rank(node, &mut lr);
+        pmpi::PMPI_Comm_size(node, &mut ls);
+        pmpi::PMPI_Allreduce(
+            (&rank as *const c_int).cast(),
+            (&mut key as *mut c_int).cast(),
+            1,
+            MPI_INT,
+            MPI_MIN,
+            node,
+        );
+        pmpi::PMPI_Comm_free(&mut node);
+    }
+    // Every rank must agree that the layout is valid before anyone becomes a ghost.
+    let bad_here: c_int = (g >= ls as usize) as c_int;
+    let mut bad: c_int = 0;
+    let mut min_local: c_int = 0;
+    // SAFETY: one int each, collective over the real world.
+    unsafe {
+        pmpi::PMPI_Allreduce(
+            (&bad_here as *const c_int).cast(),
+            (&mut bad as *mut c_int).cast(),
+            1,
+            MPI_INT,
+            MPI_MAX,
+            MPI_COMM_WORLD,
+        );
+        pmpi::PMPI_Allreduce(
+            (&ls as *const c_int).cast(),
+            (&mut min_local as *mut c_int).cast(),
+            1,
+            MPI_INT,
+            MPI_MIN,
+            MPI_COMM_WORLD,
+        );
+    }
+    if bad != 0 {
+        let vnode = match c.ranks_per_node {
+            Some(k) => format!(" (SHIM_RANKS_PER_NODE={k})"),
+            None => String::new(),
+        };
+        fail_everywhere(&format!(
+            "SHIM_GHOSTS={g} leaves a node without user processes: the smallest node{vnode} has {min_local} processes; launch more ranks per node or set fewer ghosts (SHIM_GHOSTS must be below the number of processes on every node)"
+        ));
+    }
+    let is_ghost = ghost_positions(ls as usize, g, c.ghost_placement).contains(&(lr as usize));
+    let me = Entry {
+        ghost: is_ghost as i32,
+        node_key: key,
+    };
+    let mut all = vec![Entry::default(); size as usize];
+    let mut split: MPI_Comm = MPI_COMM_NULL;
+    let mut ctl: MPI_Comm = MPI_COMM_NULL;
+    // SAFETY: two ints per process, into a buffer of `size` entries; collective calls over
+    // the real world in the same order everywhere.
+    unsafe {
+        pmpi::PMPI_Allgather(
+            (&me as *const Entry).cast(),
+            2,
+            MPI_INT,
+            all.as_mut_ptr().cast(),
+            2,
+            MPI_INT,
+            MPI_COMM_WORLD,
+        );
+        pmpi::PMPI_Comm_split(MPI_COMM_WORLD, is_ghost as c_int, rank, &mut split);
+        pmpi::PMPI_Comm_dup(MPI_COMM_WORLD, &mut ctl);
+    }
+    let mut keys: Vec<i32> = all.iter().map(|e| e.node_key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let node_of = |k: i32| keys.binary_search(&k).expect("node key");
+    let mut lay = Layout {
+        ghosts: g,
+        user_world_rank: Vec::new(),
+        user_node: Vec::new(),
+        user_local: Vec::new(),
+        node_ghosts: vec![Vec::new(); keys.len()],
+        max_local_users: 0,
+        ctl,
+    };
+    let mut users_on = vec![0usize; keys.len()];
+    for (r, e) in all.iter().enumerate() {
+        let n = node_of(e.node_key);
+        if e.ghost != 0 {
+            lay.node_ghosts[n].push(r as i32);
+        } else {
+            lay.user_world_rank.push(r as i32);
+            lay.user_node.push(n);
+            lay.user_local.push(users_on[n]);
+            users_on[n] += 1;
+        }
+    }
+    lay.max_local_users = users_on.iter().copied().max().unwrap_or(0);
+    let lay = LAYOUT.get_or_init(|| lay);
+    let slots = win::create_pool(lay, is_ghost);
+    if is_ghost {
+        serve::run(lay, slots, split);
+    }
+    // SAFETY: valid communicator; the name is a NUL-terminated literal.
+    unsafe {
+        pmpi::PMPI_Comm_set_name(split, c"MPI_COMM_WORLD".as_ptr());
+    }
+    USER_WORLD.store(split, Ordering::Relaxed);
+    ON.store(true, Ordering::Relaxed);
+    win::open_pool(slots);
+    tracing::info!(target: "shim::ghost", "{} ghost(s) per node: {} users, {} nodes, {} window slots", g, lay.user_world_rank.len(), keys.len(), slots.len());
+}
+
+/// In a user's `MPI_Finalize`, before the shim's own finalization: tells the node's
+/// ghosts, and frees the internal windows with them (collective over the real world).
+pub fn finalize_user() {
+    let Some(lay) = layout() else {
+        return;
+    };
+    if !active() {
+        return;
+    }
+    win::free_all_user_windows();
+    let me = {
+        let mut r = 0;
+        // SAFETY: valid out-pointer.
+        unsafe { pmpi::PMPI_Comm_rank(user_world(), &mut r) };
+        r as usize
+    };
+    for &gh in &lay.node_ghosts[lay.user_node[me]] {
+        serve::command(lay, gh, serve::Cmd::Finalize, &[], None);
+    }
+    win::close_pool();
+    ON.store(false, Ordering::Relaxed);
+}
+
+/// The hidden world attributes (`MPI_UNIVERSE_SIZE`, `MPI_APPNUM`, ...) live on the real
+/// world: a query on the user world for one of them goes there.
+pub fn world_attr_comm(comm: MPI_Comm, keyval: c_int) -> MPI_Comm {
+    if active()
+        && comm == user_world()
+        && matches!(
+            keyval,
+            MPI_HOST | MPI_IO | MPI_WTIME_IS_GLOBAL | MPI_UNIVERSE_SIZE | MPI_APPNUM | MPI_LASTUSEDCODE
+        )
+    {
+        MPI_COMM_WORLD
+    } else {
+        comm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placements() {
+        assert_eq!(ghost_positions(4, 1, GhostPlacement::First), vec![0]);
+        assert_eq!(ghost_positions(4, 1, GhostPlacement::Last), vec![3]);
+        assert_eq!(ghost_positions(4, 2, GhostPlacement::Last), vec![2, 3]);
+        assert_eq!(ghost_positions(8, 2, GhostPlacement::Spread), vec![0, 4]);
+        assert_eq!(ghost_positions(5, 3, GhostPlacement::Spread), vec![0, 1, 3]);
+    }
+}

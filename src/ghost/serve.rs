@@ -1,0 +1,237 @@
+//! The ghost side: a loop inside the MPI library that serves commands from the users of
+//! its node until they have all finalized (thesis §4.3: ghosts "loop on MPI_Recv waiting
+//! for commands"; being inside MPI is what lets RMA aimed at them complete).
+//!
+//! Every command is local work (map a shared-memory object and attach it to the slot's
+//! dynamic windows, or detach and unmap; hand out a window slot), so a ghost never blocks
+//! in anything that belongs to one window or epoch (thesis §4.5.4, pitfall 8).
+
+use core::ffi::c_int;
+use std::collections::HashMap;
+
+use super::win::Slot;
+use super::{CMD_TAG, Layout, REPLY_TAG};
+use crate::abi::*;
+use crate::pmpi;
+
+/// Words in a command or reply.
+pub const WORDS: usize = 16;
+/// Words of a command that carry the shared-memory object's name.
+const NAME_AT: usize = 8;
+
+/// What a user asks of a ghost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i64)]
+pub enum Cmd {
+    /// args: slot, bytes, attach to the lock windows (0/1); name. Reply: the address.
+    Attach = 1,
+    /// args: slot, address, lock windows (0/1). Reply: 0.
+    Detach = 2,
+    /// (to the slot server) Reply: a free slot, or -1.
+    SlotAlloc = 3,
+    /// (to the slot server) args: slot. No reply.
+    SlotFree = 4,
+    /// No reply.
+    Finalize = 5,
+}
+
+impl Cmd {
+    fn from(v: i64) -> Option<Cmd> {
+        Some(match v {
+            1 => Cmd::Attach,
+            2 => Cmd::Detach,
+            3 => Cmd::SlotAlloc,
+            4 => Cmd::SlotFree,
+            5 => Cmd::Finalize,
+            _ => return None,
+        })
+    }
+    fn replies(self) -> bool {
+        matches!(self, Cmd::Attach | Cmd::Detach | Cmd::SlotAlloc)
+    }
+}
+
+/// The world rank of the ghost that hands out window slots (the lowest ghost).
+pub fn slot_server(lay: &Layout) -> i32 {
+    lay.node_ghosts
+        .iter()
+        .flatten()
+        .copied()
+        .min()
+        .expect("ghosts exist")
+}
+
+/// Sends a command to ghost `to` (a world rank) and returns its reply, if it has one.
+pub fn command(lay: &Layout, to: i32, cmd: Cmd, args: &[i64], name: Option<&str>) -> [i64; WORDS] {
+    let mut m = [0i64; WORDS];
+    m[0] = cmd as i64;
+    m[1..1 + args.len()].copy_from_slice(args);
+    if let Some(n) = name {
+        let bytes = n.as_bytes();
+        assert!(bytes.len() < (WORDS - NAME_AT) * 8, "object name too long");
+        // SAFETY: the name area is (WORDS - NAME_AT) * 8 bytes of `m`, larger than the name.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                m[NAME_AT..].as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            );
+        }
+    }
+    let mut reply = [0i64; WORDS];
+    // SAFETY: WORDS int64s out and in; `ctl` is the control communicator.
+    unsafe {
+        pmpi::PMPI_Send(m.as_ptr().cast(), WORDS as c_int, MPI_INT64_T, to, CMD_TAG, lay.ctl);
+        if cmd.replies() {
+            pmpi::PMPI_Recv(
+                reply.as_mut_ptr().cast(),
+                WORDS as c_int,
+                MPI_INT64_T,
+                to,
+                REPLY_TAG,
+                lay.ctl,
+                MPI_STATUS_IGNORE,
+            );
+        }
+    }
+    reply
+}
+
+fn name_of(m: &[i64; WORDS]) -> String {
+    // SAFETY: reading the name area of the command as bytes.
+    let bytes: &[u8] = unsafe {
+        std::slice::from_raw_parts(m[NAME_AT..].as_ptr().cast::<u8>(), (WORDS - NAME_AT) * 8)
+    };
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// Serves until every user of this node has finalized, then finalizes and exits 0.
+pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) -> ! {
+    let mut me = 0;
+    // SAFETY: valid out-pointer.
+    unsafe { pmpi::PMPI_Comm_rank(lay.ctl, &mut me) };
+    let node = lay
+        .node_ghosts
+        .iter()
+        .position(|g| g.contains(&me))
+        .expect("a ghost is on a node");
+    let users_here = lay.user_node.iter().filter(|&&n| n == node).count();
+    let server = slot_server(lay) == me;
+    let mut free_slots: Vec<usize> = (0..slots.len()).rev().collect();
+    // (user, address) -> mapping
+    let mut maps: HashMap<(i32, i64), (*mut libc::c_void, usize)> = HashMap::new();
+    let mut finalized = 0;
+    let mut idle: u32 = 0;
+    tracing::debug!(target: "shim::ghost", "ghost (world rank {me}) serving {users_here} users");
+    while finalized < users_here {
+        let mut flag = 0;
+        let mut st = MPI_Status::default();
+        // SAFETY: valid out-pointers; probing is where MPI progresses RMA aimed at us.
+        unsafe { pmpi::PMPI_Iprobe(MPI_ANY_SOURCE, CMD_TAG, lay.ctl, &mut flag, &mut st) };
+        if flag == 0 {
+            idle = idle.saturating_add(1);
+            if idle > 64 {
+                std::thread::yield_now();
+            }
+            continue;
+        }
+        idle = 0;
+        let from = st.MPI_SOURCE;
+        let mut m = [0i64; WORDS];
+        // SAFETY: WORDS int64s into `m`, the message probed above.
+        unsafe {
+            pmpi::PMPI_Recv(
+                m.as_mut_ptr().cast(),
+                WORDS as c_int,
+                MPI_INT64_T,
+                from,
+                CMD_TAG,
+                lay.ctl,
+                MPI_STATUS_IGNORE,
+            );
+        }
+        let mut reply = [0i64; WORDS];
+        match Cmd::from(m[0]) {
+            Some(Cmd::Attach) => {
+                let (slot, len, locks) = (m[1] as usize, m[2] as usize, m[3] != 0);
+                reply[0] = match attach(&name_of(&m), len) {
+                    Ok(ptr) => {
+                        slots[slot].attach(ptr, len, locks);
+                        maps.insert((from, ptr as i64), (ptr, len));
+                        ptr as i64
+                    }
+                    Err(e) => {
+                        tracing::error!(target: "shim::ghost", "cannot map a window's memory: {e}");
+                        0
+                    }
+                };
+            }
+            Some(Cmd::Detach) => {
+                let (slot, addr, locks) = (m[1] as usize, m[2], m[3] != 0);
+                if let Some((ptr, len)) = maps.remove(&(from, addr)) {
+                    slots[slot].detach(ptr, locks);
+                    // SAFETY: the mapping made by `attach`, no longer attached anywhere.
+                    unsafe { libc::munmap(ptr, len.max(1)) };
+                }
+            }
+            Some(Cmd::SlotAlloc) if server => {
+                reply[0] = free_slots.pop().map_or(-1, |s| s as i64);
+            }
+            Some(Cmd::SlotFree) if server => free_slots.push(m[1] as usize),
+            Some(Cmd::Finalize) => finalized += 1,
+            other => {
+                tracing::error!(target: "shim::ghost", "unexpected command {other:?} ({}) from {from}", m[0]);
+            }
+        }
+        if Cmd::from(m[0]).is_some_and(Cmd::replies) {
+            // SAFETY: WORDS int64s to the asking user.
+            unsafe {
+                pmpi::PMPI_Send(
+                    reply.as_ptr().cast(),
+                    WORDS as c_int,
+                    MPI_INT64_T,
+                    from,
+                    REPLY_TAG,
+                    lay.ctl,
+                );
+            }
+        }
+    }
+    super::win::close_pool_ghost(slots);
+    for (_, (ptr, len)) in maps.drain() {
+        // SAFETY: mappings made by `attach`; the windows they were attached to are freed.
+        unsafe { libc::munmap(ptr, len.max(1)) };
+    }
+    // SAFETY: the ghost's last MPI call; nothing of the application runs here.
+    unsafe {
+        pmpi::PMPI_Finalize();
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(0);
+    }
+}
+
+/// Maps a user's shared-memory object.
+fn attach(name: &str, len: usize) -> Result<*mut libc::c_void, String> {
+    let cname = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
+    // SAFETY: a NUL-terminated name; the descriptor is closed after mapping.
+    unsafe {
+        let fd = libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0o600);
+        if fd < 0 {
+            return Err(format!("shm_open({name}): {}", std::io::Error::last_os_error()));
+        }
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len.max(1),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        libc::close(fd);
+        if p == libc::MAP_FAILED {
+            return Err(format!("mmap({name}): {}", std::io::Error::last_os_error()));
+        }
+        Ok(p)
+    }
+}
