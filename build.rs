@@ -404,12 +404,7 @@ fn main() {
             // before anything else, the fast path included: callbacks the application
             // runs inside the shim (user operations, attribute callbacks) see its world too
             for p in f.params.iter().filter(|p| p.rtype == "MPI_Comm") {
-                writeln!(
-                    o,
-                    "        let {0} = crate::ghost::map_world({0});",
-                    p.name
-                )
-                .unwrap();
+                writeln!(o, "        let {0} = crate::ghost::map_world({0});", p.name).unwrap();
             }
         }
         writeln!(

@@ -82,6 +82,17 @@ void shim_reset_counters(void);
 uint64_t shim_progress_thread_cpu_ns(void);
 
 /*
+ Returns the number of ghost processes per node (`SHIM_GHOSTS`) when they are active
+ in this job, else 0. In a user process after `MPI_Init`.
+ */
+int shim_ghosts_per_node(void);
+
+/*
+ Returns how many RMA operations this process has redirected to ghost processes.
+ */
+uint64_t shim_rma_redirected(void);
+
+/*
  Chooses the algorithm of a collective for the rest of the run, as
  `SHIM_<COLL>_ALGORITHM` does at start-up: `coll` names it (`"MPI_Allreduce"`,
  `"allreduce"`), `algorithm` is one of its algorithms or `"auto"`; NULL restores the

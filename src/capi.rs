@@ -117,6 +117,22 @@ pub extern "C" fn shim_progress_thread_cpu_ns() -> u64 {
     crate::progress::thread::CPU_NS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Returns the number of ghost processes per node (`SHIM_GHOSTS`) when they are active
+/// in this job, else 0. In a user process after `MPI_Init`.
+#[unsafe(no_mangle)]
+pub extern "C" fn shim_ghosts_per_node() -> c_int {
+    match crate::ghost::layout() {
+        Some(l) if crate::ghost::active() => l.ghosts as c_int,
+        _ => 0,
+    }
+}
+
+/// Returns how many RMA operations this process has redirected to ghost processes.
+#[unsafe(no_mangle)]
+pub extern "C" fn shim_rma_redirected() -> u64 {
+    crate::ghost::win::REDIRECTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Copies `s` into `buf` (at most `len` bytes, NUL-terminated when `len` > 0) and returns
 /// the length `s` needs including the NUL, as C's snprintf does.
 fn write_str(s: &str, buf: *mut c_char, len: usize) -> c_int {

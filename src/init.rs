@@ -416,7 +416,12 @@ fn finalize(native: &dyn Fn() -> c_int) -> c_int {
             }
         }
         let w = world();
-        crate::stats::report(config::get().stats, crate::ghost::user_world(), w.rank, w.size);
+        crate::stats::report(
+            config::get().stats,
+            crate::ghost::user_world(),
+            w.rank,
+            w.size,
+        );
         let fs: Vec<fn()> =
             std::mem::take(&mut *FINALIZERS.lock().unwrap_or_else(|e| e.into_inner()));
         for f in fs.into_iter().rev() {

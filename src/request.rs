@@ -140,7 +140,7 @@ fn slot_comm(h: MPI_Request) -> MPI_Comm {
                 .get(i)
                 .and_then(|s| s.as_ref().map(|s| s.comm))
         })
-        .unwrap_or(MPI_COMM_WORLD)
+        .unwrap_or_else(crate::ghost::user_world)
 }
 
 /// The status of a completed collective, as the system MPI reports it.

@@ -122,12 +122,7 @@ pub unsafe fn MPI_Win_post(group: MPI_Group, assert: c_int, w: MPI_Win, native: 
     win::post(group, assert, w).unwrap_or_else(native)
 }
 
-pub unsafe fn MPI_Win_start(
-    group: MPI_Group,
-    assert: c_int,
-    w: MPI_Win,
-    native: Native,
-) -> c_int {
+pub unsafe fn MPI_Win_start(group: MPI_Group, assert: c_int, w: MPI_Win, native: Native) -> c_int {
     win::start(group, assert, w).unwrap_or_else(native)
 }
 

@@ -107,7 +107,10 @@ pub fn ghost_positions(n: usize, g: usize, how: GhostPlacement) -> Vec<usize> {
 /// Prints the reason on this rank and ends the job cleanly on every rank (all of them
 /// call this with the same decision).
 fn fail_everywhere(msg: &str) -> ! {
-    crate::log::raw_stderr(&format!("{} configuration error: {msg}\n", crate::log::prefix()));
+    crate::log::raw_stderr(&format!(
+        "{} configuration error: {msg}\n",
+        crate::log::prefix()
+    ));
     // SAFETY: MPI is initialized; every process makes these calls.
     unsafe {
         pmpi::PMPI_Barrier(MPI_COMM_WORLD);
@@ -289,7 +292,12 @@ pub fn world_attr_comm(comm: MPI_Comm, keyval: c_int) -> MPI_Comm {
         && comm == user_world()
         && matches!(
             keyval,
-            MPI_HOST | MPI_IO | MPI_WTIME_IS_GLOBAL | MPI_UNIVERSE_SIZE | MPI_APPNUM | MPI_LASTUSEDCODE
+            MPI_HOST
+                | MPI_IO
+                | MPI_WTIME_IS_GLOBAL
+                | MPI_UNIVERSE_SIZE
+                | MPI_APPNUM
+                | MPI_LASTUSEDCODE
         )
     {
         MPI_COMM_WORLD

@@ -14,6 +14,9 @@ use super::{CMD_TAG, Layout, REPLY_TAG};
 use crate::abi::*;
 use crate::pmpi;
 
+/// A ghost's nap between polls when its node has more processes than cores (microseconds).
+const GHOST_NAP_US: u64 = 20;
+
 /// Words in a command or reply.
 pub const WORDS: usize = 16;
 /// Words of a command that carry the shared-memory object's name.
@@ -81,7 +84,14 @@ pub fn command(lay: &Layout, to: i32, cmd: Cmd, args: &[i64], name: Option<&str>
     let mut reply = [0i64; WORDS];
     // SAFETY: WORDS int64s out and in; `ctl` is the control communicator.
     unsafe {
-        pmpi::PMPI_Send(m.as_ptr().cast(), WORDS as c_int, MPI_INT64_T, to, CMD_TAG, lay.ctl);
+        pmpi::PMPI_Send(
+            m.as_ptr().cast(),
+            WORDS as c_int,
+            MPI_INT64_T,
+            to,
+            CMD_TAG,
+            lay.ctl,
+        );
         if cmd.replies() {
             pmpi::PMPI_Recv(
                 reply.as_mut_ptr().cast(),
@@ -123,6 +133,11 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
     let mut maps: HashMap<(i32, i64), (*mut libc::c_void, usize)> = HashMap::new();
     let mut finalized = 0;
     let mut idle: u32 = 0;
+    let oversubscribed = crate::init::oversubscribed();
+    if oversubscribed {
+        // SAFETY: prctl with an integer argument; a precise timer for the naps below.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
+    }
     tracing::debug!(target: "shim::ghost", "ghost (world rank {me}) serving {users_here} users");
     while finalized < users_here {
         let mut flag = 0;
@@ -131,7 +146,13 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
         unsafe { pmpi::PMPI_Iprobe(MPI_ANY_SOURCE, CMD_TAG, lay.ctl, &mut flag, &mut st) };
         if flag == 0 {
             idle = idle.saturating_add(1);
-            if idle > 64 {
+            if oversubscribed && idle > 16 {
+                // Sharing cores with busy users, a ghost that polls without pause only
+                // gets its fair share of a core, whenever the scheduler gets to it. A ghost
+                // that sleeps a little between polls is woken ahead of the busy processes
+                // (it has used little CPU), so RMA aimed at it waits about one nap.
+                std::thread::sleep(std::time::Duration::from_micros(GHOST_NAP_US));
+            } else if idle > 64 {
                 std::thread::yield_now();
             }
             continue;
@@ -218,7 +239,10 @@ fn attach(name: &str, len: usize) -> Result<*mut libc::c_void, String> {
     unsafe {
         let fd = libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0o600);
         if fd < 0 {
-            return Err(format!("shm_open({name}): {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "shm_open({name}): {}",
+                std::io::Error::last_os_error()
+            ));
         }
         let p = libc::mmap(
             std::ptr::null_mut(),

@@ -240,11 +240,10 @@ impl UserWin {
             self.fence
         }
     }
-    fn pick(&mut self, t: i32, acc: bool, bytes: u64) -> usize {
+    fn pick(&mut self, t: i32, acc: bool) -> usize {
         let tg = &self.targets[t as usize];
         let policy = config::get().ghost_balance;
-        if acc || tg.ghosts.len() == 1 || policy == GhostBalance::Static || !self.binding_free(t)
-        {
+        if acc || tg.ghosts.len() == 1 || policy == GhostBalance::Static || !self.binding_free(t) {
             return tg.bound;
         }
         let load = |g: &i32| self.sent.get(g).copied().unwrap_or((0, 0));
@@ -260,7 +259,7 @@ impl UserWin {
                 .min_by_key(|&i| load(&tg.ghosts[i]).0)
                 .unwrap_or(tg.bound),
             GhostBalance::Byte => (0..tg.ghosts.len())
-                .min_by_key(|&i| load(&tg.ghosts[i]).1 + bytes.min(1))
+                .min_by_key(|&i| load(&tg.ghosts[i]).1)
                 .unwrap_or(tg.bound),
             GhostBalance::Static => tg.bound,
         }
@@ -312,7 +311,7 @@ pub fn route(
     } else {
         0
     };
-    let gi = w.pick(target, acc, bytes);
+    let gi = w.pick(target, acc);
     let tg = &w.targets[target as usize];
     let (rank, addr, du) = (tg.ghosts[gi], tg.addrs[gi], tg.disp_unit);
     let e = w.sent.entry(rank).or_default();
@@ -569,10 +568,7 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
     let h = unsafe { win.as_ref() }.copied()?;
     lookup(h)?;
     let lay = layout()?;
-    let arc = WINS
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&h)?;
+    let arc = WINS.write().unwrap_or_else(|e| e.into_inner()).remove(&h)?;
     let mut w = arc.lock().unwrap_or_else(|e| e.into_inner());
     // Nobody may still reach this memory through a ghost once it is detached.
     // SAFETY: collective over the window's private duplicate.
@@ -667,7 +663,9 @@ pub fn fence(assert: c_int, win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         let r = (|| {
             if !w.locked.is_empty() || w.lock_all || !w.access.is_empty() {
-                return Err(sync_err("MPI_Win_fence: a passive-target or PSCW epoch is open"));
+                return Err(sync_err(
+                    "MPI_Win_fence: a passive-target or PSCW epoch is open",
+                ));
             }
             let g = w.slot().global;
             // SAFETY: the global window is always in the users' lock_all epoch.
@@ -693,7 +691,10 @@ pub fn fence(assert: c_int, win: MPI_Win) -> Option<c_int> {
 pub fn post(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         if !w.exposure.is_empty() {
-            return result(win, Err(sync_err("MPI_Win_post: an exposure epoch is open")));
+            return result(
+                win,
+                Err(sync_err("MPI_Win_post: an exposure epoch is open")),
+            );
         }
         let origins = group_to_comm(group, w.ctl);
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -785,7 +786,10 @@ pub fn complete(win: MPI_Win) -> Option<c_int> {
 pub fn wait(win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         if w.exposure.is_empty() {
-            return result(win, Err(sync_err("MPI_Win_wait: no exposure epoch is open")));
+            return result(
+                win,
+                Err(sync_err("MPI_Win_wait: no exposure epoch is open")),
+            );
         }
         // SAFETY: the receives posted by `post`.
         unsafe {
@@ -806,7 +810,10 @@ pub fn wait(win: MPI_Win) -> Option<c_int> {
 pub fn test(win: MPI_Win, flag: *mut c_int) -> Option<c_int> {
     with(win, |w| {
         if w.exposure.is_empty() {
-            return result(win, Err(sync_err("MPI_Win_test: no exposure epoch is open")));
+            return result(
+                win,
+                Err(sync_err("MPI_Win_test: no exposure epoch is open")),
+            );
         }
         let mut f = 0;
         // SAFETY: the receives posted by `post`.
