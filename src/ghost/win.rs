@@ -107,12 +107,24 @@ pub fn close_pool() {
             s.free();
         }
     }
+    finalize_barrier();
 }
 
 /// (ghost) Frees the pool at finalize, with the users.
 pub fn close_pool_ghost(slots: &[Slot]) {
     for s in slots {
         s.free();
+    }
+    finalize_barrier();
+}
+
+/// Users and ghosts enter `MPI_Finalize` together. Over TCP, MPICH 4.0 (ch4:ucx) could
+/// hang in a ghost's finalize (closing its endpoints while the users already waited in
+/// the process manager's barrier, no longer progressing the network).
+fn finalize_barrier() {
+    if let Some(lay) = layout() {
+        // SAFETY: collective over the control communicator, in every user and ghost.
+        unsafe { pmpi::PMPI_Barrier(lay.ctl) };
     }
 }
 
