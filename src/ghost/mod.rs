@@ -248,7 +248,7 @@ pub fn setup(c: &config::Config) {
     }
     lay.max_local_users = users_on.iter().copied().max().unwrap_or(0);
     let lay = LAYOUT.get_or_init(|| lay);
-    let slots = win::create_pool(lay, is_ghost);
+    let slots = win::create_pool(lay);
     if is_ghost {
         serve::run(lay, slots, split);
     }
@@ -271,13 +271,8 @@ pub fn finalize_user() {
     if !active() {
         return;
     }
-    win::free_all_user_windows();
-    let me = {
-        let mut r = 0;
-        // SAFETY: valid out-pointer.
-        unsafe { pmpi::PMPI_Comm_rank(user_world(), &mut r) };
-        r as usize
-    };
+    win::report_unfreed_windows();
+    let me = crate::init::world().rank as usize;
     for &gh in &lay.node_ghosts[lay.user_node[me]] {
         serve::command(lay, gh, serve::Cmd::Finalize, &[], None);
     }

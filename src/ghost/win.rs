@@ -69,7 +69,7 @@ impl Slot {
 static POOL: OnceLock<Vec<Slot>> = OnceLock::new();
 
 /// Creates the slots (collective over users and ghosts, at init).
-pub fn create_pool(lay: &Layout, _is_ghost: bool) -> &'static [Slot] {
+pub fn create_pool(lay: &Layout) -> &'static [Slot] {
     let n = config::get().ghost_windows as usize;
     let pool = (0..n)
         .map(|_| {
@@ -173,7 +173,6 @@ struct UserWin {
     locked: HashMap<i32, Lock>,
     lock_all: bool,
     all_flushed: HashSet<i32>,
-    all_self_forced: bool,
     /// Per ghost (world rank): operations and bytes sent there.
     sent: HashMap<i32, (u64, u64)>,
     rng: u64,
@@ -207,19 +206,7 @@ pub fn is_ghost_window(win: MPI_Win) -> bool {
 }
 
 fn raise(win: MPI_Win, class: c_int, what: &str) -> c_int {
-    tracing::debug!(target: "shim::ghost", "{what} (error class {class})");
-    let mut eh: MPI_Errhandler = MPI_ERRHANDLER_NULL;
-    // SAFETY: a valid window; the handler reference is released.
-    unsafe {
-        if pmpi::PMPI_Win_get_errhandler(win, &mut eh) == MPI_SUCCESS {
-            if eh == MPI_ERRORS_ARE_FATAL || eh == MPI_ERRORS_ABORT {
-                crate::log::raw_stderr(&format!("{} {what}\n", crate::log::prefix()));
-            }
-            pmpi::PMPI_Errhandler_free(&mut eh);
-        }
-        pmpi::PMPI_Win_call_errhandler(win, class);
-    }
-    class
+    crate::errors::raise_win(win, class, what)
 }
 
 /// Where a redirected operation goes.
@@ -474,12 +461,7 @@ pub fn allocate(
         }
         p
     };
-    let uw_rank = {
-        let mut r = 0;
-        // SAFETY: valid out-pointer.
-        unsafe { pmpi::PMPI_Comm_rank(super::user_world(), &mut r) };
-        r as usize
-    };
+    let uw_rank = crate::init::world().rank as usize;
     let my_ghosts = &lay.node_ghosts[lay.user_node[uw_rank]];
     let g = lay.ghosts;
     let mut rec = vec![0i64; 2 + g];
@@ -557,7 +539,6 @@ pub fn allocate(
         locked: HashMap::new(),
         lock_all: false,
         all_flushed: HashSet::new(),
-        all_self_forced: false,
         sent: HashMap::new(),
         rng: 0x9e37_79b9_7f4a_7c15 ^ ((uw_rank as u64 + 1) << 20) ^ id as u64,
         id,
@@ -585,12 +566,6 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
     // Nobody may still reach this memory through a ghost once it is detached.
     // SAFETY: collective over the window's private duplicate.
     unsafe { pmpi::PMPI_Barrier(w.ctl) };
-    let me_uw = {
-        let mut r = 0;
-        // SAFETY: valid out-pointer.
-        unsafe { pmpi::PMPI_Comm_rank(super::user_world(), &mut r) };
-        r as usize
-    };
     let mine = w.targets[w.me as usize].clone();
     for (j, &gh) in mine.ghosts.iter().enumerate() {
         serve::command(
@@ -601,7 +576,6 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
             None,
         );
     }
-    let _ = me_uw;
     // SAFETY: collective over the duplicate; then only this rank's own objects are freed.
     let rc = unsafe {
         pmpi::PMPI_Barrier(w.ctl);
@@ -639,7 +613,7 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
 
 /// Windows still alive at finalize are left to the system MPI's finalize; their ghosts'
 /// mappings go when the ghosts exit.
-pub fn free_all_user_windows() {
+pub fn report_unfreed_windows() {
     let n = WINS.read().unwrap_or_else(|e| e.into_inner()).len();
     if n > 0 {
         tracing::debug!(target: "shim::ghost", "{n} ghost-served window(s) not freed before MPI_Finalize");
@@ -999,7 +973,6 @@ pub fn lock_all(assert: c_int, win: MPI_Win) -> Option<c_int> {
                 w.force_self(slot.lock[t.local]);
                 w.all_flushed.insert(w.me);
             }
-            w.all_self_forced = true;
             Ok(())
         })();
         result(win, r)
@@ -1022,7 +995,6 @@ pub fn unlock_all(win: MPI_Win) -> Option<c_int> {
                 }
             }
             w.lock_all = false;
-            w.all_self_forced = false;
             w.all_flushed.clear();
             Ok(())
         })();
