@@ -8,12 +8,18 @@
 //!   (straight to `PMPI_*`) when the shim is inactive or re-entered, and otherwise runs the
 //!   hook named by the table inside `crate::entry::run` (counters, timing, panic guard).
 //!
+//! and, into `$OUT_DIR/fortran_gen.rs`, the Fortran entry points (`build_fortran.rs`).
+//!
 //! The generator refuses a table it does not understand (unknown C type, inconsistent
 //! collective variants), so the table and the Rust hooks cannot drift apart silently.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+
+/// The Fortran entry points (`mpif.h` / `use mpi`), generated from the same table.
+#[path = "build_fortran.rs"]
+mod fortran_gen;
 
 #[derive(Clone, Debug)]
 struct Param {
@@ -289,6 +295,7 @@ fn main() {
     let table = "src/abi/mpi_functions.txt";
     println!("cargo:rerun-if-changed={table}");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build_fortran.rs");
     // A real soname makes relinked programs record `libshim.so` in DT_NEEDED.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libshim.so");
 
@@ -549,6 +556,11 @@ fn main() {
     }
     o.push_str("];\n");
 
-    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("api_gen.rs");
-    std::fs::write(out, o).unwrap();
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    std::fs::write(out_dir.join("api_gen.rs"), o).unwrap();
+    std::fs::write(
+        out_dir.join("fortran_gen.rs"),
+        fortran_gen::generate(&funcs),
+    )
+    .unwrap();
 }
