@@ -93,6 +93,20 @@ int shim_ghosts_per_node(void);
 uint64_t shim_rma_redirected(void);
 
 /*
+ Returns how many bytes the shim's own datatype engine has packed plus unpacked in this
+ process (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective copies of
+ non-contiguous datatypes).
+ */
+uint64_t shim_packed_bytes(void);
+
+/*
+ Sets how many threads may pack one message from now on (0: back to
+ `SHIM_PACK_THREADS` or its default); for benchmarks that compare thread counts in one
+ run.
+ */
+void shim_set_pack_threads(int n);
+
+/*
  Chooses the algorithm of a collective for the rest of the run, as
  `SHIM_<COLL>_ALGORITHM` does at start-up: `coll` names it (`"MPI_Allreduce"`,
  `"allreduce"`), `algorithm` is one of its algorithms or `"auto"`; NULL restores the

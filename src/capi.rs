@@ -133,6 +133,24 @@ pub extern "C" fn shim_rma_redirected() -> u64 {
     crate::ghost::win::REDIRECTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Returns how many bytes the shim's own datatype engine has packed plus unpacked in this
+/// process (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective copies of
+/// non-contiguous datatypes).
+#[unsafe(no_mangle)]
+pub extern "C" fn shim_packed_bytes() -> u64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    crate::dtype::pack::PACKED_BYTES.load(Relaxed)
+        + crate::dtype::pack::UNPACKED_BYTES.load(Relaxed)
+}
+
+/// Sets how many threads may pack one message from now on (0: back to
+/// `SHIM_PACK_THREADS` or its default); for benchmarks that compare thread counts in one
+/// run.
+#[unsafe(no_mangle)]
+pub extern "C" fn shim_set_pack_threads(n: c_int) {
+    crate::dtype::pool::set_max_threads(n.max(0) as usize);
+}
+
 /// Copies `s` into `buf` (at most `len` bytes, NUL-terminated when `len` > 0) and returns
 /// the length `s` needs including the NUL, as C's snprintf does.
 fn write_str(s: &str, buf: *mut c_char, len: usize) -> c_int {

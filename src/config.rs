@@ -100,6 +100,18 @@ pub static VARS: &[VarSpec] = &[
         doc: "The MPI library to load when no loaded object provides `PMPI_*` (a program relinked with `-lshim` under `--as-needed` loses `libmpi`); by default `libmpi.so.12`, `libmpich.so.12`, `libmpi.so`, `libmpich.so` are tried.",
     },
     VarSpec {
+        name: "SHIM_PACK_MIN_BYTES",
+        default: "256K",
+        allowed: "a size in bytes, with an optional K, M or G suffix",
+        doc: "Packing of non-contiguous datatypes (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective copies): below this many packed bytes one thread packs; above it the work is split by bytes over up to `SHIM_PACK_THREADS` threads (each taking at least half of this).",
+    },
+    VarSpec {
+        name: "SHIM_PACK_THREADS",
+        default: "processors / ranks on this node",
+        allowed: "an integer from 1 to 256",
+        doc: "Threads that pack and unpack one large non-contiguous message (the caller plus sleeping workers). Inside an OpenMP parallel region of the application packing always uses the calling thread only.",
+    },
+    VarSpec {
         name: "SHIM_PROGRESS",
         default: "auto",
         allowed: "none, thread, auto",
@@ -199,6 +211,9 @@ pub struct Config {
     pub ghost_balance: GhostBalance,
     pub ghost_windows: u32,
     pub ranks_per_node: Option<u32>,
+    /// `SHIM_PACK_THREADS` (None: processors per rank of the node).
+    pub pack_threads: Option<u32>,
+    pub pack_min_bytes: u64,
 }
 
 impl Default for Config {
@@ -221,6 +236,8 @@ impl Default for Config {
             ghost_balance: GhostBalance::Static,
             ghost_windows: 4,
             ranks_per_node: None,
+            pack_threads: None,
+            pack_min_bytes: 256 * 1024,
         }
     }
 }
@@ -487,6 +504,18 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
         match v.trim().parse::<u32>() {
             Ok(n) if (1..=64).contains(&n) => c.ghost_windows = n,
             _ => l.errors.push(error("SHIM_GHOST_WINDOWS", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_PACK_THREADS") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if (1..=256).contains(&n) => c.pack_threads = Some(n),
+            _ => l.errors.push(error("SHIM_PACK_THREADS", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_PACK_MIN_BYTES") {
+        match parse_size(&v) {
+            Some(n) => c.pack_min_bytes = n,
+            None => l.errors.push(error("SHIM_PACK_MIN_BYTES", &v)),
         }
     }
     if let Some(v) = get("SHIM_RANKS_PER_NODE") {

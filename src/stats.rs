@@ -236,6 +236,7 @@ fn format_table(title: &str, rows: &[Row]) -> String {
             r.paths
         ));
     }
+    s.push_str(&crate::dtype::pack::stats_line());
     s.push_str("@--- end of libshim statistics ---\n");
     s
 }

@@ -215,6 +215,13 @@ pub const MPI_WIN_FLAVOR_DYNAMIC: c_int = 3;
 pub const MPI_WIN_FLAVOR_SHARED: c_int = 4;
 
 // Datatype combiners (MPI-4.0 §5.1.13)
+// Array order and distributions of subarray/darray types (mpi.h).
+pub const MPI_ORDER_C: c_int = 56;
+pub const MPI_ORDER_FORTRAN: c_int = 57;
+pub const MPI_DISTRIBUTE_BLOCK: c_int = 121;
+pub const MPI_DISTRIBUTE_CYCLIC: c_int = 122;
+pub const MPI_DISTRIBUTE_NONE: c_int = 123;
+pub const MPI_DISTRIBUTE_DFLT_DARG: c_int = -49767;
 pub const MPI_COMBINER_NAMED: c_int = 1;
 pub const MPI_COMBINER_DUP: c_int = 2;
 pub const MPI_COMBINER_CONTIGUOUS: c_int = 3;

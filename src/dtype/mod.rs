@@ -152,7 +152,40 @@ pub unsafe fn copy(
         }
         return MPI_SUCCESS;
     }
-    // General case: pack with the source type, unpack with the destination type.
+    // Flattened layouts: straight from one layout into the other when either side is
+    // dense, else through a packed buffer.
+    if let (Ok(sf), Ok(df)) = (flat::get(sdt), flat::get(ddt)) {
+        let (s, d) = (src as *mut u8, dst as *mut u8);
+        let n = bytes.min(dcount * df.size);
+        // SAFETY: the caller's buffers for their counts and datatypes.
+        unsafe {
+            if si.dense() {
+                pack::run_bytes(
+                    &df,
+                    dcount,
+                    d,
+                    s.wrapping_offset(si.lb as isize),
+                    n,
+                    pack::Dir::Unpack,
+                );
+            } else if di.dense() {
+                pack::run_bytes(
+                    &sf,
+                    scount,
+                    s,
+                    d.wrapping_offset(di.lb as isize),
+                    n,
+                    pack::Dir::Pack,
+                );
+            } else {
+                let mut tmp = vec![0u8; n as usize];
+                pack::run_bytes(&sf, scount, s, tmp.as_mut_ptr(), n, pack::Dir::Pack);
+                pack::run_bytes(&df, dcount, d, tmp.as_mut_ptr(), n, pack::Dir::Unpack);
+            }
+        }
+        return MPI_SUCCESS;
+    }
+    // Types the engine does not decode: the system MPI packs and unpacks.
     let mut packed_size: MPI_Count = 0;
     // SAFETY: valid out-pointer; buffers per the caller's contract.
     unsafe {
@@ -233,5 +266,193 @@ pub fn free_types(types: &[MPI_Datatype]) {
         let mut t = t;
         // SAFETY: a datatype this module created and nobody else frees.
         unsafe { pmpi::PMPI_Type_free(&mut t) };
+    }
+}
+
+pub mod flat;
+pub mod p2p;
+pub mod pack;
+pub mod pool;
+
+/// Hooks (see `src/abi/mpi_functions.txt`): `MPI_Pack`/`MPI_Unpack` and their `_c` forms
+/// on the shim's packer. Anything the packer does not take (predefined or contiguous
+/// types, types it does not decode, arguments the system MPI must judge) is forwarded.
+#[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+pub mod hooks {
+    use super::*;
+    use pack::Dir;
+
+    /// The packer's share of one Pack/Unpack call: `Some(bytes)` when it takes it.
+    fn plan(
+        count: i64,
+        dt: MPI_Datatype,
+        position: i64,
+        size: i64,
+    ) -> Option<(std::sync::Arc<flat::Flat>, i64)> {
+        if count < 0 || position < 0 || is_predefined_datatype(dt) {
+            return None;
+        }
+        check_usable(dt).ok()?;
+        let f = flat::get(dt).ok()?;
+        let bytes = count.checked_mul(f.size)?;
+        (position.checked_add(bytes)? <= size).then_some((f, bytes))
+    }
+
+    unsafe fn pack_at(
+        inbuf: *const c_void,
+        incount: i64,
+        dt: MPI_Datatype,
+        outbuf: *mut c_void,
+        outsize: i64,
+        position: i64,
+    ) -> Option<i64> {
+        let (f, bytes) = plan(incount, dt, position, outsize)?;
+        // SAFETY: the application's buffers; the packed range fits in outsize.
+        unsafe {
+            pack::run(
+                &f,
+                incount,
+                inbuf as *mut u8,
+                (outbuf as *mut u8).add(position as usize),
+                Dir::Pack,
+            )
+        };
+        Some(position + bytes)
+    }
+
+    unsafe fn unpack_at(
+        inbuf: *const c_void,
+        insize: i64,
+        position: i64,
+        outbuf: *mut c_void,
+        outcount: i64,
+        dt: MPI_Datatype,
+    ) -> Option<i64> {
+        let (f, bytes) = plan(outcount, dt, position, insize)?;
+        // SAFETY: the application's buffers; the packed range lies within insize.
+        unsafe {
+            pack::run(
+                &f,
+                outcount,
+                outbuf as *mut u8,
+                (inbuf as *mut u8).add(position as usize),
+                Dir::Unpack,
+            )
+        };
+        Some(position + bytes)
+    }
+
+    pub unsafe fn MPI_Pack(
+        inbuf: *const c_void,
+        incount: c_int,
+        dt: MPI_Datatype,
+        outbuf: *mut c_void,
+        outsize: c_int,
+        position: *mut c_int,
+        comm: MPI_Comm,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        if position.is_null() || comm == MPI_COMM_NULL {
+            return native();
+        }
+        // SAFETY: the application's position and buffers.
+        match unsafe {
+            pack_at(
+                inbuf,
+                incount as i64,
+                dt,
+                outbuf,
+                outsize as i64,
+                *position as i64,
+            )
+        } {
+            Some(p) => {
+                // SAFETY: as above.
+                unsafe { *position = p as c_int };
+                MPI_SUCCESS
+            }
+            None => native(),
+        }
+    }
+
+    pub unsafe fn MPI_Pack_c(
+        inbuf: *const c_void,
+        incount: MPI_Count,
+        dt: MPI_Datatype,
+        outbuf: *mut c_void,
+        outsize: MPI_Count,
+        position: *mut MPI_Count,
+        comm: MPI_Comm,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        if position.is_null() || comm == MPI_COMM_NULL {
+            return native();
+        }
+        // SAFETY: the application's position and buffers.
+        match unsafe { pack_at(inbuf, incount, dt, outbuf, outsize, *position) } {
+            Some(p) => {
+                // SAFETY: as above.
+                unsafe { *position = p };
+                MPI_SUCCESS
+            }
+            None => native(),
+        }
+    }
+
+    pub unsafe fn MPI_Unpack(
+        inbuf: *const c_void,
+        insize: c_int,
+        position: *mut c_int,
+        outbuf: *mut c_void,
+        outcount: c_int,
+        dt: MPI_Datatype,
+        comm: MPI_Comm,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        if position.is_null() || comm == MPI_COMM_NULL {
+            return native();
+        }
+        // SAFETY: the application's position and buffers.
+        match unsafe {
+            unpack_at(
+                inbuf,
+                insize as i64,
+                *position as i64,
+                outbuf,
+                outcount as i64,
+                dt,
+            )
+        } {
+            Some(p) => {
+                // SAFETY: as above.
+                unsafe { *position = p as c_int };
+                MPI_SUCCESS
+            }
+            None => native(),
+        }
+    }
+
+    pub unsafe fn MPI_Unpack_c(
+        inbuf: *const c_void,
+        insize: MPI_Count,
+        position: *mut MPI_Count,
+        outbuf: *mut c_void,
+        outcount: MPI_Count,
+        dt: MPI_Datatype,
+        comm: MPI_Comm,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        if position.is_null() || comm == MPI_COMM_NULL {
+            return native();
+        }
+        // SAFETY: the application's position and buffers.
+        match unsafe { unpack_at(inbuf, insize, *position, outbuf, outcount, dt) } {
+            Some(p) => {
+                // SAFETY: as above.
+                unsafe { *position = p };
+                MPI_SUCCESS
+            }
+            None => native(),
+        }
     }
 }

@@ -56,6 +56,114 @@ fn probe(native: &dyn Fn() -> c_int, mut iprobe: impl FnMut(&mut c_int) -> c_int
     rc
 }
 
+/// Sends the packed bytes of a non-contiguous message (see `crate::dtype::p2p`): the
+/// blocking call `blocking`, or its non-blocking form while schedules are outstanding.
+fn send_packed(
+    p: &[u8],
+    blocking: unsafe fn(*const c_void, MPI_Count, MPI_Datatype, c_int, c_int, MPI_Comm) -> c_int,
+    start: unsafe fn(
+        *const c_void,
+        MPI_Count,
+        MPI_Datatype,
+        c_int,
+        c_int,
+        MPI_Comm,
+        *mut MPI_Request,
+    ) -> c_int,
+    d: c_int,
+    g: c_int,
+    c: MPI_Comm,
+) -> c_int {
+    let (b, n) = (p.as_ptr().cast::<c_void>(), p.len() as MPI_Count);
+    // SAFETY: our packed buffer, alive until the send completes (both forms complete here).
+    via(
+        &|| unsafe { blocking(b, n, MPI_PACKED, d, g, c) },
+        IGNORE,
+        |r| unsafe { start(b, n, MPI_PACKED, d, g, c, r) },
+    )
+}
+
+/// Receives into a packed buffer and unpacks what arrived into `user`.
+///
+/// # Safety
+/// `user` is the application's receive buffer for the counted elements.
+unsafe fn recv_packed(
+    mut inc: crate::dtype::p2p::Incoming,
+    user: *mut c_void,
+    s: c_int,
+    g: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+) -> c_int {
+    let mut local = MPI_Status::default();
+    let stp = if st == IGNORE || st.is_null() {
+        &mut local as *mut MPI_Status
+    } else {
+        st
+    };
+    let (b, n) = (inc.ptr(), inc.len());
+    // SAFETY: our buffer and a status we can read back.
+    let rc = via(
+        &|| unsafe { pmpi::PMPI_Recv_c(b, n, MPI_PACKED, s, g, c, stp) },
+        stp,
+        |r| unsafe { pmpi::PMPI_Irecv_c(b, n, MPI_PACKED, s, g, c, r) },
+    );
+    if rc == MPI_SUCCESS {
+        // SAFETY: the completed status; the caller's buffer.
+        unsafe { inc.finish(user, stp) };
+    }
+    rc
+}
+
+/// Sendrecv with either side packed by the shim (see `crate::dtype::p2p`).
+///
+/// # Safety
+/// The application's Sendrecv arguments.
+unsafe fn sendrecv_packed(
+    (sb, sn, stt, d, sg): (*const c_void, MPI_Count, MPI_Datatype, c_int, c_int),
+    (rb, rn, rt, s, rg): (*mut c_void, MPI_Count, MPI_Datatype, c_int, c_int),
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+) -> Option<c_int> {
+    // SAFETY: the application's send buffer.
+    let out = unsafe { crate::dtype::p2p::outgoing(sb, sn, stt, d) };
+    let mut inc = crate::dtype::p2p::incoming(rn, rt, s);
+    if out.is_none() && inc.is_none() {
+        return None;
+    }
+    let (sb, sn, stt) = match &out {
+        Some(p) => (
+            p.as_ptr().cast::<c_void>(),
+            p.len() as MPI_Count,
+            MPI_PACKED,
+        ),
+        None => (sb, sn, stt),
+    };
+    let (rb2, rn2, rt2) = match &mut inc {
+        Some(i) => (i.ptr(), i.len(), MPI_PACKED),
+        None => (rb, rn, rt),
+    };
+    let mut local = MPI_Status::default();
+    let stp = if st == IGNORE || st.is_null() {
+        &mut local as *mut MPI_Status
+    } else {
+        st
+    };
+    // SAFETY: the application's or our packed buffers, alive until completion here.
+    let rc = via(
+        &|| unsafe { pmpi::PMPI_Sendrecv_c(sb, sn, stt, d, sg, rb2, rn2, rt2, s, rg, c, stp) },
+        stp,
+        |r| unsafe { pmpi::PMPI_Isendrecv_c(sb, sn, stt, d, sg, rb2, rn2, rt2, s, rg, c, r) },
+    );
+    if rc == MPI_SUCCESS {
+        if let Some(i) = &inc {
+            // SAFETY: the completed status; the application's receive buffer.
+            unsafe { i.finish(rb, stp) };
+        }
+    }
+    Some(rc)
+}
+
 const IGNORE: *mut MPI_Status = MPI_STATUS_IGNORE;
 
 /// Hooks (see `src/abi/mpi_functions.txt`). Safety: the arguments are the application's,
@@ -73,6 +181,10 @@ pub mod hooks {
         c: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        // SAFETY: the application's buffer for n elements of t.
+        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
+            return send_packed(&p, pmpi::PMPI_Send_c, pmpi::PMPI_Isend_c, d, g, c);
+        }
         via(native, IGNORE, |r| unsafe {
             pmpi::PMPI_Isend(b, n, t, d, g, c, r)
         })
@@ -86,6 +198,10 @@ pub mod hooks {
         c: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        // SAFETY: the application's buffer for n elements of t.
+        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n, t, d) } {
+            return send_packed(&p, pmpi::PMPI_Send_c, pmpi::PMPI_Isend_c, d, g, c);
+        }
         via(native, IGNORE, |r| unsafe {
             pmpi::PMPI_Isend_c(b, n, t, d, g, c, r)
         })
@@ -99,6 +215,10 @@ pub mod hooks {
         c: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        // SAFETY: the application's buffer for n elements of t.
+        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
+            return send_packed(&p, pmpi::PMPI_Ssend_c, pmpi::PMPI_Issend_c, d, g, c);
+        }
         via(native, IGNORE, |r| unsafe {
             pmpi::PMPI_Issend(b, n, t, d, g, c, r)
         })
@@ -112,6 +232,10 @@ pub mod hooks {
         c: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        // SAFETY: the application's buffer for n elements of t.
+        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n, t, d) } {
+            return send_packed(&p, pmpi::PMPI_Ssend_c, pmpi::PMPI_Issend_c, d, g, c);
+        }
         via(native, IGNORE, |r| unsafe {
             pmpi::PMPI_Issend_c(b, n, t, d, g, c, r)
         })
@@ -125,6 +249,10 @@ pub mod hooks {
         c: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        // SAFETY: the application's buffer for n elements of t.
+        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
+            return send_packed(&p, pmpi::PMPI_Rsend_c, pmpi::PMPI_Irsend_c, d, g, c);
+        }
         via(native, IGNORE, |r| unsafe {
             pmpi::PMPI_Irsend(b, n, t, d, g, c, r)
         })
@@ -138,6 +266,10 @@ pub mod hooks {
         c: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        // SAFETY: the application's buffer for n elements of t.
+        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n, t, d) } {
+            return send_packed(&p, pmpi::PMPI_Rsend_c, pmpi::PMPI_Irsend_c, d, g, c);
+        }
         via(native, IGNORE, |r| unsafe {
             pmpi::PMPI_Irsend_c(b, n, t, d, g, c, r)
         })
@@ -152,6 +284,10 @@ pub mod hooks {
         st: *mut MPI_Status,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        if let Some(inc) = crate::dtype::p2p::incoming(n as i64, t, s) {
+            // SAFETY: the application's receive buffer.
+            return unsafe { recv_packed(inc, b, s, g, c, st) };
+        }
         via(native, st, |r| unsafe {
             pmpi::PMPI_Irecv(b, n, t, s, g, c, r)
         })
@@ -166,6 +302,10 @@ pub mod hooks {
         st: *mut MPI_Status,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        if let Some(inc) = crate::dtype::p2p::incoming(n, t, s) {
+            // SAFETY: the application's receive buffer.
+            return unsafe { recv_packed(inc, b, s, g, c, st) };
+        }
         via(native, st, |r| unsafe {
             pmpi::PMPI_Irecv_c(b, n, t, s, g, c, r)
         })
@@ -185,6 +325,17 @@ pub mod hooks {
         st: *mut MPI_Status,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        // SAFETY: the application's arguments.
+        if let Some(rc) = unsafe {
+            sendrecv_packed(
+                (sb, sn as i64, stt, d, sg),
+                (rb, rn as i64, rt, s, rg),
+                c,
+                st,
+            )
+        } {
+            return rc;
+        }
         via(native, st, |r| unsafe {
             pmpi::PMPI_Isendrecv(sb, sn, stt, d, sg, rb, rn, rt, s, rg, c, r)
         })
@@ -204,6 +355,12 @@ pub mod hooks {
         st: *mut MPI_Status,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        // SAFETY: the application's arguments.
+        if let Some(rc) =
+            unsafe { sendrecv_packed((sb, sn, stt, d, sg), (rb, rn, rt, s, rg), c, st) }
+        {
+            return rc;
+        }
         via(native, st, |r| unsafe {
             pmpi::PMPI_Isendrecv_c(sb, sn, stt, d, sg, rb, rn, rt, s, rg, c, r)
         })

@@ -1,0 +1,710 @@
+//! Flattened datatypes: any MPI datatype decoded once through
+//! `MPI_Type_get_envelope`/`MPI_Type_get_contents` (MPI-4.0 §5.1.13) into a small tree of
+//! byte runs and loops, so a vector of a billion blocks is one loop node, not a billion runs.
+//!
+//! The tree of one element: `Run` (contiguous bytes at an offset), `Loop` (`count` copies of
+//! a body, the k-th displaced by `k * stride`) and `Seq` (parts one after another in the
+//! packed stream). Offsets are type-map displacements, i.e. relative to the buffer address
+//! the application passes. Every node knows how many packed bytes it produces, so a packer
+//! can start anywhere in the packed stream (parallel packing splits by bytes).
+//!
+//! Cache: the flattened form of a derived type is kept in an attribute of that type (a
+//! keyval with a delete callback), so MPI itself drops it when the type is really
+//! destroyed (`MPI_Type_free` and the last reference gone), whichever path frees it.
+//! Predefined types are contiguous fast paths and never decoded.
+
+use core::ffi::{c_int, c_void};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::abi::*;
+use crate::pmpi;
+
+/// One element's layout (see the module comment).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    Run {
+        off: i64,
+        len: i64,
+    },
+    Loop {
+        off: i64,
+        count: i64,
+        stride: i64,
+        body: Arc<Node>,
+        /// Packed bytes of one iteration (`body.size()`).
+        bsize: i64,
+    },
+    Seq {
+        parts: Vec<Node>,
+        /// `ends[i]`: packed bytes of parts 0..=i.
+        ends: Vec<i64>,
+    },
+}
+
+impl Node {
+    /// Packed bytes this node produces.
+    pub fn size(&self) -> i64 {
+        match self {
+            Node::Run { len, .. } => *len,
+            Node::Loop { count, bsize, .. } => count * bsize,
+            Node::Seq { ends, .. } => ends.last().copied().unwrap_or(0),
+        }
+    }
+
+    /// The same layout displaced by `d` bytes.
+    pub fn shifted(&self, d: i64) -> Node {
+        if d == 0 {
+            return self.clone();
+        }
+        match self {
+            Node::Run { off, len } => Node::Run {
+                off: off + d,
+                len: *len,
+            },
+            Node::Loop {
+                off,
+                count,
+                stride,
+                body,
+                bsize,
+            } => Node::Loop {
+                off: off + d,
+                count: *count,
+                stride: *stride,
+                body: body.clone(),
+                bsize: *bsize,
+            },
+            Node::Seq { parts, ends } => Node::Seq {
+                parts: parts.iter().map(|p| p.shifted(d)).collect(),
+                ends: ends.clone(),
+            },
+        }
+    }
+
+    /// Number of nodes (for tests and the size guard).
+    pub fn nodes(&self) -> usize {
+        match self {
+            Node::Run { .. } => 1,
+            Node::Loop { body, .. } => 1 + body.nodes(),
+            Node::Seq { parts, .. } => 1 + parts.iter().map(Node::nodes).sum::<usize>(),
+        }
+    }
+}
+
+/// `count` copies of `body`, `stride` bytes apart, simplified: a single copy is the body
+/// itself, and copies of a run that touch each other are one longer run.
+pub fn repeat(off: i64, count: i64, stride: i64, body: Node) -> Node {
+    if count <= 0 || body.size() == 0 {
+        return empty();
+    }
+    if count == 1 {
+        return body.shifted(off);
+    }
+    if let Node::Run { off: o, len } = body {
+        if len == stride {
+            return Node::Run {
+                off: off + o,
+                len: len * count,
+            };
+        }
+    }
+    let bsize = body.size();
+    Node::Loop {
+        off,
+        count,
+        stride,
+        body: Arc::new(body),
+        bsize,
+    }
+}
+
+/// Parts in packed order, simplified: empty parts dropped, touching runs merged, nested
+/// sequences inlined, a single part returned as itself.
+pub fn seq(parts: Vec<Node>) -> Node {
+    let mut out: Vec<Node> = Vec::with_capacity(parts.len());
+    let push = |p: Node, out: &mut Vec<Node>| {
+        if p.size() == 0 {
+            return;
+        }
+        if let (Some(Node::Run { off, len }), Node::Run { off: o2, len: l2 }) = (out.last_mut(), &p)
+        {
+            if *off + *len == *o2 {
+                *len += l2;
+                return;
+            }
+        }
+        out.push(p);
+    };
+    for p in parts {
+        match p {
+            Node::Seq { parts: inner, .. } => {
+                for q in inner {
+                    push(q, &mut out);
+                }
+            }
+            p => push(p, &mut out),
+        }
+    }
+    match out.len() {
+        0 => empty(),
+        1 => out.pop().unwrap(),
+        _ => {
+            let mut acc = 0;
+            let ends = out
+                .iter()
+                .map(|p| {
+                    acc += p.size();
+                    acc
+                })
+                .collect();
+            Node::Seq { parts: out, ends }
+        }
+    }
+}
+
+pub fn empty() -> Node {
+    Node::Seq {
+        parts: Vec::new(),
+        ends: Vec::new(),
+    }
+}
+
+/// A flattened datatype: one element's layout plus the extent that separates elements.
+#[derive(Debug)]
+pub struct Flat {
+    pub node: Arc<Node>,
+    /// Packed bytes per element (the type size).
+    pub size: i64,
+    pub extent: i64,
+    /// The whole element is one run starting at its lower bound with nothing between
+    /// elements: packing is a single copy.
+    pub contiguous: Option<i64>,
+    /// Not decoded (see `Opaque`): cached too, so a rejected type is not decoded again.
+    pub opaque: bool,
+}
+
+impl Flat {
+    fn new(node: Node, extent: i64) -> Flat {
+        let size = node.size();
+        let contiguous = match &node {
+            Node::Run { off, len } if *len == extent => Some(*off),
+            _ => None,
+        };
+        Flat {
+            node: Arc::new(node),
+            size,
+            extent,
+            contiguous,
+            opaque: false,
+        }
+    }
+
+    /// The layout of `count` elements.
+    pub fn of_count(&self, count: i64) -> Node {
+        // shares the element's tree (no copy: indexed types can have many parts)
+        Node::Loop {
+            off: 0,
+            count,
+            stride: self.extent,
+            body: self.node.clone(),
+            bsize: self.size,
+        }
+    }
+}
+
+/// Why a type was not flattened: the caller then uses the system MPI's own packing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Opaque {
+    /// Constructed with large counts (`_c` constructors) or an unknown combiner.
+    Unsupported(c_int),
+    /// The tree would be too large to be worth it (e.g. a huge hindexed type).
+    TooLarge,
+    /// The MPI library rejected the handle.
+    Invalid(c_int),
+    /// Rejected before (the verdict is cached with the type).
+    Cached,
+}
+
+/// Trees larger than this are left to the system MPI (decoding cost, memory).
+const MAX_NODES: usize = 1 << 18;
+
+/// The layout of `dt`, decoded or from its attribute.
+pub fn get(dt: MPI_Datatype) -> Result<Arc<Flat>, Opaque> {
+    if let Some(s) = builtin_size(dt) {
+        return Ok(Arc::new(Flat::new(
+            Node::Run {
+                off: 0,
+                len: s as i64,
+            },
+            s as i64,
+        )));
+    }
+    if is_predefined_datatype(dt) {
+        let (node, _) = named(dt)?;
+        let (_, ext) = extent(dt)?;
+        return Ok(Arc::new(Flat::new(node, ext)));
+    }
+    if let Some(f) = cached(dt) {
+        return if f.opaque { Err(Opaque::Cached) } else { Ok(f) };
+    }
+    let (_, ext) = extent(dt)?;
+    let decoded = decode(dt, 0).and_then(|n| {
+        if n.nodes() > MAX_NODES {
+            Err(Opaque::TooLarge)
+        } else {
+            Ok(n)
+        }
+    });
+    match decoded {
+        Ok(node) => {
+            let f = Arc::new(Flat::new(node, ext));
+            store(dt, &f);
+            Ok(f)
+        }
+        Err(Opaque::Invalid(rc)) => Err(Opaque::Invalid(rc)),
+        Err(e) => {
+            let mut f = Flat::new(empty(), ext);
+            f.opaque = true;
+            store(dt, &Arc::new(f));
+            Err(e)
+        }
+    }
+}
+
+fn extent(dt: MPI_Datatype) -> Result<(i64, i64), Opaque> {
+    let (mut lb, mut ext) = (0i64, 0i64);
+    // SAFETY: valid out-pointers.
+    let rc = unsafe { pmpi::PMPI_Type_get_extent_x(dt, &mut lb, &mut ext) };
+    if rc != MPI_SUCCESS {
+        return Err(Opaque::Invalid(rc));
+    }
+    Ok((lb, ext))
+}
+
+fn size(dt: MPI_Datatype) -> Result<i64, Opaque> {
+    let mut s = 0i64;
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { pmpi::PMPI_Type_size_x(dt, &mut s) };
+    if rc != MPI_SUCCESS {
+        return Err(Opaque::Invalid(rc));
+    }
+    Ok(s)
+}
+
+/// Named types: dense ones are one run; the pair types of MINLOC/MAXLOC are a value and
+/// an int at the int's alignment (`struct { T v; int i; }`); others are not decoded.
+fn named(dt: MPI_Datatype) -> Result<(Node, i64), Opaque> {
+    let s = size(dt)?;
+    let (lb, ext) = extent(dt)?;
+    if lb == 0 && s == ext {
+        return Ok((Node::Run { off: 0, len: s }, ext));
+    }
+    if PAIR_TYPES.contains(&dt) {
+        let v = s - 4;
+        let at = (v + 3) / 4 * 4;
+        return Ok((
+            seq(vec![
+                Node::Run { off: 0, len: v },
+                Node::Run { off: at, len: 4 },
+            ]),
+            ext,
+        ));
+    }
+    Err(Opaque::Unsupported(MPI_COMBINER_NAMED))
+}
+
+/// Frees the derived datatypes `MPI_Type_get_contents` handed out (MPI-4.0 §5.1.13: they
+/// are new references the caller must free).
+struct Contents {
+    ints: Vec<c_int>,
+    addrs: Vec<MPI_Aint>,
+    types: Vec<MPI_Datatype>,
+}
+
+impl Drop for Contents {
+    fn drop(&mut self) {
+        for t in &self.types {
+            if !is_predefined_datatype(*t) {
+                let mut t = *t;
+                // SAFETY: a reference get_contents created for us.
+                unsafe { pmpi::PMPI_Type_free(&mut t) };
+            }
+        }
+    }
+}
+
+fn decode(dt: MPI_Datatype, depth: usize) -> Result<Node, Opaque> {
+    if depth > 64 {
+        return Err(Opaque::TooLarge);
+    }
+    if is_predefined_datatype(dt) {
+        return Ok(named(dt)?.0);
+    }
+    let (mut ni, mut na, mut nl, mut nd) = (0 as MPI_Count, 0 as MPI_Count, 0 as MPI_Count, 0);
+    let mut comb: c_int = 0;
+    // SAFETY: valid out-pointers.
+    let rc = unsafe {
+        pmpi::PMPI_Type_get_envelope_c(dt, &mut ni, &mut na, &mut nl, &mut nd, &mut comb)
+    };
+    if rc != MPI_SUCCESS {
+        return Err(Opaque::Invalid(rc));
+    }
+    if comb == MPI_COMBINER_NAMED {
+        return Ok(named(dt)?.0);
+    }
+    if nl > 0 {
+        // Large-count constructors keep their counts elsewhere; the system MPI packs these.
+        return Err(Opaque::Unsupported(comb));
+    }
+    let mut c = Contents {
+        ints: vec![0; ni as usize],
+        addrs: vec![0; na as usize],
+        types: vec![MPI_DATATYPE_NULL; nd as usize],
+    };
+    // SAFETY: arrays of exactly the sizes the envelope gave.
+    let rc = unsafe {
+        pmpi::PMPI_Type_get_contents(
+            dt,
+            ni as c_int,
+            na as c_int,
+            nd as c_int,
+            c.ints.as_mut_ptr(),
+            c.addrs.as_mut_ptr(),
+            c.types.as_mut_ptr(),
+        )
+    };
+    if rc != MPI_SUCCESS {
+        c.types.clear();
+        return Err(Opaque::Invalid(rc));
+    }
+    let i = |k: usize| c.ints[k] as i64;
+    let sub = |k: usize| -> Result<(Node, i64), Opaque> {
+        let t = c.types[k];
+        Ok((decode(t, depth + 1)?, extent(t)?.1))
+    };
+    let node = match comb {
+        MPI_COMBINER_DUP | MPI_COMBINER_RESIZED => {
+            // A resized type's type map is its old type's; only lb/extent change, and the
+            // caller takes those from the library.
+            sub(0)?.0
+        }
+        MPI_COMBINER_CONTIGUOUS => {
+            let (b, e) = sub(0)?;
+            repeat(0, i(0), e, b)
+        }
+        MPI_COMBINER_VECTOR | MPI_COMBINER_HVECTOR => {
+            let (b, e) = sub(0)?;
+            let stride = if comb == MPI_COMBINER_VECTOR {
+                i(2) * e
+            } else {
+                c.addrs[0]
+            };
+            repeat(0, i(0), stride, repeat(0, i(1), e, b))
+        }
+        MPI_COMBINER_INDEXED | MPI_COMBINER_HINDEXED => {
+            let (b, e) = sub(0)?;
+            let n = i(0) as usize;
+            let parts = (0..n)
+                .map(|k| {
+                    let d = if comb == MPI_COMBINER_INDEXED {
+                        i(1 + n + k) * e
+                    } else {
+                        c.addrs[k]
+                    };
+                    repeat(d, i(1 + k), e, b.clone())
+                })
+                .collect();
+            seq(parts)
+        }
+        MPI_COMBINER_INDEXED_BLOCK | MPI_COMBINER_HINDEXED_BLOCK => {
+            let (b, e) = sub(0)?;
+            let n = i(0) as usize;
+            let block = repeat(0, i(1), e, b);
+            let parts = (0..n)
+                .map(|k| {
+                    let d = if comb == MPI_COMBINER_INDEXED_BLOCK {
+                        i(2 + k) * e
+                    } else {
+                        c.addrs[k]
+                    };
+                    block.shifted(d)
+                })
+                .collect();
+            seq(parts)
+        }
+        MPI_COMBINER_STRUCT => {
+            let n = i(0) as usize;
+            let mut parts = Vec::with_capacity(n);
+            for k in 0..n {
+                let (b, e) = sub(k)?;
+                parts.push(repeat(c.addrs[k], i(1 + k), e, b));
+            }
+            seq(parts)
+        }
+        MPI_COMBINER_SUBARRAY => {
+            let nd = i(0) as usize;
+            let dims: Vec<(i64, i64, i64)> = (0..nd)
+                .map(|k| (i(1 + k), i(1 + nd + k), i(1 + 2 * nd + k)))
+                .collect();
+            let order = i(1 + 3 * nd) as c_int;
+            let (b, e) = sub(0)?;
+            let blocks: Vec<Vec<(i64, i64)>> = dims
+                .iter()
+                .map(|&(_, sub, start)| vec![(start, sub)])
+                .collect();
+            let sizes: Vec<i64> = dims.iter().map(|d| d.0).collect();
+            grid(&sizes, &blocks, order, b, e)
+        }
+        MPI_COMBINER_DARRAY => {
+            // ints: size, rank, ndims, gsizes[n], distribs[n], dargs[n], psizes[n], order
+            let (size, rank, nd) = (i(0), i(1), i(2) as usize);
+            let gs: Vec<i64> = (0..nd).map(|k| i(3 + k)).collect();
+            let dist: Vec<c_int> = (0..nd).map(|k| c.ints[3 + nd + k]).collect();
+            let darg: Vec<i64> = (0..nd).map(|k| i(3 + 2 * nd + k)).collect();
+            let ps: Vec<i64> = (0..nd).map(|k| i(3 + 3 * nd + k)).collect();
+            let order = c.ints[3 + 4 * nd];
+            if ps.iter().product::<i64>() != size {
+                return Err(Opaque::Unsupported(comb));
+            }
+            // Process coordinates: the process grid is row-major whatever the array order
+            // (MPI-4.0 §5.1.4, "Distributed Array Datatype Constructor").
+            let mut coords = vec![0i64; nd];
+            let mut r = rank;
+            for k in (0..nd).rev() {
+                coords[k] = r % ps[k];
+                r /= ps[k];
+            }
+            let mut blocks = Vec::with_capacity(nd);
+            for k in 0..nd {
+                blocks.push(darray_blocks(gs[k], dist[k], darg[k], ps[k], coords[k])?);
+            }
+            let (b, e) = sub(0)?;
+            grid(&gs, &blocks, order, b, e)
+        }
+        _ => return Err(Opaque::Unsupported(comb)),
+    };
+    Ok(node)
+}
+
+/// The index ranges (start, length) one process owns along one dimension of a darray.
+fn darray_blocks(
+    g: i64,
+    dist: c_int,
+    darg: i64,
+    p: i64,
+    coord: i64,
+) -> Result<Vec<(i64, i64)>, Opaque> {
+    const DFLT: i64 = MPI_DISTRIBUTE_DFLT_DARG as i64;
+    Ok(match dist {
+        MPI_DISTRIBUTE_NONE => vec![(0, g)],
+        MPI_DISTRIBUTE_BLOCK => {
+            let b = if darg == DFLT { (g + p - 1) / p } else { darg };
+            let start = coord * b;
+            let len = b.min(g - start).max(0);
+            vec![(start.min(g), len)]
+        }
+        MPI_DISTRIBUTE_CYCLIC => {
+            let b = if darg == DFLT { 1 } else { darg };
+            let mut v = Vec::new();
+            let mut start = coord * b;
+            while start < g {
+                v.push((start, b.min(g - start)));
+                start += p * b;
+            }
+            v
+        }
+        _ => return Err(Opaque::Unsupported(MPI_COMBINER_DARRAY)),
+    })
+}
+
+/// The elements of an n-dimensional array (dimension sizes `sizes`, in elements of
+/// extent `e` and layout `elem`) selected by per-dimension index ranges, in array order.
+fn grid(sizes: &[i64], blocks: &[Vec<(i64, i64)>], order: c_int, elem: Node, e: i64) -> Node {
+    let nd = sizes.len();
+    // dimension visiting order from slowest to fastest varying
+    let dims: Vec<usize> = if order == MPI_ORDER_FORTRAN {
+        (0..nd).rev().collect()
+    } else {
+        (0..nd).collect()
+    };
+    // stride in bytes of each dimension
+    let mut stride = vec![0i64; nd];
+    let mut acc = e;
+    for &k in dims.iter().rev() {
+        stride[k] = acc;
+        acc *= sizes[k];
+    }
+    let mut node = elem;
+    for &k in dims.iter().rev() {
+        let parts = blocks[k]
+            .iter()
+            .map(|&(start, len)| repeat(start * stride[k], len, stride[k], node.clone()))
+            .collect();
+        node = seq(parts);
+    }
+    node
+}
+
+static KEYVAL: AtomicI32 = AtomicI32::new(MPI_KEYVAL_INVALID);
+
+/// Drops the cached layout when MPI destroys the type.
+unsafe extern "C" fn delete_flat(
+    _dt: MPI_Datatype,
+    _keyval: c_int,
+    value: *mut c_void,
+    _extra: *mut c_void,
+) -> c_int {
+    crate::entry::guard("datatype attribute delete callback", || {
+        if !value.is_null() {
+            // SAFETY: the attribute holds one strong count of an Arc<Flat>.
+            drop(unsafe { Arc::from_raw(value as *const Flat) });
+        }
+    });
+    MPI_SUCCESS
+}
+
+fn keyval() -> c_int {
+    let k = KEYVAL.load(Ordering::Acquire);
+    if k != MPI_KEYVAL_INVALID {
+        return k;
+    }
+    let mut kv: c_int = MPI_KEYVAL_INVALID;
+    let del: unsafe extern "C" fn(MPI_Datatype, c_int, *mut c_void, *mut c_void) -> c_int =
+        delete_flat;
+    // SAFETY: NULL copy function (MPI_TYPE_NULL_COPY_FN: a duplicate decodes its own) and
+    // our delete callback; valid out-pointer.
+    unsafe {
+        pmpi::PMPI_Type_create_keyval(
+            core::ptr::null_mut(),
+            del as *mut c_void,
+            &mut kv,
+            core::ptr::null_mut(),
+        )
+    };
+    match KEYVAL.compare_exchange(MPI_KEYVAL_INVALID, kv, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => kv,
+        Err(other) => {
+            // another thread won the race: keep its key
+            // SAFETY: our key, unused.
+            unsafe { pmpi::PMPI_Type_free_keyval(&mut kv) };
+            other
+        }
+    }
+}
+
+fn cached(dt: MPI_Datatype) -> Option<Arc<Flat>> {
+    let k = KEYVAL.load(Ordering::Acquire);
+    if k == MPI_KEYVAL_INVALID {
+        return None;
+    }
+    let mut v: *mut c_void = core::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: valid out-pointers; an attribute value is a pointer-sized slot.
+    let rc =
+        unsafe { pmpi::PMPI_Type_get_attr(dt, k, (&mut v as *mut *mut c_void).cast(), &mut flag) };
+    if rc != MPI_SUCCESS || flag == 0 || v.is_null() {
+        return None;
+    }
+    let p = v as *const Flat;
+    // SAFETY: the attribute holds a strong count; take another for the caller.
+    unsafe {
+        Arc::increment_strong_count(p);
+        Some(Arc::from_raw(p))
+    }
+}
+
+fn store(dt: MPI_Datatype, f: &Arc<Flat>) {
+    let k = keyval();
+    if k == MPI_KEYVAL_INVALID {
+        return;
+    }
+    let raw = Arc::into_raw(f.clone()) as *mut c_void;
+    // SAFETY: the attribute takes over one strong count; the delete callback returns it.
+    let rc = unsafe { pmpi::PMPI_Type_set_attr(dt, k, raw) };
+    if rc != MPI_SUCCESS {
+        // SAFETY: not stored: give the count back.
+        drop(unsafe { Arc::from_raw(raw as *const Flat) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_merge_and_loops_fold() {
+        let r = |off, len| Node::Run { off, len };
+        assert_eq!(repeat(0, 4, 8, r(0, 8)), r(0, 32));
+        assert_eq!(seq(vec![r(0, 4), r(4, 4), r(16, 4)]).size(), 12);
+        assert_eq!(seq(vec![r(0, 4), r(4, 4)]), r(0, 8));
+        let v = repeat(0, 3, 16, r(0, 8));
+        assert_eq!(v.size(), 24);
+        assert_eq!(repeat(0, 1, 99, v.clone()), v);
+        assert_eq!(repeat(0, 0, 99, v).size(), 0);
+    }
+
+    #[test]
+    fn subarray_grid_c_and_fortran() {
+        // 4x5 array of 1-byte elements, rows 1..3, cols 2..4
+        let blocks = vec![vec![(1, 2)], vec![(2, 2)]];
+        let n = grid(
+            &[4, 5],
+            &blocks,
+            MPI_ORDER_C,
+            Node::Run { off: 0, len: 1 },
+            1,
+        );
+        let mut offs = Vec::new();
+        collect(&n, 0, &mut offs);
+        assert_eq!(offs, vec![(7, 2), (12, 2)]);
+        let n = grid(
+            &[4, 5],
+            &blocks,
+            MPI_ORDER_FORTRAN,
+            Node::Run { off: 0, len: 1 },
+            1,
+        );
+        let mut offs = Vec::new();
+        collect(&n, 0, &mut offs);
+        // column-major: element (i, j) at i + 4 j
+        assert_eq!(offs, vec![(9, 2), (13, 2)]);
+    }
+
+    #[test]
+    fn darray_cyclic_blocks() {
+        assert_eq!(
+            darray_blocks(10, MPI_DISTRIBUTE_CYCLIC, 2, 2, 1).unwrap(),
+            vec![(2, 2), (6, 2)]
+        );
+        assert_eq!(
+            darray_blocks(
+                10,
+                MPI_DISTRIBUTE_BLOCK,
+                MPI_DISTRIBUTE_DFLT_DARG as i64,
+                3,
+                2
+            )
+            .unwrap(),
+            vec![(8, 2)]
+        );
+    }
+
+    fn collect(n: &Node, base: i64, out: &mut Vec<(i64, i64)>) {
+        match n {
+            Node::Run { off, len } => out.push((base + off, *len)),
+            Node::Loop {
+                off,
+                count,
+                stride,
+                body,
+                ..
+            } => {
+                for k in 0..*count {
+                    collect(body, base + off + k * stride, out)
+                }
+            }
+            Node::Seq { parts, .. } => parts.iter().for_each(|p| collect(p, base, out)),
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! Pack and unpack over flattened layouts, on one or several threads.
+//!
+//! The packed stream of `count` elements is the type map's bytes in order (MPICH's
+//! "native" representation, what `MPI_Pack` writes), so a message packed here matches a
+//! receive of any datatype with the same type signature (MPI-4.0 §3.3.1, §5.2).
+//! Parallel jobs split the stream by bytes, not by blocks, so a few large blocks and many
+//! tiny ones balance alike; each part walks the layout from its first byte. The lowest
+//! level (a loop over one run) is a tight index loop with fixed-size copies for the common
+//! block sizes (thesis §3.4: dependence-free `dst[i] = src[i * stride]`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::flat::{Flat, Node};
+
+/// Direction of a copy between the user's layout and the packed stream.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Dir {
+    Pack,
+    Unpack,
+}
+
+/// Counters for `SHIM_STATS`.
+pub static PACKED_BYTES: AtomicU64 = AtomicU64::new(0);
+pub static UNPACKED_BYTES: AtomicU64 = AtomicU64::new(0);
+pub static CALLS: AtomicU64 = AtomicU64::new(0);
+pub static PARALLEL_CALLS: AtomicU64 = AtomicU64::new(0);
+pub static TIME_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The packing line of the `SHIM_STATS` report (this rank's datatype engine).
+pub fn stats_line() -> String {
+    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    format!(
+        "packing (this rank): {} calls, {} of them on several threads (up to {} of {}), {} bytes packed, {} unpacked, {:.3} ms\n",
+        l(&CALLS),
+        l(&PARALLEL_CALLS),
+        super::pool::MAX_USED.load(Ordering::Relaxed).max(1),
+        super::pool::max_threads(),
+        l(&PACKED_BYTES),
+        l(&UNPACKED_BYTES),
+        l(&TIME_NS) as f64 / 1e6
+    )
+}
+
+/// Raw addresses that may cross threads: the jobs write disjoint byte ranges.
+#[derive(Clone, Copy)]
+struct Bufs {
+    user: *mut u8,
+    packed: *mut u8,
+}
+// SAFETY: parts of one job touch disjoint packed ranges and, for unpack, disjoint user
+// bytes (a type map used for receiving must not overlap itself, MPI-4.0 §3.2.2).
+unsafe impl Send for Bufs {}
+unsafe impl Sync for Bufs {}
+
+/// Copies `count` elements of layout `f` between `user` and `packed` (`count * f.size`
+/// bytes), with as many threads as the size warrants.
+///
+/// # Safety
+/// `user` must be valid for the type map of `count` elements, `packed` for
+/// `count * f.size` bytes, and they must not overlap.
+pub unsafe fn run(f: &Flat, count: i64, user: *mut u8, packed: *mut u8, dir: Dir) {
+    // SAFETY: the caller's contract.
+    unsafe { run_bytes(f, count, user, packed, count * f.size, dir) }
+}
+
+/// Like `run` for the first `total` bytes of the packed stream only (a receive that
+/// brought fewer bytes than the buffer holds).
+///
+/// # Safety
+/// As for `run`; `total <= count * f.size`.
+pub unsafe fn run_bytes(
+    f: &Flat,
+    count: i64,
+    user: *mut u8,
+    packed: *mut u8,
+    total: i64,
+    dir: Dir,
+) {
+    if total <= 0 {
+        return;
+    }
+    let t0 = crate::stats::enabled().then(Instant::now);
+    if let Some(lb) = f.contiguous {
+        // one run from the lower bound, elements back to back: a single copy
+        // SAFETY: the caller's contract; `total` bytes from `user + lb`.
+        unsafe {
+            let u = user.wrapping_offset(lb as isize);
+            copy_split(u, packed, total, dir);
+        }
+    } else {
+        let node = f.of_count(count);
+        let threads = super::pool::threads_for(total);
+        let b = Bufs { user, packed };
+        if threads > 1 {
+            PARALLEL_CALLS.fetch_add(1, Ordering::Relaxed);
+            super::pool::MAX_USED.fetch_max(threads, Ordering::Relaxed);
+        }
+        let node = &node;
+        super::pool::run_parts(threads, &move |k| {
+            let b = b;
+            let lo = total * k as i64 / threads as i64;
+            let hi = total * (k as i64 + 1) / threads as i64;
+            let mut w = Walker { b, pos: lo, dir };
+            // SAFETY: the caller's contract; parts cover disjoint packed ranges.
+            unsafe { w.range(node, 0, lo, hi) };
+        });
+    }
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    match dir {
+        Dir::Pack => PACKED_BYTES.fetch_add(total as u64, Ordering::Relaxed),
+        Dir::Unpack => UNPACKED_BYTES.fetch_add(total as u64, Ordering::Relaxed),
+    };
+    if let Some(t0) = t0 {
+        TIME_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// A contiguous copy, split across threads when large.
+unsafe fn copy_split(user: *mut u8, packed: *mut u8, total: i64, dir: Dir) {
+    let threads = super::pool::threads_for(total);
+    let b = Bufs { user, packed };
+    super::pool::run_parts(threads, &move |k| {
+        let b = b;
+        let lo = (total * k as i64 / threads as i64) as usize;
+        let hi = (total * (k as i64 + 1) / threads as i64) as usize;
+        // SAFETY: the caller's contract; disjoint ranges per part.
+        unsafe {
+            let (s, d) = match dir {
+                Dir::Pack => (b.user.add(lo) as *const u8, b.packed.add(lo)),
+                Dir::Unpack => (b.packed.add(lo) as *const u8, b.user.add(lo)),
+            };
+            core::ptr::copy_nonoverlapping(s, d, hi - lo);
+        }
+    });
+}
+
+struct Walker {
+    b: Bufs,
+    /// Next packed byte to produce.
+    pos: i64,
+    dir: Dir,
+}
+
+impl Walker {
+    /// Copies the packed bytes [lo, hi) of `n` (relative to n's own stream), with the
+    /// node's offsets relative to `base`.
+    unsafe fn range(&mut self, n: &Node, base: i64, lo: i64, hi: i64) {
+        if lo >= hi {
+            return;
+        }
+        match n {
+            Node::Run { off, len } => {
+                let _ = len;
+                // SAFETY: the caller's contract.
+                unsafe { self.copy(base + off + lo, hi - lo) };
+            }
+            Node::Loop {
+                off,
+                count,
+                stride,
+                body,
+                bsize,
+            } => {
+                let base = base + off;
+                let last = ((hi - 1) / bsize).min(count - 1);
+                let mut k = lo / bsize;
+                while k <= last {
+                    let s = (lo - k * bsize).max(0);
+                    let e = (hi - k * bsize).min(*bsize);
+                    if s == 0 && e == *bsize {
+                        // whole iterations k..full, as one batch
+                        let full = (hi / bsize).min(*count);
+                        if let Node::Run { off: o, len } = **body {
+                            // SAFETY: as above.
+                            unsafe { self.strided(base + k * stride + o, *stride, len, full - k) };
+                        } else {
+                            for j in k..full {
+                                // SAFETY: as above.
+                                unsafe { self.range(body, base + j * stride, 0, *bsize) };
+                            }
+                        }
+                        k = full;
+                    } else {
+                        // SAFETY: as above.
+                        unsafe { self.range(body, base + k * stride, s, e) };
+                        k += 1;
+                    }
+                }
+            }
+            Node::Seq { parts, ends } => {
+                // first part that ends after lo
+                let mut i = ends.partition_point(|&e| e <= lo);
+                let mut start = if i == 0 { 0 } else { ends[i - 1] };
+                // whole runs in the middle: the common case, without the range arithmetic
+                if start >= lo {
+                    while i < parts.len() && ends[i] <= hi {
+                        match &parts[i] {
+                            // SAFETY: as above.
+                            Node::Run { off, len } => unsafe { self.copy(base + off, *len) },
+                            // SAFETY: as above.
+                            p => unsafe { self.range(p, base, 0, ends[i] - start) },
+                        }
+                        start = ends[i];
+                        i += 1;
+                    }
+                }
+                while i < parts.len() {
+                    let start = if i == 0 { 0 } else { ends[i - 1] };
+                    if start >= hi {
+                        break;
+                    }
+                    let s = (lo - start).max(0);
+                    let e = (hi - start).min(ends[i] - start);
+                    match &parts[i] {
+                        // runs inline: indexed and struct types are long lists of them
+                        // SAFETY: as above.
+                        Node::Run { off, .. } => unsafe { self.copy(base + off + s, e - s) },
+                        // SAFETY: as above.
+                        p => unsafe { self.range(p, base, s, e) },
+                    }
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn copy(&mut self, user_off: i64, len: i64) {
+        // SAFETY: the caller's contract: the type map covers these bytes.
+        unsafe {
+            let u = self.b.user.wrapping_offset(user_off as isize);
+            let p = self.b.packed.add(self.pos as usize);
+            match self.dir {
+                Dir::Pack => small_copy(u, p, len as usize),
+                Dir::Unpack => small_copy(p, u, len as usize),
+            }
+        }
+        self.pos += len;
+    }
+
+    /// `n` runs of `len` bytes, `stride` apart, from user offset `off`.
+    #[inline]
+    unsafe fn strided(&mut self, off: i64, stride: i64, len: i64, n: i64) {
+        let u = self.b.user.wrapping_offset(off as isize);
+        // SAFETY: the caller's contract.
+        let p = unsafe { self.b.packed.add(self.pos as usize) };
+        // SAFETY: as above, for each of the fixed-size kernels.
+        unsafe {
+            match len {
+                1 => kernel::<1>(u, p, stride, n, self.dir),
+                2 => kernel::<2>(u, p, stride, n, self.dir),
+                4 => kernel::<4>(u, p, stride, n, self.dir),
+                8 => kernel::<8>(u, p, stride, n, self.dir),
+                12 => kernel::<12>(u, p, stride, n, self.dir),
+                16 => kernel::<16>(u, p, stride, n, self.dir),
+                24 => kernel::<24>(u, p, stride, n, self.dir),
+                32 => kernel::<32>(u, p, stride, n, self.dir),
+                64 => kernel::<64>(u, p, stride, n, self.dir),
+                _ => {
+                    for i in 0..n {
+                        let ui = u.wrapping_offset((i * stride) as isize);
+                        let pi = p.add((i * len) as usize);
+                        match self.dir {
+                            Dir::Pack => core::ptr::copy_nonoverlapping(ui, pi, len as usize),
+                            Dir::Unpack => core::ptr::copy_nonoverlapping(pi, ui, len as usize),
+                        }
+                    }
+                }
+            }
+        }
+        self.pos += len * n;
+    }
+}
+
+/// A copy of a few bytes without a call to `memcpy`: two overlapping fixed-size moves
+/// cover any length between one size and twice it.
+#[inline(always)]
+unsafe fn small_copy(s: *const u8, d: *mut u8, n: usize) {
+    // SAFETY: the caller's contract: n bytes readable at s, writable at d, no overlap.
+    unsafe {
+        if n > 64 {
+            core::ptr::copy_nonoverlapping(s, d, n);
+        } else if n >= 32 {
+            let a = (s as *const [u8; 32]).read_unaligned();
+            let b = (s.add(n - 32) as *const [u8; 32]).read_unaligned();
+            (d as *mut [u8; 32]).write_unaligned(a);
+            (d.add(n - 32) as *mut [u8; 32]).write_unaligned(b);
+        } else if n >= 16 {
+            let a = (s as *const [u8; 16]).read_unaligned();
+            let b = (s.add(n - 16) as *const [u8; 16]).read_unaligned();
+            (d as *mut [u8; 16]).write_unaligned(a);
+            (d.add(n - 16) as *mut [u8; 16]).write_unaligned(b);
+        } else if n >= 8 {
+            let a = (s as *const u64).read_unaligned();
+            let b = (s.add(n - 8) as *const u64).read_unaligned();
+            (d as *mut u64).write_unaligned(a);
+            (d.add(n - 8) as *mut u64).write_unaligned(b);
+        } else if n >= 4 {
+            let a = (s as *const u32).read_unaligned();
+            let b = (s.add(n - 4) as *const u32).read_unaligned();
+            (d as *mut u32).write_unaligned(a);
+            (d.add(n - 4) as *mut u32).write_unaligned(b);
+        } else {
+            for i in 0..n {
+                *d.add(i) = *s.add(i);
+            }
+        }
+    }
+}
+
+/// `n` blocks of `L` bytes: constant-size copies the compiler turns into plain moves.
+#[inline(always)]
+unsafe fn kernel<const L: usize>(u: *mut u8, p: *mut u8, stride: i64, n: i64, dir: Dir) {
+    // SAFETY: the caller's contract: n blocks of L bytes, stride apart, and n * L packed.
+    unsafe {
+        match dir {
+            Dir::Pack => {
+                for i in 0..n {
+                    let s = u.wrapping_offset((i * stride) as isize) as *const [u8; L];
+                    let d = p.add(i as usize * L) as *mut [u8; L];
+                    d.write_unaligned(s.read_unaligned());
+                }
+            }
+            Dir::Unpack => {
+                for i in 0..n {
+                    let d = u.wrapping_offset((i * stride) as isize) as *mut [u8; L];
+                    let s = p.add(i as usize * L) as *const [u8; L];
+                    d.write_unaligned(s.read_unaligned());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::flat::{repeat, seq};
+    use super::*;
+
+    fn reference(n: &Node, base: i64, user: &[u8], out: &mut Vec<u8>) {
+        match n {
+            Node::Run { off, len } => {
+                let s = (base + off) as usize;
+                out.extend_from_slice(&user[s..s + *len as usize]);
+            }
+            Node::Loop {
+                off,
+                count,
+                stride,
+                body,
+                ..
+            } => {
+                for k in 0..*count {
+                    reference(body, base + off + k * stride, user, out)
+                }
+            }
+            Node::Seq { parts, .. } => parts.iter().for_each(|p| reference(p, base, user, out)),
+        }
+    }
+
+    /// Every sub-range of the stream, packed on its own, equals the same bytes of the
+    /// whole: what parallel parts rely on.
+    #[test]
+    fn ranges_match_reference() {
+        let r = |off, len| Node::Run { off, len };
+        let inner = repeat(3, 3, 7, r(0, 2));
+        let t = seq(vec![
+            r(0, 3),
+            repeat(40, 4, 30, inner),
+            r(200, 5),
+            repeat(210, 5, 9, r(1, 8)),
+        ]);
+        let user: Vec<u8> = (0..400).map(|i| (i * 7 + 3) as u8).collect();
+        let mut want = Vec::new();
+        reference(&t, 0, &user, &mut want);
+        let total = t.size();
+        assert_eq!(want.len() as i64, total);
+        for lo in 0..total {
+            for hi in lo..=total {
+                let mut got = vec![0u8; total as usize];
+                let mut w = Walker {
+                    b: Bufs {
+                        user: user.as_ptr() as *mut u8,
+                        packed: got.as_mut_ptr(),
+                    },
+                    pos: lo,
+                    dir: Dir::Pack,
+                };
+                unsafe { w.range(&t, 0, lo, hi) };
+                assert_eq!(w.pos, hi);
+                assert_eq!(
+                    &got[lo as usize..hi as usize],
+                    &want[lo as usize..hi as usize],
+                    "{lo}..{hi}"
+                );
+            }
+        }
+    }
+}
