@@ -629,7 +629,7 @@ fn store(dt: MPI_Datatype, f: &Arc<Flat>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -690,7 +690,9 @@ mod tests {
         );
     }
 
-    fn collect(n: &Node, base: i64, out: &mut Vec<(i64, i64)>) {
+    /// The (offset, length) runs of a tree in packed order, by plain recursion (the
+    /// reference the packer's tests compare against).
+    pub(crate) fn collect(n: &Node, base: i64, out: &mut Vec<(i64, i64)>) {
         match n {
             Node::Run { off, len } => out.push((base + off, *len)),
             Node::Loop {

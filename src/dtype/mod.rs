@@ -342,6 +342,30 @@ pub mod hooks {
         Some(position + bytes)
     }
 
+    /// The position bookkeeping shared by the four hooks: `step` maps the position to the
+    /// new one when the packer takes the call; otherwise (or for arguments the system MPI
+    /// must judge) the call is forwarded. The new position never exceeds the buffer size,
+    /// which has the position's own type, so the conversion back cannot fail.
+    unsafe fn at_position<P: Copy + Into<i64> + TryFrom<i64>>(
+        position: *mut P,
+        comm: MPI_Comm,
+        native: &dyn Fn() -> c_int,
+        step: impl FnOnce(i64) -> Option<i64>,
+    ) -> c_int {
+        if position.is_null() || comm == MPI_COMM_NULL {
+            return native();
+        }
+        // SAFETY: the application's position.
+        match step(unsafe { *position }.into()).and_then(|p| P::try_from(p).ok()) {
+            Some(p) => {
+                // SAFETY: as above.
+                unsafe { *position = p };
+                MPI_SUCCESS
+            }
+            None => native(),
+        }
+    }
+
     pub unsafe fn MPI_Pack(
         inbuf: *const c_void,
         incount: c_int,
@@ -352,26 +376,11 @@ pub mod hooks {
         comm: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
-        if position.is_null() || comm == MPI_COMM_NULL {
-            return native();
-        }
-        // SAFETY: the application's position and buffers.
-        match unsafe {
-            pack_at(
-                inbuf,
-                incount as i64,
-                dt,
-                outbuf,
-                outsize as i64,
-                *position as i64,
-            )
-        } {
-            Some(p) => {
-                // SAFETY: as above.
-                unsafe { *position = p as c_int };
-                MPI_SUCCESS
-            }
-            None => native(),
+        // SAFETY: the application's buffers.
+        unsafe {
+            at_position(position, comm, native, |p| {
+                pack_at(inbuf, incount.into(), dt, outbuf, outsize.into(), p)
+            })
         }
     }
 
@@ -385,17 +394,11 @@ pub mod hooks {
         comm: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
-        if position.is_null() || comm == MPI_COMM_NULL {
-            return native();
-        }
-        // SAFETY: the application's position and buffers.
-        match unsafe { pack_at(inbuf, incount, dt, outbuf, outsize, *position) } {
-            Some(p) => {
-                // SAFETY: as above.
-                unsafe { *position = p };
-                MPI_SUCCESS
-            }
-            None => native(),
+        // SAFETY: the application's buffers.
+        unsafe {
+            at_position(position, comm, native, |p| {
+                pack_at(inbuf, incount, dt, outbuf, outsize, p)
+            })
         }
     }
 
@@ -409,26 +412,11 @@ pub mod hooks {
         comm: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
-        if position.is_null() || comm == MPI_COMM_NULL {
-            return native();
-        }
-        // SAFETY: the application's position and buffers.
-        match unsafe {
-            unpack_at(
-                inbuf,
-                insize as i64,
-                *position as i64,
-                outbuf,
-                outcount as i64,
-                dt,
-            )
-        } {
-            Some(p) => {
-                // SAFETY: as above.
-                unsafe { *position = p as c_int };
-                MPI_SUCCESS
-            }
-            None => native(),
+        // SAFETY: the application's buffers.
+        unsafe {
+            at_position(position, comm, native, |p| {
+                unpack_at(inbuf, insize.into(), p, outbuf, outcount.into(), dt)
+            })
         }
     }
 
@@ -442,17 +430,11 @@ pub mod hooks {
         comm: MPI_Comm,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
-        if position.is_null() || comm == MPI_COMM_NULL {
-            return native();
-        }
-        // SAFETY: the application's position and buffers.
-        match unsafe { unpack_at(inbuf, insize, *position, outbuf, outcount, dt) } {
-            Some(p) => {
-                // SAFETY: as above.
-                unsafe { *position = p };
-                MPI_SUCCESS
-            }
-            None => native(),
+        // SAFETY: the application's buffers.
+        unsafe {
+            at_position(position, comm, native, |p| {
+                unpack_at(inbuf, insize, p, outbuf, outcount, dt)
+            })
         }
     }
 }

@@ -338,24 +338,11 @@ mod tests {
     use super::super::flat::{repeat, seq};
     use super::*;
 
-    fn reference(n: &Node, base: i64, user: &[u8], out: &mut Vec<u8>) {
-        match n {
-            Node::Run { off, len } => {
-                let s = (base + off) as usize;
-                out.extend_from_slice(&user[s..s + *len as usize]);
-            }
-            Node::Loop {
-                off,
-                count,
-                stride,
-                body,
-                ..
-            } => {
-                for k in 0..*count {
-                    reference(body, base + off + k * stride, user, out)
-                }
-            }
-            Node::Seq { parts, .. } => parts.iter().for_each(|p| reference(p, base, user, out)),
+    fn reference(n: &Node, user: &[u8], out: &mut Vec<u8>) {
+        let mut runs = Vec::new();
+        super::super::flat::tests::collect(n, 0, &mut runs);
+        for (off, len) in runs {
+            out.extend_from_slice(&user[off as usize..(off + len) as usize]);
         }
     }
 
@@ -373,7 +360,7 @@ mod tests {
         ]);
         let user: Vec<u8> = (0..400).map(|i| (i * 7 + 3) as u8).collect();
         let mut want = Vec::new();
-        reference(&t, 0, &user, &mut want);
+        reference(&t, &user, &mut want);
         let total = t.size();
         assert_eq!(want.len() as i64, total);
         for lo in 0..total {
