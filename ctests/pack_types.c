@@ -288,6 +288,139 @@ static void check_p2p(void) {
     free(bl), free(dp), free(src), free(dst);
 }
 
+/* Non-blocking and persistent point-to-point with derived types (the shim packs them
+ * into its own requests): mixed with native requests in Waitall/Waitany/Testsome,
+ * persistent requests restarted with new contents, a freed active send, a cancelled
+ * receive, MPI_Request_get_status, and the _c and synchronous forms. */
+static void check_nonblocking(void) {
+    const int n = 12000;
+    MPI_Datatype vec, idx;
+    MPI_Type_vector(n, 3, 5, MPI_DOUBLE, &vec);
+    MPI_Type_commit(&vec);
+    int *bl = malloc(sizeof(int) * n), *dp = malloc(sizeof(int) * n);
+    for (int i = 0; i < n; i++) bl[i] = 3, dp[i] = 4 * i;
+    MPI_Type_indexed(n, bl, dp, MPI_DOUBLE, &idx);
+    MPI_Type_commit(&idx);
+    double *src = malloc(sizeof(double) * 5 * n), *dst = malloc(sizeof(double) * 4 * n);
+    double *flat = malloc(sizeof(double) * 3 * n);
+    int partner = g_rank ^ 1;
+    if (partner >= g_size) partner = g_rank;
+    double pbase = partner * 1e6;
+#define CHECK_IDX(off, what)                                                                      \
+    for (int k = 0; k < 3 * n; k++) {                                                             \
+        int s_ = (k / 3) * 5 + k % 3, d_ = (k / 3) * 4 + k % 3;                                   \
+        CHECK(dst[d_] == pbase + (off) + s_, "%s: element %d is %g, want %g", what, k, dst[d_], \
+              pbase + (off) + s_);                                                                \
+    }                                                                                             \
+    for (int k = 0; k < n; k++) CHECK(dst[4 * k + 3] == -1, "%s: hole %d written", what, k);
+    for (int i = 0; i < 5 * n; i++) src[i] = g_rank * 1e6 + i;
+    /* Isend/Irecv plus a native pair, completed by Waitall with statuses */
+    {
+        MPI_Request r[4];
+        MPI_Status st[4];
+        int a = g_rank, b = -1;
+        for (int i = 0; i < 4 * n; i++) dst[i] = -1;
+        MPI_OK(MPI_Irecv(dst, 1, idx, partner, 60, MPI_COMM_WORLD, &r[0]));
+        MPI_OK(MPI_Irecv(&b, 1, MPI_INT, partner, 61, MPI_COMM_WORLD, &r[1]));
+        MPI_OK(MPI_Isend(src, 1, vec, partner, 60, MPI_COMM_WORLD, &r[2]));
+        MPI_OK(MPI_Isend(&a, 1, MPI_INT, partner, 61, MPI_COMM_WORLD, &r[3]));
+        MPI_OK(MPI_Waitall(4, r, st));
+        for (int i = 0; i < 4; i++) CHECK(r[i] == MPI_REQUEST_NULL, "Waitall left request %d", i);
+        CHECK(b == partner, "native message in a mixed Waitall");
+        CHECK_IDX(0, "Isend/Irecv");
+        int cnt;
+        MPI_OK(MPI_Get_count(&st[0], idx, &cnt));
+        CHECK(cnt == 1, "Irecv: MPI_Get_count %d", cnt);
+        MPI_OK(MPI_Get_elements(&st[0], idx, &cnt));
+        CHECK(cnt == 3 * n, "Irecv: MPI_Get_elements %d", cnt);
+        CHECK(st[0].MPI_SOURCE == partner && st[0].MPI_TAG == 60, "Irecv status source %d tag %d",
+              st[0].MPI_SOURCE, st[0].MPI_TAG);
+    }
+    /* Issend_c received into plain doubles with MPI_ANY_SOURCE/ANY_TAG, Waitany + Testsome */
+    {
+        MPI_Request r[2];
+        MPI_Status st;
+        for (int i = 0; i < 3 * n; i++) flat[i] = -1;
+        MPI_OK(MPI_Irecv_c(flat, 3 * n, MPI_DOUBLE, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &r[0]));
+        MPI_OK(MPI_Issend_c(src, 1, vec, partner, 62, MPI_COMM_WORLD, &r[1]));
+        int done = 0, idx_done[2], out;
+        MPI_Status sts[2];
+        while (done < 2) {
+            if (done == 0) {
+                int i;
+                MPI_OK(MPI_Waitany(2, r, &i, &st));
+                CHECK(i == 0 || i == 1, "Waitany index %d", i);
+                if (i == 0) CHECK(st.MPI_SOURCE == partner && st.MPI_TAG == 62, "Waitany status");
+                done++;
+            } else {
+                MPI_OK(MPI_Testsome(2, r, &out, idx_done, sts));
+                if (out != MPI_UNDEFINED) done += out;
+            }
+        }
+        for (int k = 0; k < 3 * n; k++) {
+            int s_ = (k / 3) * 5 + k % 3;
+            CHECK(flat[k] == pbase + s_, "Issend_c into doubles: element %d", k);
+        }
+    }
+    /* persistent: three rounds with new contents; the receive side checks each */
+    {
+        MPI_Request r[2];
+        MPI_OK(MPI_Recv_init(dst, 1, idx, partner, 63, MPI_COMM_WORLD, &r[0]));
+        MPI_OK(MPI_Send_init_c(src, 1, vec, partner, 63, MPI_COMM_WORLD, &r[1]));
+        for (int round = 0; round < 3; round++) {
+            for (int i = 0; i < 5 * n; i++) src[i] = g_rank * 1e6 + i + round * 0.5;
+            for (int i = 0; i < 4 * n; i++) dst[i] = -1;
+            MPI_OK(MPI_Startall(2, r));
+            /* the send buffer may change once started: the packed copy was taken */
+            if (round == 1) {
+                MPI_Status st;
+                MPI_OK(MPI_Wait(&r[1], &st));
+                int flag = 0;
+                while (!flag) MPI_OK(MPI_Request_get_status(r[0], &flag, &st));
+                CHECK(st.MPI_SOURCE == partner && st.MPI_TAG == 63, "Request_get_status status");
+                MPI_OK(MPI_Wait(&r[0], MPI_STATUS_IGNORE));
+            } else {
+                MPI_Status sts2[2];
+                MPI_OK(MPI_Waitall(2, r, sts2));
+            }
+            CHECK(r[0] != MPI_REQUEST_NULL && r[1] != MPI_REQUEST_NULL, "persistent requests freed by Wait");
+            CHECK_IDX(round * 0.5, "persistent round");
+            /* waiting on an inactive persistent request returns at once */
+            MPI_Status est;
+            MPI_OK(MPI_Wait(&r[0], &est));
+            CHECK(est.MPI_TAG == MPI_ANY_TAG && est.MPI_SOURCE == MPI_ANY_SOURCE, "inactive request's status");
+        }
+        MPI_OK(MPI_Request_free(&r[0]));
+        MPI_OK(MPI_Request_free(&r[1]));
+    }
+    /* a freed active send still arrives; a cancelled receive leaves the buffer alone */
+    {
+        MPI_Request r;
+        for (int i = 0; i < 5 * n; i++) src[i] = g_rank * 1e6 + i;
+        MPI_OK(MPI_Isend(src, 1, vec, partner, 64, MPI_COMM_WORLD, &r));
+        MPI_OK(MPI_Request_free(&r));
+        CHECK(r == MPI_REQUEST_NULL, "Request_free left the handle");
+        for (int i = 0; i < 4 * n; i++) dst[i] = -1;
+        MPI_OK(MPI_Recv(dst, 1, idx, partner, 64, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK_IDX(0, "freed Isend");
+        MPI_Status st;
+        for (int i = 0; i < 4 * n; i++) dst[i] = -1;
+        MPI_OK(MPI_Irecv(dst, 1, idx, partner, 65, MPI_COMM_WORLD, &r));
+        MPI_OK(MPI_Cancel(&r));
+        MPI_OK(MPI_Wait(&r, &st));
+        int c;
+        MPI_OK(MPI_Test_cancelled(&st, &c));
+        CHECK(c, "receive not cancelled");
+        CHECK(dst[0] == -1, "cancelled receive wrote the buffer");
+    }
+    /* the partner's Send_init/Recv_init must not have started before this: sync */
+    MPI_Barrier(MPI_COMM_WORLD);
+#undef CHECK_IDX
+    MPI_Type_free(&vec);
+    MPI_Type_free(&idx);
+    free(bl), free(dp), free(src), free(dst), free(flat);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     const char *s = getenv("PACK_SEED");
@@ -313,8 +446,9 @@ int main(int argc, char **argv) {
         for (int i = nmade - 1; i >= 0; i--) MPI_Type_free(&made[i]);
     }
     check_p2p();
-    const char *names[] = {"MPI_Pack", "MPI_Unpack", "MPI_Pack_c", "MPI_Unpack_c", "MPI_Sendrecv"};
-    check_intercepted(names, 5);
+    check_nonblocking();
+    const char *names[] = {"MPI_Pack", "MPI_Unpack", "MPI_Pack_c", "MPI_Unpack_c", "MPI_Sendrecv", "MPI_Isend", "MPI_Irecv", "MPI_Send_init_c", "MPI_Recv_init"};
+    check_intercepted(names, 9);
     uint64_t (*packed)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "shim_packed_bytes");
     if (expect_shim()) {
         CHECK(packed && packed() > 0, "the shim's packer never ran");

@@ -103,7 +103,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_PACK_MIN_BYTES",
         default: "256K",
         allowed: "a size in bytes, with an optional K, M or G suffix",
-        doc: "Packing of non-contiguous datatypes (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective copies): below this many packed bytes one thread packs; above it the work is split by bytes over up to `SHIM_PACK_THREADS` threads (each taking at least half of this).",
+        doc: "Packing of non-contiguous datatypes (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective messages, collective copies): below this many packed bytes one thread packs; above it the work is split by bytes over up to `SHIM_PACK_THREADS` threads (each taking at least half of this).",
     },
     VarSpec {
         name: "SHIM_PACK_THREADS",

@@ -68,7 +68,8 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
             panic!("fault injected by SHIM_FAULT_INJECT");
         }
         // Every intercepted call advances the outstanding schedules (progress rule),
-        // unless the progress thread does it.
+        // unless the progress thread does it, and the freed packed requests.
+        crate::request::poll_detached();
         if !crate::progress::thread::running() {
             crate::progress::progress_all();
         }

@@ -402,6 +402,7 @@ fn start_progress(c: &config::Config, multiple: bool) {
 
 fn finalize(native: &dyn Fn() -> c_int) -> c_int {
     if crate::entry::is_active() {
+        crate::request::drain_detached();
         if crate::progress::thread::running() {
             crate::progress::thread::stop();
             if crate::stats::enabled() {

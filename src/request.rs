@@ -15,6 +15,11 @@
 //! `MPI_Request_free` on a collective request are erroneous (`MPI_ERR_REQUEST`), except
 //! freeing an inactive persistent request. Waiting on or testing an inactive persistent
 //! request returns at once with an empty status.
+//!
+//! The same handles carry point-to-point messages the shim packs (`crate::dtype::p2p`):
+//! their status is the system MPI's (source, tag, byte count, cancelled), they can be
+//! cancelled, and one freed while active (allowed for point-to-point, MPI-4.0 §3.7.3) is
+//! kept in a list that later calls complete.
 
 use core::ffi::c_int;
 use std::sync::{Arc, Mutex};
@@ -22,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use crate::abi::*;
 use crate::api::Fid;
 use crate::comm::CommState;
+use crate::dtype::p2p::PackedReq;
 use crate::pmpi;
 use crate::progress::{self, RunCell};
 use crate::sched::Schedule;
@@ -40,6 +46,8 @@ pub struct Persistent {
 enum Kind {
     Nonblocking(Arc<RunCell>),
     Persistent(Box<Persistent>),
+    /// A point-to-point request whose message the shim packs (non-blocking or persistent).
+    Packed(Arc<PackedReq>),
 }
 
 struct Slot {
@@ -96,11 +104,93 @@ pub fn insert_persistent(p: Persistent, comm: MPI_Comm, fid: Fid) -> MPI_Request
     })
 }
 
+/// A request for a packed point-to-point message (see `crate::dtype::p2p`).
+pub fn insert_packed(p: Arc<PackedReq>, comm: MPI_Comm, fid: Fid) -> MPI_Request {
+    insert(Slot {
+        kind: Kind::Packed(p),
+        comm,
+        fid,
+    })
+}
+
+/// Packed requests the application freed while active (MPI-4.0 §3.7.3 allows it): they
+/// still have to complete, a receive still has to be unpacked. Polled with the schedules
+/// and drained at finalize.
+static DETACHED: Mutex<Vec<Arc<PackedReq>>> = Mutex::new(Vec::new());
+static N_DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn detach(p: Arc<PackedReq>) {
+    let mut d = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
+    d.push(p);
+    N_DETACHED.store(d.len(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Advances the freed packed requests; true when none is left.
+pub fn poll_detached() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    if N_DETACHED.load(Relaxed) == 0 {
+        return true;
+    }
+    let Ok(mut d) = DETACHED.try_lock() else {
+        return false;
+    };
+    d.retain(|p| {
+        let done = p.poke();
+        if done && p.is_persistent() {
+            p.release();
+        }
+        !done
+    });
+    N_DETACHED.store(d.len(), Relaxed);
+    d.is_empty()
+}
+
+/// Completes every freed packed request (called in `MPI_Finalize`).
+pub fn drain_detached() {
+    progress::wait_until(poll_detached);
+}
+
 fn remove(h: MPI_Request) {
     if let Some(i) = shim_request_index(h) {
         let mut t = table();
         if i < t.slots.len() && t.slots[i].take().is_some() {
             t.free.push(i);
+        }
+    }
+}
+
+/// What a started shim request runs.
+#[derive(Clone)]
+enum Pending {
+    Coll(Arc<RunCell>),
+    P2p(Arc<PackedReq>),
+}
+
+impl Pending {
+    /// Advances it; true once complete.
+    fn poke(&self) -> bool {
+        match self {
+            Pending::Coll(c) => c.poke(),
+            Pending::P2p(p) => p.poke(),
+        }
+    }
+
+    /// The completed request's status into `st`; returns its error code.
+    fn status_into(&self, st: *mut MPI_Status) -> c_int {
+        match self {
+            Pending::Coll(c) => {
+                set_done_status(st);
+                c.error()
+            }
+            // SAFETY: the caller's status pointer (or an ignore value).
+            Pending::P2p(p) => unsafe { p.status_into(st) },
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Pending::Coll(_) => "the collective failed",
+            Pending::P2p(_) => "the packed point-to-point operation failed",
         }
     }
 }
@@ -112,7 +202,8 @@ enum State {
     Native,
     /// An inactive persistent request.
     Inactive,
-    Running(Arc<RunCell>, bool),
+    /// Started: what runs, and whether the request is persistent.
+    Running(Pending, bool),
 }
 
 fn state(h: MPI_Request) -> State {
@@ -123,11 +214,13 @@ fn state(h: MPI_Request) -> State {
     match t.slots.get(i).and_then(|s| s.as_ref()) {
         None => State::Native,
         Some(s) => match &s.kind {
-            Kind::Nonblocking(c) => State::Running(Arc::clone(c), false),
+            Kind::Nonblocking(c) => State::Running(Pending::Coll(Arc::clone(c)), false),
             Kind::Persistent(p) => match &p.active {
                 None => State::Inactive,
-                Some(c) => State::Running(Arc::clone(c), true),
+                Some(c) => State::Running(Pending::Coll(Arc::clone(c)), true),
             },
+            Kind::Packed(p) if p.is_persistent() && !p.is_active() => State::Inactive,
+            Kind::Packed(p) => State::Running(Pending::P2p(Arc::clone(p)), p.is_persistent()),
         },
     }
 }
@@ -173,15 +266,16 @@ fn set_empty_status(st: *mut MPI_Status) {
 }
 
 /// Finishes a done request: frees a non-blocking one (`*h` becomes `MPI_REQUEST_NULL`) or
-/// makes a persistent one inactive. Returns the collective's error code.
-fn retire(h: &mut MPI_Request, cell: &RunCell, persistent: bool, st: *mut MPI_Status) -> c_int {
-    let err = cell.error();
-    set_done_status(st);
+/// makes a persistent one inactive. Returns the operation's error code.
+fn retire(h: &mut MPI_Request, pending: &Pending, persistent: bool, st: *mut MPI_Status) -> c_int {
+    let err = pending.status_into(st);
     if persistent {
         if let Some(i) = shim_request_index(*h) {
             if let Some(Some(s)) = table().slots.get_mut(i) {
-                if let Kind::Persistent(p) = &mut s.kind {
-                    p.active = None;
+                match &mut s.kind {
+                    Kind::Persistent(p) => p.active = None,
+                    Kind::Packed(p) => p.retire(),
+                    Kind::Nonblocking(_) => {}
                 }
             }
         }
@@ -203,8 +297,10 @@ fn start(h: MPI_Request) -> c_int {
             return MPI_ERR_REQUEST;
         };
         let fid = s.fid;
-        let Kind::Persistent(p) = &mut s.kind else {
-            return MPI_ERR_REQUEST;
+        let p = match &mut s.kind {
+            Kind::Persistent(p) => p,
+            Kind::Packed(p) => return p.start(),
+            Kind::Nonblocking(_) => return MPI_ERR_REQUEST,
         };
         if p.active.is_some() {
             return MPI_ERR_REQUEST;
@@ -223,6 +319,15 @@ fn start(h: MPI_Request) -> c_int {
     };
     progress::submit(&cell);
     MPI_SUCCESS
+}
+
+/// The packed point-to-point request behind `h`, if it is one.
+fn packed(h: MPI_Request) -> Option<Arc<PackedReq>> {
+    let i = shim_request_index(h)?;
+    match &table().slots.get(i)?.as_ref()?.kind {
+        Kind::Packed(p) => Some(Arc::clone(p)),
+        _ => None,
+    }
 }
 
 fn has_shim(reqs: *const MPI_Request, n: c_int) -> bool {
@@ -335,7 +440,7 @@ pub mod hooks {
                 // SAFETY: the caller's request.
                 let err = retire(unsafe { &mut *request }, &cell, persistent, status);
                 if err != MPI_SUCCESS {
-                    crate::errors::raise(comm, err, "MPI_Wait", "the collective failed")
+                    crate::errors::raise(comm, err, "MPI_Wait", cell.what())
                 } else {
                     MPI_SUCCESS
                 }
@@ -375,7 +480,7 @@ pub mod hooks {
                 let comm = slot_comm(h);
                 let err = retire(unsafe { &mut *request }, &cell, persistent, status);
                 if err != MPI_SUCCESS {
-                    crate::errors::raise(comm, err, "MPI_Test", "the collective failed")
+                    crate::errors::raise(comm, err, "MPI_Test", cell.what())
                 } else {
                     MPI_SUCCESS
                 }
@@ -403,7 +508,7 @@ pub mod hooks {
                 // SAFETY: the caller's flag.
                 unsafe { *flag = c_int::from(done) };
                 if done {
-                    set_done_status(status);
+                    cell.status_into(status);
                 }
                 MPI_SUCCESS
             }
@@ -420,6 +525,17 @@ pub mod hooks {
         match state(h) {
             State::Native => native(),
             State::Inactive => {
+                if let Some(p) = packed(h) {
+                    p.release();
+                }
+                remove(h);
+                // SAFETY: the caller's request.
+                unsafe { *request = MPI_REQUEST_NULL };
+                MPI_SUCCESS
+            }
+            State::Running(Pending::P2p(p), _) => {
+                // the operation goes on; it is completed in the background
+                detach(p);
                 remove(h);
                 // SAFETY: the caller's request.
                 unsafe { *request = MPI_REQUEST_NULL };
@@ -441,6 +557,9 @@ pub mod hooks {
         } else {
             unsafe { *request }
         };
+        if let Some(p) = packed(h) {
+            return p.cancel();
+        }
         match state(h) {
             State::Native => native(),
             _ => crate::errors::raise(
@@ -468,7 +587,7 @@ pub mod hooks {
                         slot_comm(h),
                         rc,
                         "MPI_Start",
-                        "the persistent collective request is already active",
+                        "the persistent request is already active or could not start",
                     );
                 }
                 MPI_SUCCESS
@@ -495,7 +614,7 @@ pub mod hooks {
                         slot_comm(h),
                         rc,
                         "MPI_Startall",
-                        "a persistent collective request is already active",
+                        "a persistent request is already active or could not start",
                     );
                 }
             }
@@ -631,7 +750,7 @@ pub mod hooks {
                         let comm = slot_comm(*h);
                         let e = retire(h, &c, p, status);
                         let rc = if e != MPI_SUCCESS {
-                            crate::errors::raise(comm, e, "MPI_Waitany", "the collective failed")
+                            crate::errors::raise(comm, e, "MPI_Waitany", c.what())
                         } else {
                             MPI_SUCCESS
                         };

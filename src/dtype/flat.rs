@@ -40,6 +40,13 @@ pub enum Node {
         /// `ends[i]`: packed bytes of parts 0..=i.
         ends: Vec<i64>,
     },
+    /// A sequence of plain runs (indexed and struct types), stored compactly: run `i`
+    /// starts at `offs[i]` and packs `ends[i] - ends[i - 1]` bytes. Walking 16 bytes per
+    /// run instead of a full node is what keeps many small blocks fast.
+    Runs {
+        offs: Vec<i64>,
+        ends: Vec<i64>,
+    },
 }
 
 impl Node {
@@ -48,7 +55,7 @@ impl Node {
         match self {
             Node::Run { len, .. } => *len,
             Node::Loop { count, bsize, .. } => count * bsize,
-            Node::Seq { ends, .. } => ends.last().copied().unwrap_or(0),
+            Node::Seq { ends, .. } | Node::Runs { ends, .. } => ends.last().copied().unwrap_or(0),
         }
     }
 
@@ -79,6 +86,10 @@ impl Node {
                 parts: parts.iter().map(|p| p.shifted(d)).collect(),
                 ends: ends.clone(),
             },
+            Node::Runs { offs, ends } => Node::Runs {
+                offs: offs.iter().map(|o| o + d).collect(),
+                ends: ends.clone(),
+            },
         }
     }
 
@@ -88,7 +99,16 @@ impl Node {
             Node::Run { .. } => 1,
             Node::Loop { body, .. } => 1 + body.nodes(),
             Node::Seq { parts, .. } => 1 + parts.iter().map(Node::nodes).sum::<usize>(),
+            Node::Runs { offs, .. } => 1 + offs.len(),
         }
+    }
+
+    /// The runs of a `Runs` node as (offset, length) pairs.
+    pub fn runs(offs: &[i64], ends: &[i64]) -> impl Iterator<Item = (i64, i64)> {
+        let starts = core::iter::once(0).chain(ends.iter().copied());
+        offs.iter()
+            .zip(ends.iter().zip(starts))
+            .map(|(&o, (&e, s))| (o, e - s))
     }
 }
 
@@ -143,6 +163,11 @@ pub fn seq(parts: Vec<Node>) -> Node {
                     push(q, &mut out);
                 }
             }
+            Node::Runs { offs, ends } => {
+                for (off, len) in Node::runs(&offs, &ends) {
+                    push(Node::Run { off, len }, &mut out);
+                }
+            }
             p => push(p, &mut out),
         }
     }
@@ -158,6 +183,16 @@ pub fn seq(parts: Vec<Node>) -> Node {
                     acc
                 })
                 .collect();
+            if out.iter().all(|p| matches!(p, Node::Run { .. })) {
+                let offs = out
+                    .iter()
+                    .map(|p| match p {
+                        Node::Run { off, .. } => *off,
+                        _ => unreachable!("checked above"),
+                    })
+                    .collect();
+                return Node::Runs { offs, ends };
+            }
             Node::Seq { parts: out, ends }
         }
     }
@@ -707,6 +742,9 @@ pub(crate) mod tests {
                 }
             }
             Node::Seq { parts, .. } => parts.iter().for_each(|p| collect(p, base, out)),
+            Node::Runs { offs, ends } => {
+                out.extend(Node::runs(offs, ends).map(|(o, l)| (base + o, l)))
+            }
         }
     }
 }

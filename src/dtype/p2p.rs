@@ -18,7 +18,7 @@ use crate::abi::*;
 use crate::pmpi;
 
 /// The layout of `count` elements of `dt` if the shim should pack them for a message.
-fn eligible(count: i64, dt: MPI_Datatype, peer: c_int) -> Option<Arc<Flat>> {
+pub(crate) fn eligible(count: i64, dt: MPI_Datatype, peer: c_int) -> Option<Arc<Flat>> {
     if count <= 0 || peer == MPI_PROC_NULL || is_predefined_datatype(dt) {
         return None;
     }
@@ -96,4 +96,325 @@ impl Incoming {
             )
         };
     }
+}
+
+/// A non-blocking or persistent point-to-point request whose message the shim packs:
+/// the system MPI's request moves the packed bytes; a send packs before it starts, a
+/// receive unpacks when it completes (MPI-4.0 §3.7.2: the receive buffer may only be read
+/// after completion, so unpacking then is invisible to the application).
+pub struct PackedReq {
+    inner: std::sync::Mutex<Inner>,
+    recv: bool,
+    persistent: bool,
+}
+
+struct Inner {
+    native: MPI_Request,
+    buf: Vec<u8>,
+    flat: Arc<Flat>,
+    count: i64,
+    /// The application's buffer.
+    user: usize,
+    active: bool,
+    done: bool,
+    status: MPI_Status,
+    error: c_int,
+}
+
+// SAFETY: `user` is the address of the application's buffer, which MPI requires to stay
+// valid until the request completes; everything else is owned. Access is serialized by
+// the mutex.
+unsafe impl Send for Inner {}
+
+/// How a packed request's system MPI request is made from (bytes, byte count): the `_c`
+/// non-blocking or persistent call with `MPI_PACKED` and the application's peer, tag and
+/// communicator.
+pub type Post<'a> = &'a dyn Fn(*mut c_void, MPI_Count, *mut MPI_Request) -> c_int;
+
+impl PackedReq {
+    /// A packed send of `count` elements of `dt` at `buf` to `dest`, or `None` to let the
+    /// system MPI send it. A non-persistent one packs and starts at once.
+    ///
+    /// # Safety
+    /// `buf` holds `count` elements of `dt` and stays valid until the request completes.
+    pub unsafe fn send(
+        buf: *const c_void,
+        count: i64,
+        dt: MPI_Datatype,
+        dest: c_int,
+        persistent: bool,
+        post: Post,
+    ) -> Option<Result<Arc<PackedReq>, c_int>> {
+        let f = eligible(count, dt, dest)?;
+        Some(Self::make(f, count, buf as usize, false, persistent, post))
+    }
+
+    /// A packed receive, as `send`.
+    pub fn recv(
+        buf: *mut c_void,
+        count: i64,
+        dt: MPI_Datatype,
+        source: c_int,
+        persistent: bool,
+        post: Post,
+    ) -> Option<Result<Arc<PackedReq>, c_int>> {
+        let f = eligible(count, dt, source)?;
+        Some(Self::make(f, count, buf as usize, true, persistent, post))
+    }
+
+    fn make(
+        flat: Arc<Flat>,
+        count: i64,
+        user: usize,
+        recv: bool,
+        persistent: bool,
+        post: Post,
+    ) -> Result<Arc<PackedReq>, c_int> {
+        let mut inner = Inner {
+            native: MPI_REQUEST_NULL,
+            buf: vec![0u8; (count * flat.size) as usize],
+            flat,
+            count,
+            user,
+            active: false,
+            done: false,
+            status: MPI_Status::default(),
+            error: MPI_SUCCESS,
+        };
+        if !recv && !persistent {
+            inner.pack();
+        }
+        let (b, n) = (inner.buf.as_mut_ptr().cast(), inner.buf.len() as MPI_Count);
+        let rc = post(b, n, &mut inner.native);
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        inner.active = !persistent;
+        Ok(Arc::new(PackedReq {
+            inner: std::sync::Mutex::new(inner),
+            recv,
+            persistent,
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn is_persistent(&self) -> bool {
+        self.persistent
+    }
+
+    /// Whether the request is started and not yet retired.
+    pub fn is_active(&self) -> bool {
+        self.lock().active
+    }
+
+    /// Tests the system MPI's request; on completion unpacks a receive. Returns whether the
+    /// request is complete.
+    pub fn poke(&self) -> bool {
+        let mut g = self.lock();
+        if g.done || !g.active {
+            return true;
+        }
+        let mut flag: c_int = 0;
+        let inner = &mut *g;
+        // SAFETY: our started request; a status we own.
+        let rc = unsafe { pmpi::PMPI_Test(&mut inner.native, &mut flag, &mut inner.status) };
+        if rc != MPI_SUCCESS {
+            inner.error = rc;
+            inner.done = true;
+            return true;
+        }
+        if flag == 0 {
+            return false;
+        }
+        let mut cancelled: c_int = 0;
+        // SAFETY: the completed status.
+        unsafe { pmpi::PMPI_Test_cancelled(&inner.status, &mut cancelled) };
+        if self.recv && cancelled == 0 {
+            // SAFETY: the application's receive buffer (valid until completion, which is
+            // now) and the bytes that arrived.
+            unsafe {
+                let mut got: MPI_Count = 0;
+                pmpi::PMPI_Get_count_c(&inner.status, MPI_BYTE, &mut got);
+                pack::run_bytes(
+                    &inner.flat,
+                    inner.count,
+                    inner.user as *mut u8,
+                    inner.buf.as_mut_ptr(),
+                    got.clamp(0, inner.buf.len() as MPI_Count),
+                    Dir::Unpack,
+                )
+            };
+        }
+        inner.done = true;
+        true
+    }
+
+    /// The completed request's status (source, tag, byte count, cancelled flag) into
+    /// `st`, unless it is ignored; the error code is returned, not written.
+    ///
+    /// # Safety
+    /// `st` is null, `MPI_STATUS_IGNORE` or a writable status.
+    pub unsafe fn status_into(&self, st: *mut MPI_Status) -> c_int {
+        let g = self.lock();
+        if !st.is_null() && st != MPI_STATUS_IGNORE {
+            // SAFETY: the caller's status.
+            unsafe {
+                let e = (*st).MPI_ERROR;
+                *st = g.status;
+                (*st).MPI_ERROR = e;
+            }
+        }
+        g.error
+    }
+
+    /// Retires a completed request: a persistent one becomes inactive.
+    pub fn retire(&self) {
+        let mut g = self.lock();
+        g.active = false;
+        g.done = false;
+        g.error = MPI_SUCCESS;
+    }
+
+    /// Starts an inactive persistent request: a send packs the application's buffer now
+    /// (MPI-4.0 §3.9: the buffer's contents at `MPI_Start` are sent).
+    pub fn start(&self) -> c_int {
+        let mut g = self.lock();
+        if g.active {
+            return MPI_ERR_REQUEST;
+        }
+        if !self.recv {
+            g.pack();
+        }
+        // SAFETY: our inactive persistent request.
+        let rc = unsafe { pmpi::PMPI_Start(&mut g.native) };
+        if rc == MPI_SUCCESS {
+            g.active = true;
+            g.done = false;
+        }
+        rc
+    }
+
+    /// `MPI_Cancel` of the system MPI's request.
+    pub fn cancel(&self) -> c_int {
+        let mut g = self.lock();
+        // SAFETY: our request.
+        unsafe { pmpi::PMPI_Cancel(&mut g.native) }
+    }
+
+    /// Frees the system MPI's request of an inactive persistent request.
+    pub fn release(&self) -> c_int {
+        let mut g = self.lock();
+        if g.native == MPI_REQUEST_NULL {
+            return MPI_SUCCESS;
+        }
+        // SAFETY: our inactive request.
+        unsafe { pmpi::PMPI_Request_free(&mut g.native) }
+    }
+}
+
+impl Inner {
+    fn pack(&mut self) {
+        // SAFETY: the application's send buffer (valid while the request is) into ours,
+        // which holds count * size bytes.
+        unsafe {
+            pack::run(
+                &self.flat,
+                self.count,
+                self.user as *mut u8,
+                self.buf.as_mut_ptr(),
+                Dir::Pack,
+            )
+        };
+    }
+}
+
+/// Hooks (see `src/abi/mpi_functions.txt`) for the non-blocking and persistent sends and
+/// receives: the message is packed by the shim when `PackedReq` takes it, and the request
+/// handed back is the shim's (see `crate::request`); otherwise the system MPI's.
+#[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+pub mod hooks {
+    use super::*;
+    use crate::api::Fid;
+
+    /// The outcome of a packed request as the hook returns it.
+    fn hand_out(
+        made: Option<Result<Arc<PackedReq>, c_int>>,
+        comm: MPI_Comm,
+        fid: Fid,
+        r: *mut MPI_Request,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        match made {
+            None => native(),
+            Some(Err(rc)) => rc,
+            Some(Ok(p)) => {
+                // SAFETY: the application's request out-pointer.
+                unsafe { *r = crate::request::insert_packed(p, comm, fid) };
+                MPI_SUCCESS
+            }
+        }
+    }
+
+    /// One send-side hook: `$name` takes a count of type `$n`, posts with `$post` (a `_c`
+    /// call: packed bytes may exceed `int`), persistent or not.
+    macro_rules! send_hook {
+        ($name:ident, $n:ty, $post:path, $persistent:expr) => {
+            pub unsafe fn $name(
+                b: *const c_void,
+                n: $n,
+                t: MPI_Datatype,
+                d: c_int,
+                g: c_int,
+                c: MPI_Comm,
+                r: *mut MPI_Request,
+                native: &dyn Fn() -> c_int,
+            ) -> c_int {
+                // SAFETY: the application's buffer, peer, tag and communicator; our bytes.
+                let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED, d, g, c, req) };
+                // SAFETY: the application's send buffer for n elements of t.
+                let made = unsafe { PackedReq::send(b, n as i64, t, d, $persistent, post) };
+                hand_out(made, c, Fid::$name, r, native)
+            }
+        };
+    }
+
+    macro_rules! recv_hook {
+        ($name:ident, $n:ty, $post:path, $persistent:expr) => {
+            pub unsafe fn $name(
+                b: *mut c_void,
+                n: $n,
+                t: MPI_Datatype,
+                s: c_int,
+                g: c_int,
+                c: MPI_Comm,
+                r: *mut MPI_Request,
+                native: &dyn Fn() -> c_int,
+            ) -> c_int {
+                // SAFETY: the application's source, tag and communicator; our bytes.
+                let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED, s, g, c, req) };
+                let made = PackedReq::recv(b, n as i64, t, s, $persistent, post);
+                hand_out(made, c, Fid::$name, r, native)
+            }
+        };
+    }
+
+    send_hook!(MPI_Isend, c_int, pmpi::PMPI_Isend_c, false);
+    send_hook!(MPI_Isend_c, MPI_Count, pmpi::PMPI_Isend_c, false);
+    send_hook!(MPI_Issend, c_int, pmpi::PMPI_Issend_c, false);
+    send_hook!(MPI_Issend_c, MPI_Count, pmpi::PMPI_Issend_c, false);
+    send_hook!(MPI_Irsend, c_int, pmpi::PMPI_Irsend_c, false);
+    send_hook!(MPI_Irsend_c, MPI_Count, pmpi::PMPI_Irsend_c, false);
+    send_hook!(MPI_Send_init, c_int, pmpi::PMPI_Send_init_c, true);
+    send_hook!(MPI_Send_init_c, MPI_Count, pmpi::PMPI_Send_init_c, true);
+    send_hook!(MPI_Ssend_init, c_int, pmpi::PMPI_Ssend_init_c, true);
+    send_hook!(MPI_Ssend_init_c, MPI_Count, pmpi::PMPI_Ssend_init_c, true);
+    send_hook!(MPI_Rsend_init, c_int, pmpi::PMPI_Rsend_init_c, true);
+    send_hook!(MPI_Rsend_init_c, MPI_Count, pmpi::PMPI_Rsend_init_c, true);
+    recv_hook!(MPI_Irecv, c_int, pmpi::PMPI_Irecv_c, false);
+    recv_hook!(MPI_Irecv_c, MPI_Count, pmpi::PMPI_Irecv_c, false);
+    recv_hook!(MPI_Recv_init, c_int, pmpi::PMPI_Recv_init_c, true);
+    recv_hook!(MPI_Recv_init_c, MPI_Count, pmpi::PMPI_Recv_init_c, true);
 }

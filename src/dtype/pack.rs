@@ -188,6 +188,29 @@ impl Walker {
                     }
                 }
             }
+            Node::Runs { offs, ends } => {
+                let mut i = ends.partition_point(|&e| e <= lo);
+                let mut start = if i == 0 { 0 } else { ends[i - 1] };
+                if start < lo {
+                    // a part of the first run
+                    let e = hi.min(ends[i]);
+                    // SAFETY: as above.
+                    unsafe { self.copy(base + offs[i] + lo - start, e - lo) };
+                    start = ends[i];
+                    i += 1;
+                }
+                let j = i + ends[i..].partition_point(|&e| e <= hi);
+                // whole runs i..j
+                // SAFETY: as above.
+                unsafe { self.whole_runs(base, &offs[i..j], &ends[i..j], start) };
+                if j < ends.len() {
+                    let start = if j == 0 { 0 } else { ends[j - 1] };
+                    if start < hi {
+                        // SAFETY: as above.
+                        unsafe { self.copy(base + offs[j], hi - start) };
+                    }
+                }
+            }
             Node::Seq { parts, ends } => {
                 // first part that ends after lo
                 let mut i = ends.partition_point(|&e| e <= lo);
@@ -237,6 +260,42 @@ impl Walker {
             }
         }
         self.pos += len;
+    }
+
+    /// Whole runs of a `Runs` node (`start`: the packed offset of the first): one loop per
+    /// direction, so the per-run work is two loads and a short copy.
+    #[inline]
+    unsafe fn whole_runs(&mut self, base: i64, offs: &[i64], ends: &[i64], start: i64) {
+        let u = self.b.user.wrapping_offset(base as isize);
+        let p = self.b.packed.wrapping_offset((self.pos - start) as isize);
+        let mut s = start;
+        // SAFETY: the caller's contract: the runs are in the type map, their packed bytes
+        // in the buffer.
+        unsafe {
+            match self.dir {
+                Dir::Pack => {
+                    for (&o, &e) in offs.iter().zip(ends) {
+                        small_copy(
+                            u.wrapping_offset(o as isize),
+                            p.add(s as usize),
+                            (e - s) as usize,
+                        );
+                        s = e;
+                    }
+                }
+                Dir::Unpack => {
+                    for (&o, &e) in offs.iter().zip(ends) {
+                        small_copy(
+                            p.add(s as usize),
+                            u.wrapping_offset(o as isize),
+                            (e - s) as usize,
+                        );
+                        s = e;
+                    }
+                }
+            }
+        }
+        self.pos += s - start;
     }
 
     /// `n` runs of `len` bytes, `stride` apart, from user offset `off`.
@@ -352,15 +411,28 @@ mod tests {
     fn ranges_match_reference() {
         let r = |off, len| Node::Run { off, len };
         let inner = repeat(3, 3, 7, r(0, 2));
-        let t = seq(vec![
+        let runs = seq(vec![r(5, 3), r(10, 1), r(12, 9), r(30, 2)]);
+        assert!(matches!(runs, Node::Runs { .. }));
+        let mixed = seq(vec![
             r(0, 3),
             repeat(40, 4, 30, inner),
             r(200, 5),
             repeat(210, 5, 9, r(1, 8)),
+            runs.shifted(300),
         ]);
+        for t in [
+            mixed,
+            runs,
+            repeat(0, 3, 40, seq(vec![r(0, 3), r(7, 9), r(20, 1)])),
+        ] {
+            check_ranges(&t);
+        }
+    }
+
+    fn check_ranges(t: &Node) {
         let user: Vec<u8> = (0..400).map(|i| (i * 7 + 3) as u8).collect();
         let mut want = Vec::new();
-        reference(&t, &user, &mut want);
+        reference(t, &user, &mut want);
         let total = t.size();
         assert_eq!(want.len() as i64, total);
         for lo in 0..total {
@@ -374,7 +446,7 @@ mod tests {
                     pos: lo,
                     dir: Dir::Pack,
                 };
-                unsafe { w.range(&t, 0, lo, hi) };
+                unsafe { w.range(t, 0, lo, hi) };
                 assert_eq!(w.pos, hi);
                 assert_eq!(
                     &got[lo as usize..hi as usize],

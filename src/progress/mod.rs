@@ -114,8 +114,10 @@ pub fn submit(cell: &Arc<RunCell>) {
     thread::notify();
 }
 
-/// Advances every outstanding run once and forgets the finished ones.
+/// Advances every outstanding run once and forgets the finished ones; also completes
+/// the packed point-to-point requests the application freed while active.
 pub fn progress_all() {
+    crate::request::poll_detached();
     progress_all_counting();
 }
 

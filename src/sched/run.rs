@@ -27,6 +27,13 @@ const BLOCKED: u8 = 2;
 const POSTED: u8 = 3;
 const DONE: u8 = 4;
 
+/// The shim's packed copy of a non-contiguous message (see `crate::dtype::p2p`): the bytes
+/// of a send, or the buffer of a receive with the address to unpack it to.
+enum Packed {
+    Out(Vec<u8>),
+    In(crate::dtype::p2p::Incoming, *mut c_void),
+}
+
 /// The running state of one collective instance.
 pub struct Run {
     sched: Arc<Schedule>,
@@ -39,6 +46,8 @@ pub struct Run {
     ready: VecDeque<V>,
     reqs: Vec<MPI_Request>,
     req_action: Vec<V>,
+    /// Per outstanding request: the packed message it moves, if the shim packs it.
+    req_packed: Vec<Option<Packed>>,
     indices: Vec<c_int>,
     statuses: Vec<MPI_Status>,
     done: u32,
@@ -73,6 +82,7 @@ impl Run {
             ready: VecDeque::new(),
             reqs: Vec::new(),
             req_action: Vec::new(),
+            req_packed: Vec::new(),
             indices: Vec::new(),
             statuses: Vec::new(),
             done: 0,
@@ -165,7 +175,7 @@ impl Run {
                 }
                 let send = matches!(sched.actions[v as usize], Action::Send { .. });
                 let mut req = MPI_REQUEST_NULL;
-                let rc = self.post(send, data, peer, self.tag + tag_offset, &mut req);
+                let (rc, packed) = self.post(send, data, peer, self.tag + tag_offset, &mut req);
                 if rc != MPI_SUCCESS {
                     self.error = rc;
                     return;
@@ -173,6 +183,7 @@ impl Run {
                 self.state[v as usize] = POSTED;
                 self.reqs.push(req);
                 self.req_action.push(v);
+                self.req_packed.push(packed);
                 if let Some(n) = sched.next_on_channel(v) {
                     if self.state[n as usize] == BLOCKED {
                         self.state[n as usize] = READY;
@@ -212,13 +223,61 @@ impl Run {
         }
     }
 
-    fn post(&self, send: bool, d: Data, peer: c_int, tag: c_int, req: &mut MPI_Request) -> c_int {
+    /// Posts a message; a non-contiguous one of at least `SHIM_PACK_MIN_BYTES` travels as
+    /// bytes the shim packs (design note seed-si-casper-mtmpi-thesis.md §3: the packing
+    /// then runs on the worker pool), which every receive of the same type signature
+    /// matches.
+    fn post(
+        &self,
+        send: bool,
+        d: Data,
+        peer: c_int,
+        tag: c_int,
+        req: &mut MPI_Request,
+    ) -> (c_int, Option<Packed>) {
         let buf = self.addr(d.addr);
         let mut d = d;
         d.dt = match self.sched.mpi_type(d.dt) {
             Ok(t) => t,
-            Err(rc) => return rc,
+            Err(rc) => return (rc, None),
         };
+        let comm = self.comm.shadow();
+        let mut packed = if send {
+            // SAFETY: buffers as for Copy.
+            unsafe { crate::dtype::p2p::outgoing(buf, d.count, d.dt, peer) }.map(Packed::Out)
+        } else {
+            crate::dtype::p2p::incoming(d.count, d.dt, peer).map(|i| Packed::In(i, buf))
+        };
+        let rc = match &mut packed {
+            // SAFETY: our packed buffers, kept with the request until it completes.
+            Some(Packed::Out(b)) => unsafe {
+                pmpi::PMPI_Isend_c(
+                    b.as_ptr().cast(),
+                    b.len() as MPI_Count,
+                    MPI_PACKED,
+                    peer,
+                    tag,
+                    comm,
+                    req,
+                )
+            },
+            Some(Packed::In(i, _)) => unsafe {
+                pmpi::PMPI_Irecv_c(i.ptr(), i.len(), MPI_PACKED, peer, tag, comm, req)
+            },
+            None => self.post_typed(send, buf, d, peer, tag, req),
+        };
+        (rc, packed)
+    }
+
+    fn post_typed(
+        &self,
+        send: bool,
+        buf: *mut c_void,
+        d: Data,
+        peer: c_int,
+        tag: c_int,
+        req: &mut MPI_Request,
+    ) -> c_int {
         let comm = self.comm.shadow();
         // SAFETY: buffers as for Copy; `req` is a valid out-pointer.
         unsafe {
@@ -283,6 +342,11 @@ impl Run {
             if rc == MPI_ERR_IN_STATUS && self.statuses[k].MPI_ERROR != MPI_SUCCESS {
                 self.error = self.statuses[k].MPI_ERROR;
             }
+            if let Some(Packed::In(inc, user)) = &self.req_packed[i] {
+                // SAFETY: the completed receive's status; the schedule's destination.
+                unsafe { inc.finish(*user, &self.statuses[k]) };
+            }
+            self.req_packed[i] = None;
             let v = self.req_action[i];
             self.complete(v);
         }
@@ -292,11 +356,13 @@ impl Run {
             if self.reqs[i] != MPI_REQUEST_NULL {
                 self.reqs[j] = self.reqs[i];
                 self.req_action[j] = self.req_action[i];
+                self.req_packed.swap(i, j);
                 j += 1;
             }
         }
         self.reqs.truncate(j);
         self.req_action.truncate(j);
+        self.req_packed.truncate(j);
         true
     }
 
@@ -309,6 +375,10 @@ impl Run {
         }
         self.reqs.clear();
         self.req_action.clear();
+        // the freed requests may still use the packed buffers: they are leaked
+        for p in self.req_packed.drain(..).flatten() {
+            std::mem::forget(p);
+        }
         self.ready.clear();
         self.finished = true;
         tracing::debug!(target: "shim::sched", "{} failed with MPI error {}", self.sched.algorithm, self.error);
