@@ -97,10 +97,11 @@ pub unsafe fn run_bytes(
             super::pool::MAX_USED.fetch_max(threads, Ordering::Relaxed);
         }
         let node = &node;
-        super::pool::run_parts(threads, &move |k| {
+        let parts = parts_for(total, threads);
+        super::pool::run_parts(threads, parts, &move |k| {
             let b = b;
-            let lo = total * k as i64 / threads as i64;
-            let hi = total * (k as i64 + 1) / threads as i64;
+            let lo = total * k as i64 / parts as i64;
+            let hi = total * (k as i64 + 1) / parts as i64;
             let mut w = Walker { b, pos: lo, dir };
             // SAFETY: the caller's contract; parts cover disjoint packed ranges.
             unsafe { w.range(node, 0, lo, hi) };
@@ -120,10 +121,11 @@ pub unsafe fn run_bytes(
 unsafe fn copy_split(user: *mut u8, packed: *mut u8, total: i64, dir: Dir) {
     let threads = super::pool::threads_for(total);
     let b = Bufs { user, packed };
-    super::pool::run_parts(threads, &move |k| {
+    let parts = parts_for(total, threads);
+    super::pool::run_parts(threads, parts, &move |k| {
         let b = b;
-        let lo = (total * k as i64 / threads as i64) as usize;
-        let hi = (total * (k as i64 + 1) / threads as i64) as usize;
+        let lo = (total * k as i64 / parts as i64) as usize;
+        let hi = (total * (k as i64 + 1) / parts as i64) as usize;
         // SAFETY: the caller's contract; disjoint ranges per part.
         unsafe {
             let (s, d) = match dir {
@@ -133,6 +135,16 @@ unsafe fn copy_split(user: *mut u8, packed: *mut u8, total: i64, dir: Dir) {
             core::ptr::copy_nonoverlapping(s, d, hi - lo);
         }
     });
+}
+
+/// Parts of a job on `threads` threads: up to four per thread, of at least 64 KiB, so a
+/// thread that starts late (or runs slower) takes fewer parts instead of delaying the job.
+fn parts_for(total: i64, threads: usize) -> usize {
+    if threads <= 1 {
+        return 1;
+    }
+    let per_thread = (total / (threads as i64 * (64 << 10))).clamp(1, 4) as usize;
+    threads * per_thread
 }
 
 struct Walker {

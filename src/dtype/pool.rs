@@ -1,7 +1,8 @@
 //! The packing worker pool (MT-MPI, design note seed-si-casper-mtmpi-thesis.md §3.4 and
 //! §7): persistent threads that sleep on a condition variable when idle, woken for one
-//! job at a time. A job of `t` parts wakes up to `t - 1` workers; the caller and the
-//! workers claim parts until none is left, and the caller returns when all are done.
+//! job at a time. A job on `t` threads wakes up to `t - 1` workers; the caller and the
+//! workers that join in time claim parts until none is left, and the caller returns when
+//! every part is done and every worker that joined has left.
 //!
 //! How many threads a job may use (`threads_for`): `SHIM_PACK_THREADS` (default: the
 //! processors not needed by the other ranks of this node, at least 1), one thread below
@@ -52,8 +53,11 @@ struct Pool {
     state: Mutex<State>,
     /// The current job's epoch, readable without the lock (workers spin on it briefly).
     published: AtomicU64,
-    /// Woken workers not yet done with the current job (the caller spins on it).
-    busy_workers: AtomicUsize,
+    /// Who is inside the current job: `epoch << 32 | workers inside << 1 | closed`. A worker
+    /// enters only an open job of the epoch it was woken for; the caller closes the job when
+    /// no part is left and waits only for the workers inside. A worker slow to wake (a
+    /// sleeping vCPU can take hundreds of µs) then costs nothing: the caller does its parts.
+    gate: AtomicU64,
     work: Condvar,
     /// Worker threads started so far.
     spawned: Mutex<usize>,
@@ -68,7 +72,7 @@ static POOL: OnceLock<Pool> = OnceLock::new();
 fn pool(workers: usize) -> &'static Pool {
     let p = POOL.get_or_init(|| Pool {
         published: AtomicU64::new(0),
-        busy_workers: AtomicUsize::new(0),
+        gate: AtomicU64::new(0),
         state: Mutex::new(State {
             job: None,
             epoch: 0,
@@ -115,17 +119,34 @@ fn worker(id: usize) {
             }
         };
         seen = job.epoch;
-        // workers 1..=helpers join (and are waited for); the others sleep again
-        if id <= job.helpers {
+        // workers 1..=helpers join, if the job is still open; the others sleep again
+        if id <= job.helpers && enter(&p.gate, job.epoch) {
             crate::entry::guard("packing worker", || claim(&job));
-            p.busy_workers.fetch_sub(1, Ordering::AcqRel);
+            p.gate.fetch_sub(2, Ordering::AcqRel);
         }
     }
 }
 
-/// Runs `f(k)` for every k in 0..parts, on up to `parts` threads (the caller is one).
-pub fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
-    let workers = max_threads().saturating_sub(1).min(parts.saturating_sub(1));
+/// Enters the open job of `epoch`; false if it is closed or already replaced.
+fn enter(gate: &AtomicU64, epoch: u64) -> bool {
+    let mut g = gate.load(Ordering::Acquire);
+    loop {
+        if g >> 32 != epoch & 0xffff_ffff || g & 1 == 1 {
+            return false;
+        }
+        match gate.compare_exchange_weak(g, g + 2, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(x) => g = x,
+        }
+    }
+}
+
+/// Runs `f(k)` for every k in 0..parts, on up to `threads` threads (the caller is one).
+pub fn run_parts(threads: usize, parts: usize, f: &(dyn Fn(usize) + Sync)) {
+    let workers = max_threads()
+        .saturating_sub(1)
+        .min(threads.saturating_sub(1))
+        .min(parts.saturating_sub(1));
     if workers == 0 {
         for k in 0..parts {
             f(k);
@@ -150,7 +171,8 @@ pub fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
     let job = {
         let mut s = p.state.lock().unwrap_or_else(|e| e.into_inner());
         s.epoch += 1;
-        p.busy_workers.store(helpers, Ordering::Release);
+        p.gate
+            .store((s.epoch & 0xffff_ffff) << 32, Ordering::Release);
         let job = Job {
             f: fp,
             next: &next,
@@ -164,9 +186,11 @@ pub fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
         job
     };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| claim(&job)));
-    // the workers' share is about the caller's, so they finish about when it does
+    // no part is left: close the job, then wait for the workers inside (they finish their
+    // last part about when the caller does)
+    p.gate.fetch_or(1, Ordering::AcqRel);
     let mut spins = 0u32;
-    while p.busy_workers.load(Ordering::Acquire) > 0 {
+    while (p.gate.load(Ordering::Acquire) >> 1) & 0x7fff_ffff > 0 {
         spins += 1;
         if spins < 10_000 {
             std::hint::spin_loop();
