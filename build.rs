@@ -39,8 +39,9 @@ struct Func {
     params: Vec<Param>,
 }
 
-/// MPI handle typedefs that the ABI module defines under the same name.
-const HANDLE_TYPES: &[&str] = &[
+/// Handle types that are `int` in the MPICH ABI (`MPI_<T>_f2c` is a cast macro in mpi.h);
+/// the ABI module defines them under the same name.
+const INT_HANDLES: &[&str] = &[
     "MPI_Comm",
     "MPI_Datatype",
     "MPI_Op",
@@ -51,6 +52,10 @@ const HANDLE_TYPES: &[&str] = &[
     "MPI_Errhandler",
     "MPI_Message",
     "MPI_Session",
+];
+
+/// The other MPI typedefs that the ABI module defines under the same name.
+const OTHER_TYPES: &[&str] = &[
     "MPI_File",
     "MPI_Aint",
     "MPI_Count",
@@ -95,7 +100,7 @@ fn rust_type(ctype: &str, array_dims: usize) -> String {
         .join(" ");
     let (rbase, adjust) = if let Some((r, a)) = base_rust_type(&base) {
         (r.to_string(), a)
-    } else if HANDLE_TYPES.contains(&base.as_str()) {
+    } else if INT_HANDLES.contains(&base.as_str()) || OTHER_TYPES.contains(&base.as_str()) {
         (base.clone(), 0)
     } else {
         panic!("mpi_functions.txt: unknown C type `{ctype}`; teach build.rs about it");

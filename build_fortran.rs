@@ -25,7 +25,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Func, Param};
+use super::{Func, INT_HANDLES, Param};
 
 /// Hand-written in `src/fortran/mod.rs` (the generator emits nothing for them).
 pub const HAND_WRITTEN: &[&str] = &[
@@ -40,20 +40,6 @@ pub const HAND_WRITTEN: &[&str] = &[
     "MPI_Comm_get_attr",
     "MPI_Comm_set_attr",
     "MPI_Win_get_attr",
-];
-
-/// Handle types that are `int` in the MPICH ABI (`MPI_<T>_f2c` is a cast macro in mpi.h).
-const INT_HANDLES: &[&str] = &[
-    "MPI_Comm",
-    "MPI_Datatype",
-    "MPI_Op",
-    "MPI_Win",
-    "MPI_Group",
-    "MPI_Request",
-    "MPI_Info",
-    "MPI_Errhandler",
-    "MPI_Message",
-    "MPI_Session",
 ];
 
 /// `void *` parameters that are choice buffers (where `MPI_BOTTOM`/`MPI_IN_PLACE` may

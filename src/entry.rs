@@ -67,10 +67,11 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
         if FAULT.load(Ordering::Relaxed) == fid as u32 + 1 {
             panic!("fault injected by SHIM_FAULT_INJECT");
         }
-        // Every intercepted call advances the outstanding schedules (progress rule),
-        // unless the progress thread does it, and the freed packed requests.
-        crate::request::poll_detached();
-        if !crate::progress::thread::running() {
+        // Every intercepted call advances the outstanding schedules (progress rule) and
+        // the freed packed requests; with the progress thread, only the latter.
+        if crate::progress::thread::running() {
+            crate::request::poll_detached();
+        } else {
             crate::progress::progress_all();
         }
         hook()

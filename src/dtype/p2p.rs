@@ -42,31 +42,53 @@ pub unsafe fn outgoing(
     dt: MPI_Datatype,
     dest: c_int,
 ) -> Option<Vec<u8>> {
-    let f = eligible(count, dt, dest)?;
-    let mut out = vec![0u8; (count * f.size) as usize];
-    // SAFETY: the caller's buffer; `out` holds count * size bytes.
-    unsafe { pack::run(&f, count, buf as *mut u8, out.as_mut_ptr(), Dir::Pack) };
-    Some(out)
+    let mut m = PackedBuf::new(count, dt, dest)?;
+    // SAFETY: the caller's buffer.
+    unsafe { m.pack_from(buf) };
+    Some(m.buf)
 }
 
-/// A receive into a packed buffer, unpacked by `finish`.
-pub struct Incoming {
+/// The packed bytes of one message (`count` elements of a layout): filled from the
+/// application's buffer by `pack_from` (a send) or unpacked into it by `finish` (a receive).
+pub struct PackedBuf {
     flat: Arc<Flat>,
     count: i64,
     pub buf: Vec<u8>,
 }
 
 /// A packed receive for `count` elements of `dt`, or `None` to receive as asked.
-pub fn incoming(count: i64, dt: MPI_Datatype, source: c_int) -> Option<Incoming> {
-    let f = eligible(count, dt, source)?;
-    Some(Incoming {
-        buf: vec![0u8; (count * f.size) as usize],
-        flat: f,
-        count,
-    })
+pub fn incoming(count: i64, dt: MPI_Datatype, source: c_int) -> Option<PackedBuf> {
+    PackedBuf::new(count, dt, source)
 }
 
-impl Incoming {
+impl PackedBuf {
+    /// A buffer for `count` elements of `dt` to or from `peer`, if the shim packs them.
+    fn new(count: i64, dt: MPI_Datatype, peer: c_int) -> Option<PackedBuf> {
+        let flat = eligible(count, dt, peer)?;
+        Some(PackedBuf {
+            buf: vec![0u8; (count * flat.size) as usize],
+            flat,
+            count,
+        })
+    }
+
+    /// Packs the application's `count` elements into the buffer.
+    ///
+    /// # Safety
+    /// `user` must hold `count` elements of the layout.
+    pub unsafe fn pack_from(&mut self, user: *const c_void) {
+        // SAFETY: the caller's buffer; ours holds count * size bytes.
+        unsafe {
+            pack::run(
+                &self.flat,
+                self.count,
+                user as *mut u8,
+                self.buf.as_mut_ptr(),
+                Dir::Pack,
+            )
+        };
+    }
+
     pub fn ptr(&mut self) -> *mut c_void {
         self.buf.as_mut_ptr().cast()
     }
@@ -110,9 +132,7 @@ pub struct PackedReq {
 
 struct Inner {
     native: MPI_Request,
-    buf: Vec<u8>,
-    flat: Arc<Flat>,
-    count: i64,
+    msg: PackedBuf,
     /// The application's buffer.
     user: usize,
     active: bool,
@@ -132,69 +152,44 @@ unsafe impl Send for Inner {}
 pub type Post<'a> = &'a dyn Fn(*mut c_void, MPI_Count, *mut MPI_Request) -> c_int;
 
 impl PackedReq {
-    /// A packed send of `count` elements of `dt` at `buf` to `dest`, or `None` to let the
-    /// system MPI send it. A non-persistent one packs and starts at once.
+    /// A packed send (`recv` false) or receive of `count` elements of `dt` at `user` with
+    /// `peer`, or `None` to let the system MPI carry it. A non-persistent send packs and
+    /// every request is made (`post`) at once; a persistent one starts at `MPI_Start`.
     ///
     /// # Safety
-    /// `buf` holds `count` elements of `dt` and stays valid until the request completes.
-    pub unsafe fn send(
-        buf: *const c_void,
+    /// `user` holds `count` elements of `dt` and stays valid until the request completes.
+    pub unsafe fn new(
+        user: *mut c_void,
         count: i64,
         dt: MPI_Datatype,
-        dest: c_int,
-        persistent: bool,
-        post: Post,
-    ) -> Option<Result<Arc<PackedReq>, c_int>> {
-        let f = eligible(count, dt, dest)?;
-        Some(Self::make(f, count, buf as usize, false, persistent, post))
-    }
-
-    /// A packed receive, as `send`.
-    pub fn recv(
-        buf: *mut c_void,
-        count: i64,
-        dt: MPI_Datatype,
-        source: c_int,
-        persistent: bool,
-        post: Post,
-    ) -> Option<Result<Arc<PackedReq>, c_int>> {
-        let f = eligible(count, dt, source)?;
-        Some(Self::make(f, count, buf as usize, true, persistent, post))
-    }
-
-    fn make(
-        flat: Arc<Flat>,
-        count: i64,
-        user: usize,
+        peer: c_int,
         recv: bool,
         persistent: bool,
         post: Post,
-    ) -> Result<Arc<PackedReq>, c_int> {
-        let mut inner = Inner {
-            native: MPI_REQUEST_NULL,
-            buf: vec![0u8; (count * flat.size) as usize],
-            flat,
-            count,
-            user,
-            active: false,
-            done: false,
-            status: MPI_Status::default(),
-            error: MPI_SUCCESS,
-        };
+    ) -> Option<Result<Arc<PackedReq>, c_int>> {
+        let mut msg = PackedBuf::new(count, dt, peer)?;
         if !recv && !persistent {
-            inner.pack();
+            // SAFETY: the caller's buffer.
+            unsafe { msg.pack_from(user) };
         }
-        let (b, n) = (inner.buf.as_mut_ptr().cast(), inner.buf.len() as MPI_Count);
-        let rc = post(b, n, &mut inner.native);
+        let mut native = MPI_REQUEST_NULL;
+        let rc = post(msg.ptr(), msg.len(), &mut native);
         if rc != MPI_SUCCESS {
-            return Err(rc);
+            return Some(Err(rc));
         }
-        inner.active = !persistent;
-        Ok(Arc::new(PackedReq {
-            inner: std::sync::Mutex::new(inner),
+        Some(Ok(Arc::new(PackedReq {
+            inner: std::sync::Mutex::new(Inner {
+                native,
+                msg,
+                user: user as usize,
+                active: !persistent,
+                done: false,
+                status: MPI_Status::default(),
+                error: MPI_SUCCESS,
+            }),
             recv,
             persistent,
-        }))
+        })))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -234,19 +229,8 @@ impl PackedReq {
         unsafe { pmpi::PMPI_Test_cancelled(&inner.status, &mut cancelled) };
         if self.recv && cancelled == 0 {
             // SAFETY: the application's receive buffer (valid until completion, which is
-            // now) and the bytes that arrived.
-            unsafe {
-                let mut got: MPI_Count = 0;
-                pmpi::PMPI_Get_count_c(&inner.status, MPI_BYTE, &mut got);
-                pack::run_bytes(
-                    &inner.flat,
-                    inner.count,
-                    inner.user as *mut u8,
-                    inner.buf.as_mut_ptr(),
-                    got.clamp(0, inner.buf.len() as MPI_Count),
-                    Dir::Unpack,
-                )
-            };
+            // now) and the completed status.
+            unsafe { inner.msg.finish(inner.user as *mut c_void, &inner.status) };
         }
         inner.done = true;
         true
@@ -286,7 +270,9 @@ impl PackedReq {
             return MPI_ERR_REQUEST;
         }
         if !self.recv {
-            g.pack();
+            let inner = &mut *g;
+            // SAFETY: the application's send buffer, valid while the request is active.
+            unsafe { inner.msg.pack_from(inner.user as *const c_void) };
         }
         // SAFETY: our inactive persistent request.
         let rc = unsafe { pmpi::PMPI_Start(&mut g.native) };
@@ -312,22 +298,6 @@ impl PackedReq {
         }
         // SAFETY: our inactive request.
         unsafe { pmpi::PMPI_Request_free(&mut g.native) }
-    }
-}
-
-impl Inner {
-    fn pack(&mut self) {
-        // SAFETY: the application's send buffer (valid while the request is) into ours,
-        // which holds count * size bytes.
-        unsafe {
-            pack::run(
-                &self.flat,
-                self.count,
-                self.user as *mut u8,
-                self.buf.as_mut_ptr(),
-                Dir::Pack,
-            )
-        };
     }
 }
 
@@ -375,7 +345,9 @@ pub mod hooks {
                 // SAFETY: the application's buffer, peer, tag and communicator; our bytes.
                 let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED, d, g, c, req) };
                 // SAFETY: the application's send buffer for n elements of t.
-                let made = unsafe { PackedReq::send(b, n as i64, t, d, $persistent, post) };
+                let made = unsafe {
+                    PackedReq::new(b as *mut c_void, n as i64, t, d, false, $persistent, post)
+                };
                 hand_out(made, c, Fid::$name, r, native)
             }
         };
@@ -395,7 +367,8 @@ pub mod hooks {
             ) -> c_int {
                 // SAFETY: the application's source, tag and communicator; our bytes.
                 let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED, s, g, c, req) };
-                let made = PackedReq::recv(b, n as i64, t, s, $persistent, post);
+                // SAFETY: the application's receive buffer for n elements of t.
+                let made = unsafe { PackedReq::new(b, n as i64, t, s, true, $persistent, post) };
                 hand_out(made, c, Fid::$name, r, native)
             }
         };

@@ -162,8 +162,7 @@ impl Walker {
             return;
         }
         match n {
-            Node::Run { off, len } => {
-                let _ = len;
+            Node::Run { off, .. } => {
                 // SAFETY: the caller's contract.
                 unsafe { self.copy(base + off + lo, hi - lo) };
             }

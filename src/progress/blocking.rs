@@ -88,7 +88,7 @@ fn send_packed(
 /// # Safety
 /// `user` is the application's receive buffer for the counted elements.
 unsafe fn recv_packed(
-    mut inc: crate::dtype::p2p::Incoming,
+    mut inc: crate::dtype::p2p::PackedBuf,
     user: *mut c_void,
     s: c_int,
     g: c_int,

@@ -31,7 +31,7 @@ const DONE: u8 = 4;
 /// of a send, or the buffer of a receive with the address to unpack it to.
 enum Packed {
     Out(Vec<u8>),
-    In(crate::dtype::p2p::Incoming, *mut c_void),
+    In(crate::dtype::p2p::PackedBuf, *mut c_void),
 }
 
 /// The running state of one collective instance.
@@ -264,21 +264,21 @@ impl Run {
             Some(Packed::In(i, _)) => unsafe {
                 pmpi::PMPI_Irecv_c(i.ptr(), i.len(), MPI_PACKED, peer, tag, comm, req)
             },
-            None => self.post_typed(send, buf, d, peer, tag, req),
+            None => Self::post_typed(send, buf, d, peer, tag, comm, req),
         };
         (rc, packed)
     }
 
+    /// Posts a message with its datatype, packed by the system MPI.
     fn post_typed(
-        &self,
         send: bool,
         buf: *mut c_void,
         d: Data,
         peer: c_int,
         tag: c_int,
+        comm: MPI_Comm,
         req: &mut MPI_Request,
     ) -> c_int {
-        let comm = self.comm.shadow();
         // SAFETY: buffers as for Copy; `req` is a valid out-pointer.
         unsafe {
             match (send, d.count <= c_int::MAX as i64) {
