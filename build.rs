@@ -296,6 +296,60 @@ fn bytes_expr(f: &Func) -> Option<String> {
     None
 }
 
+/// Large-count functions the shim calls internally whose classic form has a different
+/// shape (arrays, extra outputs): `crate::abi::large_count` implements them on the classic
+/// calls for libraries without `_c` symbols.
+const HAND_WRITTEN_LARGE_COUNT: &[&str] = &["MPI_Type_get_envelope_c", "MPI_Type_create_struct_c"];
+
+/// The body that runs a `_c` function through its classic form when the library lacks the
+/// large-count symbol: scalar counts are narrowed (`MPI_ERR_COUNT` if one does not fit in
+/// an `int`), count out-parameters go through an `int` temporary. `None` when the two
+/// forms differ otherwise (count arrays): such functions must exist in the library.
+fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<String> {
+    let base_name = f.name.strip_suffix("_c")?;
+    let args: Vec<&str> = f.params.iter().map(|p| p.name.as_str()).collect();
+    if HAND_WRITTEN_LARGE_COUNT.contains(&f.name.as_str()) {
+        return Some(format!(
+            "            return unsafe {{ crate::abi::large_count::P{}({}) }};\n",
+            f.name,
+            args.join(", ")
+        ));
+    }
+    let base = by_name.get(base_name)?;
+    if base.params.len() != f.params.len() || f.ret != "int" {
+        return None;
+    }
+    let mut pre = String::new();
+    let mut post = String::new();
+    let mut call = Vec::new();
+    for (p, b) in f.params.iter().zip(&base.params) {
+        let n = &p.name;
+        match (p.rtype.as_str(), b.rtype.as_str()) {
+            (x, y) if x == y => call.push(n.clone()),
+            ("MPI_Count", "c_int") => {
+                writeln!(pre, "            let Ok({n}) = c_int::try_from({n}) else {{ return crate::abi::MPI_ERR_COUNT }};").unwrap();
+                call.push(n.clone());
+            }
+            ("*mut MPI_Count", "*mut c_int") => {
+                writeln!(pre, "            // SAFETY: a caller's out (or in-out) count, or NULL.\n            let mut {n}__: c_int = if {n}.is_null() {{ 0 }} else {{ unsafe {{ *{n} }}.clamp(c_int::MIN as MPI_Count, c_int::MAX as MPI_Count) as c_int }};").unwrap();
+                writeln!(
+                    post,
+                    "            if !{n}.is_null() {{ unsafe {{ *{n} = {n}__ as MPI_Count }}; }}"
+                )
+                .unwrap();
+                call.push(format!(
+                    "if {n}.is_null() {{ core::ptr::null_mut() }} else {{ &mut {n}__ }}"
+                ));
+            }
+            _ => return None,
+        }
+    }
+    Some(format!(
+        "{pre}            // SAFETY: the caller's arguments, counts narrowed to the classic prototype.\n            let rc__ = unsafe {{ P{base_name}({}) }};\n{post}            return rc__;\n",
+        call.join(", ")
+    ))
+}
+
 fn main() {
     let table = "src/abi/mpi_functions.txt";
     println!("cargo:rerun-if-changed={table}");
@@ -362,6 +416,8 @@ fn main() {
     o.push_str("];\n\n");
 
     // PMPI forwarders
+    let ompi = std::env::var_os("CARGO_FEATURE_ABI_OMPI").is_some();
+    let by_name: BTreeMap<&str, &Func> = funcs.iter().map(|f| (f.name.as_str(), f)).collect();
     o.push_str("/// `PMPI_*` entry points of the system MPI, resolved on first use.\n#[allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc)]\npub mod pmpi {\n    use super::*;\n");
     for (i, f) in funcs.iter().enumerate() {
         let args: Vec<String> = f
@@ -379,11 +435,26 @@ fn main() {
             args.join(", ")
         )
         .unwrap();
-        writeln!(
-            o,
-            "        let sym__ = crate::symbols::resolve({i}, \"{pname}\\0\");"
-        )
-        .unwrap();
+        let fallback = if ompi {
+            large_count_fallback(f, &by_name)
+        } else {
+            None
+        };
+        if let Some(fallback) = fallback {
+            // Open MPI 4.x has no large-count (`_c`) functions (MPI-4.0): use the
+            // library's own if it has them, else the classic form when the counts fit.
+            writeln!(
+                o,
+                "        let sym__ = crate::symbols::resolve_optional({i}, \"{pname}\\0\");\n        if sym__.is_null() {{\n{fallback}        }}"
+            )
+            .unwrap();
+        } else {
+            writeln!(
+                o,
+                "        let sym__ = crate::symbols::resolve({i}, \"{pname}\\0\");"
+            )
+            .unwrap();
+        }
         writeln!(
             o,
             "        // SAFETY: the symbol was looked up by its exact name and the table gives its C prototype.\n        let fn__: unsafe extern \"C\" fn({}) -> {ret} = unsafe {{ core::mem::transmute::<*mut c_void, _>(sym__) }};\n        unsafe {{ fn__({}) }}\n    }}",

@@ -58,7 +58,7 @@ FAILURES = []
 def run(env_name, label, extra, args, binary, coll):
     """One mpirun per collective, so that a hang (MPICH's progress thread hangs now and
     then on the emulated network) costs one collective, not the whole configuration."""
-    cmd = ["timeout", "-k", "10", str(args.timeout), "mpirun", "-n", str(args.ranks)]
+    cmd = ["timeout", "-k", "10", str(args.timeout), os.environ.get("MPIRUN", "mpirun.mpich"), "-n", str(args.ranks)]
     envs = [f"{k}={v}" for k, v in extra.items()]
     cmd += ["env"] + envs + [str(binary), "-c", coll, "-s", str(args.min), "-S", str(args.max),
                              "-i", str(args.iters), "-l", label]

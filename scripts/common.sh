@@ -3,8 +3,8 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LIB="${SHIM_LIB_PATH:-$ROOT/target/release/libshim.so}"
 BUILD="$ROOT/build"
-MPICC="${MPICC:-mpicc}"
-MPIRUN="${MPIRUN:-mpirun}"
+MPICC="${MPICC:-mpicc.mpich}"
+MPIRUN="${MPIRUN:-mpirun.mpich}"
 # Seconds before a hung MPI run is killed (a hang must fail, not stall CI).
 RUN_TIMEOUT="${RUN_TIMEOUT:-180}"
 

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "mpi4py"
 CACHE = Path(os.environ.get("SHIM_TEST_CACHE", Path.home() / ".cache" / "libshim-tests"))
 VERSION = os.environ.get("MPI4PY_VERSION", "4.1.2")
-MPIRUN = os.environ.get("MPIRUN", "mpirun")
-MPICC = os.environ.get("MPICC", "mpicc")
+MPIRUN = os.environ.get("MPIRUN", "mpirun.mpich")
+MPICC = os.environ.get("MPICC", "mpicc.mpich")
 LIB = os.environ.get("SHIM_LIB_PATH", str(ROOT / "target" / "release" / "libshim.so"))
 
 # Test files excluded at some rank counts, and why (they fail or hang without the shim).

@@ -46,7 +46,7 @@ pub struct CommState {
     pub rank: c_int,
     pub size: c_int,
     pub inter: bool,
-    shadow: AtomicI32,
+    shadow: AtomicHandle,
     /// A pending `PMPI_Comm_idup`: the request and the cell it writes the new handle to.
     dup: Mutex<Option<Box<(MPI_Request, MPI_Comm)>>>,
     seq: AtomicU32,
@@ -59,12 +59,12 @@ pub struct CommState {
 impl CommState {
     /// Whether the shadow exists (testing a pending duplicate if there is one).
     pub fn shadow_ready(&self) -> bool {
-        if self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL {
+        if self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL() {
             return true;
         }
         let mut g = self.dup.lock().unwrap_or_else(|e| e.into_inner());
         let Some(p) = g.as_mut() else {
-            return self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL;
+            return self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL();
         };
         let mut flag: c_int = 0;
         // SAFETY: p.0 is the idup request; p.1 stays at a fixed address (boxed).
@@ -74,7 +74,7 @@ impl CommState {
         }
         let shadow = p.1;
         // SAFETY: a valid new communicator; schedules want error codes, not aborts.
-        unsafe { pmpi::PMPI_Comm_set_errhandler(shadow, MPI_ERRORS_RETURN) };
+        unsafe { pmpi::PMPI_Comm_set_errhandler(shadow, MPI_ERRORS_RETURN()) };
         self.shadow.store(shadow, Ordering::Release);
         *g = None;
         true
@@ -137,7 +137,7 @@ impl Drop for CommState {
                 self.shadow.store(p.1, Ordering::Relaxed);
             }
             let mut s = self.shadow.load(Ordering::Relaxed);
-            if s != MPI_COMM_NULL {
+            if s != MPI_COMM_NULL() {
                 let mut fin: c_int = 0;
                 pmpi::PMPI_Finalized(&mut fin);
                 if fin == 0 {
@@ -230,11 +230,11 @@ pub fn init() {
     let mut kv: c_int = MPI_KEYVAL_INVALID;
     let del: unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int =
         delete_state;
-    // SAFETY: NULL copy function (MPI_COMM_NULL_COPY_FN: duplicates do not inherit the
-    // state) and our delete callback; out-pointers are valid.
+    // SAFETY: a copy function that copies nothing (MPI_COMM_NULL_COPY_FN: duplicates do
+    // not inherit the state) and our delete callback; out-pointers are valid.
     unsafe {
         pmpi::PMPI_Comm_create_keyval(
-            core::ptr::null_mut(),
+            crate::abi::null_copy_attr as *mut c_void,
             del as *mut c_void,
             &mut kv,
             core::ptr::null_mut(),
@@ -242,7 +242,7 @@ pub fn init() {
         let mut ub: *mut c_int = core::ptr::null_mut();
         let mut flag: c_int = 0;
         pmpi::PMPI_Comm_get_attr(
-            MPI_COMM_WORLD,
+            MPI_COMM_WORLD(),
             MPI_TAG_UB,
             (&mut ub as *mut *mut c_int).cast(),
             &mut flag,
@@ -270,21 +270,31 @@ pub fn finalize() {
     if kv == MPI_KEYVAL_INVALID {
         return;
     }
-    // SAFETY: deleting our own attribute runs delete_state; then the key is released.
-    unsafe {
-        pmpi::PMPI_Comm_delete_attr(MPI_COMM_WORLD, kv);
-        if crate::ghost::active() {
-            pmpi::PMPI_Comm_delete_attr(crate::ghost::user_world(), kv);
+    // Deleting an attribute that is not set is an error in Open MPI (MPICH ignores it).
+    let delete_if_set = |comm: MPI_Comm| {
+        let mut value: *mut c_void = core::ptr::null_mut();
+        let mut flag: c_int = 0;
+        // SAFETY: valid out-pointers; deleting our own attribute runs delete_state.
+        unsafe {
+            pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag);
+            if flag != 0 {
+                pmpi::PMPI_Comm_delete_attr(comm, kv);
+            }
         }
-        pmpi::PMPI_Comm_delete_attr(MPI_COMM_SELF, kv);
-        pmpi::PMPI_Comm_free_keyval(&mut kv);
+    };
+    delete_if_set(MPI_COMM_WORLD());
+    if crate::ghost::active() {
+        delete_if_set(crate::ghost::user_world());
     }
+    delete_if_set(MPI_COMM_SELF());
+    // SAFETY: our key, no longer used.
+    unsafe { pmpi::PMPI_Comm_free_keyval(&mut kv) };
 }
 
 /// The state of `comm`, created on first use. `Err(code)` if the handle is not a valid
 /// communicator (the caller lets the system MPI report it).
 pub fn get(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
-    if comm == MPI_COMM_NULL {
+    if comm == MPI_COMM_NULL() {
         return Err(MPI_ERR_COMM);
     }
     let kv = KEYVAL.load(Ordering::Relaxed);
@@ -313,7 +323,7 @@ pub fn get(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     }
     let mut dup = None;
     if inter == 0 {
-        let mut cell = Box::new((MPI_REQUEST_NULL, MPI_COMM_NULL));
+        let mut cell = Box::new((MPI_REQUEST_NULL(), MPI_COMM_NULL()));
         // SAFETY: the box keeps both out-locations at fixed addresses until completion.
         let rc = unsafe { pmpi::PMPI_Comm_idup(comm, &mut cell.1, &mut cell.0) };
         if rc != MPI_SUCCESS {
@@ -326,7 +336,7 @@ pub fn get(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
         rank,
         size,
         inter: inter != 0,
-        shadow: AtomicI32::new(MPI_COMM_NULL),
+        shadow: AtomicHandle::new(MPI_COMM_NULL()),
         dup: Mutex::new(dup),
         seq: AtomicU32::new(0),
         bseq: AtomicU32::new(0),

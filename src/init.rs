@@ -98,7 +98,9 @@ pub fn at_finalize(f: fn()) {
 
 /// Reads the MPI library's version string (valid before init, MPI-4.0 §9.1.1).
 pub fn library_version() -> String {
-    let mut buf = vec![0u8; MPI_MAX_LIBRARY_VERSION_STRING];
+    // room for the largest ABI's string: a library of the other ABI (refused below) writes
+    // up to its own maximum (8192 in MPICH, 256 in Open MPI)
+    let mut buf = vec![0u8; MPI_MAX_LIBRARY_VERSION_STRING.max(8192)];
     let mut len: c_int = 0;
     // SAFETY: the buffer has MPI_MAX_LIBRARY_VERSION_STRING bytes as the call requires.
     let rc = unsafe { pmpi::PMPI_Get_library_version(buf.as_mut_ptr().cast::<c_char>(), &mut len) };
@@ -122,7 +124,8 @@ fn check_abi(native_init: &dyn Fn() -> c_int) {
     let first = version.lines().next().unwrap_or("").to_string();
     crate::log::raw_stderr(&format!(
         "{} this libshim.so was built for {}, but the MPI library is \"{}\"; \
-         use a libshim build for that MPI (Open MPI needs the abi-ompi build). Aborting.\n",
+         use a libshim build for that MPI (the default abi-mpich build for MPICH, Intel MPI \
+         and MVAPICH; the abi-ompi build, scripts/build-ompi, for Open MPI). Aborting.\n",
         crate::log::prefix(),
         crate::abi::SUPPORTED_DESCRIPTION,
         first
@@ -131,16 +134,26 @@ fn check_abi(native_init: &dyn Fn() -> c_int) {
     abort_foreign(&first);
 }
 
-/// Aborts through a library of another ABI (Open MPI), whose `MPI_COMM_WORLD` is the
-/// address of its predefined object rather than an integer.
+/// Aborts through a library of the other ABI, whose `MPI_COMM_WORLD` this build cannot
+/// name: Open MPI's is the address of its predefined object, MPICH's the integer
+/// 0x44000000 (both `mpi.h`).
 fn abort_foreign(version: &str) -> ! {
-    let comm = crate::symbols::optional(c"ompi_mpi_comm_world");
     let abort = crate::symbols::optional(c"PMPI_Abort");
-    if version.starts_with("Open MPI") && !comm.is_null() && !abort.is_null() {
-        // SAFETY: Open MPI's PMPI_Abort(MPI_Comm = pointer, int).
-        let f: unsafe extern "C" fn(*mut c_void, c_int) -> c_int =
-            unsafe { core::mem::transmute(abort) };
-        unsafe { f(comm, 1) };
+    if !abort.is_null() {
+        if version.starts_with("Open MPI") {
+            let comm = crate::symbols::optional(c"ompi_mpi_comm_world");
+            if !comm.is_null() {
+                // SAFETY: Open MPI's PMPI_Abort(MPI_Comm = pointer, int).
+                let f: unsafe extern "C" fn(*mut c_void, c_int) -> c_int =
+                    unsafe { core::mem::transmute(abort) };
+                unsafe { f(comm, 1) };
+            }
+        } else {
+            // SAFETY: the MPICH ABI's PMPI_Abort(MPI_Comm = int, int).
+            let f: unsafe extern "C" fn(c_int, c_int) -> c_int =
+                unsafe { core::mem::transmute(abort) };
+            unsafe { f(0x4400_0000, 1) };
+        }
     }
     std::process::exit(1);
 }
@@ -154,7 +167,7 @@ pub fn abort_job(code: c_int) -> ! {
         pmpi::PMPI_Initialized(&mut init);
         pmpi::PMPI_Finalized(&mut fin);
         if init != 0 && fin == 0 {
-            pmpi::PMPI_Abort(MPI_COMM_WORLD, code);
+            pmpi::PMPI_Abort(MPI_COMM_WORLD(), code);
         }
     }
     std::process::abort();
@@ -165,20 +178,20 @@ fn post_init(mut loaded: config::Loaded) {
     let (mut rank, mut size) = (0, 1);
     // SAFETY: MPI is initialized; out-pointers are valid locals.
     unsafe {
-        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD, &mut rank);
-        pmpi::PMPI_Comm_size(MPI_COMM_WORLD, &mut size);
+        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank);
+        pmpi::PMPI_Comm_size(MPI_COMM_WORLD(), &mut size);
     }
     WORLD_RANK.store(rank, Ordering::Relaxed);
     WORLD_SIZE.store(size, Ordering::Relaxed);
     // The node's processes (for the progress thread's placement and `auto` decision).
-    let mut node: MPI_Comm = MPI_COMM_NULL;
+    let mut node: MPI_Comm = MPI_COMM_NULL();
     // SAFETY: collective over MPI_COMM_WORLD, valid out-pointers; the communicator is freed.
     unsafe {
         if pmpi::PMPI_Comm_split_type(
-            MPI_COMM_WORLD,
+            MPI_COMM_WORLD(),
             MPI_COMM_TYPE_SHARED,
             0,
-            MPI_INFO_NULL,
+            MPI_INFO_NULL(),
             &mut node,
         ) == MPI_SUCCESS
         {
@@ -216,17 +229,17 @@ fn post_init(mut loaded: config::Loaded) {
             (&fp as *const u64).cast(),
             (&mut lo as *mut u64).cast(),
             1,
-            MPI_UINT64_T,
-            MPI_MIN,
-            MPI_COMM_WORLD,
+            MPI_UINT64_T(),
+            MPI_MIN(),
+            MPI_COMM_WORLD(),
         );
         pmpi::PMPI_Allreduce(
             (&fp as *const u64).cast(),
             (&mut hi as *mut u64).cast(),
             1,
-            MPI_UINT64_T,
-            MPI_MAX,
-            MPI_COMM_WORLD,
+            MPI_UINT64_T(),
+            MPI_MAX(),
+            MPI_COMM_WORLD(),
         );
     }
     if lo != hi {
@@ -246,9 +259,9 @@ fn post_init(mut loaded: config::Loaded) {
             (&mine as *const c_int).cast(),
             (&mut first_bad as *mut c_int).cast(),
             1,
-            MPI_INT,
-            MPI_MIN,
-            MPI_COMM_WORLD,
+            MPI_INT(),
+            MPI_MIN(),
+            MPI_COMM_WORLD(),
         );
     }
     if first_bad < size {

@@ -243,8 +243,7 @@ fn set_done_status(st: *mut MPI_Status) {
     }
     // SAFETY: a caller-provided status.
     unsafe {
-        (*st).count_lo = 0;
-        (*st).count_hi_and_cancelled = 0;
+        (*st).clear_count();
         (*st).MPI_SOURCE = 0;
         (*st).MPI_TAG = 0;
     }
@@ -257,8 +256,7 @@ fn set_empty_status(st: *mut MPI_Status) {
     }
     // SAFETY: a caller-provided status.
     unsafe {
-        (*st).count_lo = 0;
-        (*st).count_hi_and_cancelled = 0;
+        (*st).clear_count();
         (*st).MPI_SOURCE = MPI_ANY_SOURCE;
         (*st).MPI_TAG = MPI_ANY_TAG;
         (*st).MPI_ERROR = MPI_SUCCESS;
@@ -281,7 +279,7 @@ fn retire(h: &mut MPI_Request, pending: &Pending, persistent: bool, st: *mut MPI
         }
     } else {
         remove(*h);
-        *h = MPI_REQUEST_NULL;
+        *h = MPI_REQUEST_NULL();
     }
     err
 }
@@ -412,13 +410,13 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the caller's request pointer.
         let h = if request.is_null() {
-            MPI_REQUEST_NULL
+            MPI_REQUEST_NULL()
         } else {
             unsafe { *request }
         };
         match state(h) {
             State::Native => {
-                if !progress::any_active() || h == MPI_REQUEST_NULL {
+                if !progress::any_active() || h == MPI_REQUEST_NULL() {
                     return native();
                 }
                 let mut rc = MPI_SUCCESS;
@@ -456,7 +454,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the caller's request pointer.
         let h = if request.is_null() {
-            MPI_REQUEST_NULL
+            MPI_REQUEST_NULL()
         } else {
             unsafe { *request }
         };
@@ -518,7 +516,7 @@ pub mod hooks {
     pub unsafe fn MPI_Request_free(request: *mut MPI_Request, native: &dyn Fn() -> c_int) -> c_int {
         // SAFETY: the caller's request pointer.
         let h = if request.is_null() {
-            MPI_REQUEST_NULL
+            MPI_REQUEST_NULL()
         } else {
             unsafe { *request }
         };
@@ -530,7 +528,7 @@ pub mod hooks {
                 }
                 remove(h);
                 // SAFETY: the caller's request.
-                unsafe { *request = MPI_REQUEST_NULL };
+                unsafe { *request = MPI_REQUEST_NULL() };
                 MPI_SUCCESS
             }
             State::Running(Pending::P2p(p), _) => {
@@ -538,7 +536,7 @@ pub mod hooks {
                 detach(p);
                 remove(h);
                 // SAFETY: the caller's request.
-                unsafe { *request = MPI_REQUEST_NULL };
+                unsafe { *request = MPI_REQUEST_NULL() };
                 MPI_SUCCESS
             }
             State::Running(..) => crate::errors::raise(
@@ -553,7 +551,7 @@ pub mod hooks {
     pub unsafe fn MPI_Cancel(request: *mut MPI_Request, native: &dyn Fn() -> c_int) -> c_int {
         // SAFETY: the caller's request pointer.
         let h = if request.is_null() {
-            MPI_REQUEST_NULL
+            MPI_REQUEST_NULL()
         } else {
             unsafe { *request }
         };
@@ -574,7 +572,7 @@ pub mod hooks {
     pub unsafe fn MPI_Start(request: *mut MPI_Request, native: &dyn Fn() -> c_int) -> c_int {
         // SAFETY: the caller's request pointer.
         let h = if request.is_null() {
-            MPI_REQUEST_NULL
+            MPI_REQUEST_NULL()
         } else {
             unsafe { *request }
         };

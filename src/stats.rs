@@ -150,10 +150,10 @@ fn gather_paths(comm: crate::abi::MPI_Comm, rank: i32, size: i32) -> BTreeMap<(u
         crate::pmpi::PMPI_Gather(
             (&len as *const i32).cast(),
             1,
-            crate::abi::MPI_INT,
+            crate::abi::MPI_INT(),
             lens.as_mut_ptr().cast(),
             1,
-            crate::abi::MPI_INT,
+            crate::abi::MPI_INT(),
             0,
             comm,
         );
@@ -173,11 +173,11 @@ fn gather_paths(comm: crate::abi::MPI_Comm, rank: i32, size: i32) -> BTreeMap<(u
         crate::pmpi::PMPI_Gatherv(
             text.as_ptr().cast(),
             len,
-            crate::abi::MPI_CHAR,
+            crate::abi::MPI_CHAR(),
             all.as_mut_ptr().cast(),
             lens.as_ptr(),
             displs.as_ptr(),
-            crate::abi::MPI_CHAR,
+            crate::abi::MPI_CHAR(),
             0,
             comm,
         );
@@ -279,10 +279,10 @@ pub fn report(mode: StatsMode, comm: crate::abi::MPI_Comm, rank: i32, size: i32)
                 crate::pmpi::PMPI_Gather(
                     mine.as_ptr().cast(),
                     n as i32,
-                    crate::abi::MPI_UINT64_T,
+                    crate::abi::MPI_UINT64_T(),
                     all.as_mut_ptr().cast(),
                     n as i32,
-                    crate::abi::MPI_UINT64_T,
+                    crate::abi::MPI_UINT64_T(),
                     0,
                     comm,
                 )

@@ -42,9 +42,20 @@ pub fn lookup(name: &CStr) -> *mut c_void {
     }
 }
 
+/// Looks up a data object of the MPI library (Open MPI's predefined handles). The global
+/// scope comes first: an executable built against `mpi.h` may hold a copy of the object
+/// (a copy relocation), and then that copy, not the library's original, is the handle.
+pub fn lookup_data(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym with a valid NUL-terminated name and the pseudo-handle.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if !p.is_null() && !is_own_symbol(p) {
+        return p;
+    }
+    lookup(name)
+}
+
 /// Library names tried when no loaded object provides the MPI (see the module docs).
-pub const MPI_LIBRARY_CANDIDATES: &[&str] =
-    &["libmpi.so.12", "libmpich.so.12", "libmpi.so", "libmpich.so"];
+pub use crate::abi::MPI_LIBRARY_CANDIDATES;
 
 /// Handle of the MPI library the shim loaded itself, if it had to.
 fn mpi_library() -> Option<usize> {
@@ -106,6 +117,28 @@ fn resolve_slow(idx: usize, name: &'static str) -> *mut c_void {
     }
     SLOTS[idx].store(p, Ordering::Relaxed);
     p
+}
+
+/// Like [`resolve`] for a function the library may lack (Open MPI 4.x has no large-count
+/// `_c` functions): NULL when absent, and the absence is cached too.
+#[inline]
+pub fn resolve_optional(idx: usize, name: &'static str) -> *mut c_void {
+    /// Marks a slot whose symbol was looked up and not found.
+    const ABSENT: *mut c_void = core::ptr::without_provenance_mut(1);
+    let mut p = SLOTS[idx].load(Ordering::Relaxed);
+    if p.is_null() {
+        let cname = CStr::from_bytes_with_nul(name.as_bytes()).expect("NUL-terminated symbol name");
+        p = lookup(cname);
+        if p.is_null() {
+            p = ABSENT;
+        }
+        SLOTS[idx].store(p, Ordering::Relaxed);
+    }
+    if p == ABSENT {
+        core::ptr::null_mut()
+    } else {
+        p
+    }
 }
 
 /// A `PMPI_*` symbol the application needs is not provided by any loaded library: the

@@ -10,8 +10,36 @@
 mod mpich;
 #[cfg(feature = "abi-mpich")]
 pub use mpich::*;
+#[cfg(feature = "abi-ompi")]
+mod ompi;
+#[cfg(feature = "abi-ompi")]
+pub use ompi::*;
+
+#[cfg(all(feature = "abi-mpich", feature = "abi-ompi"))]
+compile_error!("choose one ABI: build with --no-default-features --features abi-ompi for Open MPI");
+#[cfg(not(any(feature = "abi-mpich", feature = "abi-ompi")))]
+compile_error!("no ABI selected: enable the abi-mpich (default) or abi-ompi feature");
+
+use core::ffi::c_void;
 
 use core::ffi::c_int;
+
+/// Attribute callback types (MPI-4.0 §7.7.2).
+#[allow(non_camel_case_types)]
+pub type MPI_Comm_copy_attr_function = unsafe extern "C" fn(
+    MPI_Comm,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_int,
+) -> c_int;
+#[allow(non_camel_case_types)]
+pub type MPI_Comm_delete_attr_function =
+    unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int;
+#[allow(non_camel_case_types)]
+pub type MPI_User_function =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype);
 
 /// A count or displacement array as the C caller passed it: `int[]` in the classic
 /// bindings, `MPI_Count[]`/`MPI_Aint[]` in the large-count `_c` bindings (MPI-4.0 §2.5.8).
@@ -57,4 +85,101 @@ impl Counts {
         // SAFETY: as for `get`.
         (0..n).map(|i| unsafe { self.get(i) }).collect()
     }
+}
+
+/// Declares an enum of predefined handles (one variant per MPI name, without the `MPI_`
+/// prefix) with `handle()` and a lookup `of(h)`. Predefined handles are compile-time
+/// constants only in the MPICH ABI (Open MPI's are addresses of objects in `libmpi`,
+/// known at run time), so code that dispatches on a predefined datatype or operation
+/// matches on these enums instead of on handle values.
+macro_rules! predefined_kinds {
+    ($(#[$m:meta])* $enum:ident: $ty:ty { $($name:ident => $f:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[allow(non_camel_case_types)]
+        pub enum $enum { $($name),* }
+
+        impl $enum {
+            pub const ALL: &'static [$enum] = &[$($enum::$name),*];
+
+            /// The library's handle for this predefined object.
+            #[inline]
+            pub fn handle(self) -> $ty {
+                match self { $($enum::$name => $f()),* }
+            }
+
+            /// The predefined object a handle names, `None` for any other handle.
+            pub fn of(h: $ty) -> Option<$enum> {
+                static TABLE: std::sync::OnceLock<Vec<($ty, $enum)>> = std::sync::OnceLock::new();
+                let t = TABLE.get_or_init(|| {
+                    let mut v: Vec<($ty, $enum)> = Self::ALL.iter().map(|&k| (k.handle(), k)).collect();
+                    // aliases (MPI_LONG_LONG and MPI_LONG_LONG_INT, ...) keep the first name
+                    v.sort_by_key(|&(h, _)| h);
+                    v.dedup_by_key(|&mut (h, _)| h);
+                    v
+                });
+                t.binary_search_by_key(&h, |&(h, _)| h).ok().map(|i| t[i].1)
+            }
+        }
+    };
+}
+
+predefined_kinds! {
+    /// The predefined datatypes that local reductions know (MPI-4.0 §6.9.2).
+    Dt: MPI_Datatype {
+        CHAR => MPI_CHAR, SIGNED_CHAR => MPI_SIGNED_CHAR, UNSIGNED_CHAR => MPI_UNSIGNED_CHAR,
+        CHARACTER => MPI_CHARACTER, SHORT => MPI_SHORT, UNSIGNED_SHORT => MPI_UNSIGNED_SHORT,
+        INT => MPI_INT, UNSIGNED => MPI_UNSIGNED, LONG => MPI_LONG,
+        UNSIGNED_LONG => MPI_UNSIGNED_LONG, LONG_LONG => MPI_LONG_LONG,
+        UNSIGNED_LONG_LONG => MPI_UNSIGNED_LONG_LONG, INT8_T => MPI_INT8_T,
+        INT16_T => MPI_INT16_T, INT32_T => MPI_INT32_T, INT64_T => MPI_INT64_T,
+        UINT8_T => MPI_UINT8_T, UINT16_T => MPI_UINT16_T, UINT32_T => MPI_UINT32_T,
+        UINT64_T => MPI_UINT64_T, INTEGER => MPI_INTEGER, INTEGER1 => MPI_INTEGER1,
+        INTEGER2 => MPI_INTEGER2, INTEGER4 => MPI_INTEGER4, INTEGER8 => MPI_INTEGER8,
+        AINT => MPI_AINT, OFFSET => MPI_OFFSET, COUNT => MPI_COUNT, BYTE => MPI_BYTE,
+        FLOAT => MPI_FLOAT, DOUBLE => MPI_DOUBLE, LONG_DOUBLE => MPI_LONG_DOUBLE,
+        REAL => MPI_REAL, DOUBLE_PRECISION => MPI_DOUBLE_PRECISION, REAL4 => MPI_REAL4,
+        REAL8 => MPI_REAL8, REAL16 => MPI_REAL16, C_BOOL => MPI_C_BOOL,
+        CXX_BOOL => MPI_CXX_BOOL, LOGICAL => MPI_LOGICAL, COMPLEX => MPI_COMPLEX,
+        DOUBLE_COMPLEX => MPI_DOUBLE_COMPLEX, C_FLOAT_COMPLEX => MPI_C_FLOAT_COMPLEX,
+        C_DOUBLE_COMPLEX => MPI_C_DOUBLE_COMPLEX,
+        C_LONG_DOUBLE_COMPLEX => MPI_C_LONG_DOUBLE_COMPLEX,
+        CXX_FLOAT_COMPLEX => MPI_CXX_FLOAT_COMPLEX,
+        CXX_DOUBLE_COMPLEX => MPI_CXX_DOUBLE_COMPLEX,
+        CXX_LONG_DOUBLE_COMPLEX => MPI_CXX_LONG_DOUBLE_COMPLEX, COMPLEX8 => MPI_COMPLEX8,
+        COMPLEX16 => MPI_COMPLEX16, COMPLEX32 => MPI_COMPLEX32, FLOAT_INT => MPI_FLOAT_INT,
+        DOUBLE_INT => MPI_DOUBLE_INT, LONG_INT => MPI_LONG_INT, SHORT_INT => MPI_SHORT_INT,
+        TWO_INT => MPI_2INT, LONG_DOUBLE_INT => MPI_LONG_DOUBLE_INT,
+        TWO_INTEGER => MPI_2INTEGER, TWO_REAL => MPI_2REAL,
+        TWO_DOUBLE_PRECISION => MPI_2DOUBLE_PRECISION, WCHAR => MPI_WCHAR,
+        PACKED => MPI_PACKED,
+    }
+}
+
+predefined_kinds! {
+    /// The predefined reduction operations (MPI-4.0 §6.9.2, §12.3.4).
+    Op: MPI_Op {
+        MAX => MPI_MAX, MIN => MPI_MIN, SUM => MPI_SUM, PROD => MPI_PROD, LAND => MPI_LAND,
+        BAND => MPI_BAND, LOR => MPI_LOR, BOR => MPI_BOR, LXOR => MPI_LXOR, BXOR => MPI_BXOR,
+        MINLOC => MPI_MINLOC, MAXLOC => MPI_MAXLOC, REPLACE => MPI_REPLACE, NO_OP => MPI_NO_OP,
+    }
+}
+
+/// The behaviour of `MPI_COMM_NULL_COPY_FN`/`MPI_TYPE_NULL_COPY_FN` (MPI-4.0 §7.7.2: the
+/// attribute is not copied). MPICH's constants are NULL, Open MPI's are functions in
+/// `libmpi` and it rejects NULL, so the shim passes this function on both.
+///
+/// # Safety
+/// `flag` must be valid (the MPI library passes its own out-pointer).
+pub unsafe extern "C" fn null_copy_attr(
+    _old: MPI_Comm,
+    _keyval: c_int,
+    _extra: *mut c_void,
+    _attr_in: *mut c_void,
+    _attr_out: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: the library's out-pointer.
+    unsafe { *flag = 0 };
+    MPI_SUCCESS
 }

@@ -28,6 +28,8 @@ pub type MPI_Aint = i64;
 pub type MPI_Count = i64;
 pub type MPI_Offset = i64;
 pub type MPI_Fint = c_int;
+/// An atomic cell holding a handle.
+pub type AtomicHandle = core::sync::atomic::AtomicI32;
 
 /// `MPI_Status` in the MPICH ABI: five ints, the public fields at offsets 8, 12 and 16.
 #[repr(C)]
@@ -41,25 +43,61 @@ pub struct MPI_Status {
 }
 const _: () = assert!(core::mem::size_of::<MPI_Status>() == 20);
 
+impl MPI_Status {
+    /// Zero elements received, not cancelled (the hidden fields of the ABI).
+    pub fn clear_count(&mut self) {
+        self.count_lo = 0;
+        self.count_hi_and_cancelled = 0;
+    }
+}
+
 pub const ABI_NAME: &str = "MPICH";
 
 // Null handles
-pub const MPI_COMM_NULL: MPI_Comm = 0x04000000;
-pub const MPI_OP_NULL: MPI_Op = 0x18000000;
-pub const MPI_GROUP_NULL: MPI_Group = 0x08000000;
-pub const MPI_DATATYPE_NULL: MPI_Datatype = 0x0c000000;
-pub const MPI_REQUEST_NULL: MPI_Request = 0x2c000000;
-pub const MPI_ERRHANDLER_NULL: MPI_Errhandler = 0x14000000;
-pub const MPI_MESSAGE_NULL: MPI_Message = 0x2c000000;
-pub const MPI_INFO_NULL: MPI_Info = 0x1c000000;
-pub const MPI_INFO_ENV: MPI_Info = 0x5c000001;
-pub const MPI_WIN_NULL: MPI_Win = 0x20000000;
-pub const MPI_SESSION_NULL: MPI_Session = 0x38000000;
-pub const MPI_GROUP_EMPTY: MPI_Group = 0x48000000;
+pub const fn MPI_COMM_NULL() -> MPI_Comm {
+    0x04000000
+}
+pub const fn MPI_OP_NULL() -> MPI_Op {
+    0x18000000
+}
+pub const fn MPI_GROUP_NULL() -> MPI_Group {
+    0x08000000
+}
+pub const fn MPI_DATATYPE_NULL() -> MPI_Datatype {
+    0x0c000000
+}
+pub const fn MPI_REQUEST_NULL() -> MPI_Request {
+    0x2c000000
+}
+pub const fn MPI_ERRHANDLER_NULL() -> MPI_Errhandler {
+    0x14000000
+}
+pub const fn MPI_MESSAGE_NULL() -> MPI_Message {
+    0x2c000000
+}
+pub const fn MPI_INFO_NULL() -> MPI_Info {
+    0x1c000000
+}
+pub const fn MPI_INFO_ENV() -> MPI_Info {
+    0x5c000001
+}
+pub const fn MPI_WIN_NULL() -> MPI_Win {
+    0x20000000
+}
+pub const fn MPI_SESSION_NULL() -> MPI_Session {
+    0x38000000
+}
+pub const fn MPI_GROUP_EMPTY() -> MPI_Group {
+    0x48000000
+}
 
 // Communicators
-pub const MPI_COMM_WORLD: MPI_Comm = 0x44000000;
-pub const MPI_COMM_SELF: MPI_Comm = 0x44000001;
+pub const fn MPI_COMM_WORLD() -> MPI_Comm {
+    0x44000000
+}
+pub const fn MPI_COMM_SELF() -> MPI_Comm {
+    0x44000001
+}
 
 // Comparison results
 pub const MPI_IDENT: c_int = 0;
@@ -68,96 +106,262 @@ pub const MPI_SIMILAR: c_int = 2;
 pub const MPI_UNEQUAL: c_int = 3;
 
 // Predefined datatypes (C)
-pub const MPI_CHAR: MPI_Datatype = 0x4c000101;
-pub const MPI_SIGNED_CHAR: MPI_Datatype = 0x4c000118;
-pub const MPI_UNSIGNED_CHAR: MPI_Datatype = 0x4c000102;
-pub const MPI_BYTE: MPI_Datatype = 0x4c00010d;
-pub const MPI_WCHAR: MPI_Datatype = 0x4c00040e;
-pub const MPI_SHORT: MPI_Datatype = 0x4c000203;
-pub const MPI_UNSIGNED_SHORT: MPI_Datatype = 0x4c000204;
-pub const MPI_INT: MPI_Datatype = 0x4c000405;
-pub const MPI_UNSIGNED: MPI_Datatype = 0x4c000406;
-pub const MPI_LONG: MPI_Datatype = 0x4c000807;
-pub const MPI_UNSIGNED_LONG: MPI_Datatype = 0x4c000808;
-pub const MPI_FLOAT: MPI_Datatype = 0x4c00040a;
-pub const MPI_DOUBLE: MPI_Datatype = 0x4c00080b;
-pub const MPI_LONG_DOUBLE: MPI_Datatype = 0x4c00100c;
-pub const MPI_LONG_LONG_INT: MPI_Datatype = 0x4c000809;
-pub const MPI_LONG_LONG: MPI_Datatype = MPI_LONG_LONG_INT;
-pub const MPI_UNSIGNED_LONG_LONG: MPI_Datatype = 0x4c000819;
-pub const MPI_PACKED: MPI_Datatype = 0x4c00010f;
-pub const MPI_LB: MPI_Datatype = 0x4c000010;
-pub const MPI_UB: MPI_Datatype = 0x4c000011;
+pub const fn MPI_CHAR() -> MPI_Datatype {
+    0x4c000101
+}
+pub const fn MPI_SIGNED_CHAR() -> MPI_Datatype {
+    0x4c000118
+}
+pub const fn MPI_UNSIGNED_CHAR() -> MPI_Datatype {
+    0x4c000102
+}
+pub const fn MPI_BYTE() -> MPI_Datatype {
+    0x4c00010d
+}
+pub const fn MPI_WCHAR() -> MPI_Datatype {
+    0x4c00040e
+}
+pub const fn MPI_SHORT() -> MPI_Datatype {
+    0x4c000203
+}
+pub const fn MPI_UNSIGNED_SHORT() -> MPI_Datatype {
+    0x4c000204
+}
+pub const fn MPI_INT() -> MPI_Datatype {
+    0x4c000405
+}
+pub const fn MPI_UNSIGNED() -> MPI_Datatype {
+    0x4c000406
+}
+pub const fn MPI_LONG() -> MPI_Datatype {
+    0x4c000807
+}
+pub const fn MPI_UNSIGNED_LONG() -> MPI_Datatype {
+    0x4c000808
+}
+pub const fn MPI_FLOAT() -> MPI_Datatype {
+    0x4c00040a
+}
+pub const fn MPI_DOUBLE() -> MPI_Datatype {
+    0x4c00080b
+}
+pub const fn MPI_LONG_DOUBLE() -> MPI_Datatype {
+    0x4c00100c
+}
+pub const fn MPI_LONG_LONG_INT() -> MPI_Datatype {
+    0x4c000809
+}
+pub const fn MPI_LONG_LONG() -> MPI_Datatype {
+    MPI_LONG_LONG_INT()
+}
+pub const fn MPI_UNSIGNED_LONG_LONG() -> MPI_Datatype {
+    0x4c000819
+}
+pub const fn MPI_PACKED() -> MPI_Datatype {
+    0x4c00010f
+}
+pub const fn MPI_LB() -> MPI_Datatype {
+    0x4c000010
+}
+pub const fn MPI_UB() -> MPI_Datatype {
+    0x4c000011
+}
 // Pair types for MINLOC/MAXLOC
-pub const MPI_FLOAT_INT: MPI_Datatype = 0x8c000000u32 as i32;
-pub const MPI_DOUBLE_INT: MPI_Datatype = 0x8c000001u32 as i32;
-pub const MPI_LONG_INT: MPI_Datatype = 0x8c000002u32 as i32;
-pub const MPI_SHORT_INT: MPI_Datatype = 0x8c000003u32 as i32;
-pub const MPI_2INT: MPI_Datatype = 0x4c000816;
-pub const MPI_LONG_DOUBLE_INT: MPI_Datatype = 0x8c000004u32 as i32;
+pub const fn MPI_FLOAT_INT() -> MPI_Datatype {
+    0x8c000000u32 as i32
+}
+pub const fn MPI_DOUBLE_INT() -> MPI_Datatype {
+    0x8c000001u32 as i32
+}
+pub const fn MPI_LONG_INT() -> MPI_Datatype {
+    0x8c000002u32 as i32
+}
+pub const fn MPI_SHORT_INT() -> MPI_Datatype {
+    0x8c000003u32 as i32
+}
+pub const fn MPI_2INT() -> MPI_Datatype {
+    0x4c000816
+}
+pub const fn MPI_LONG_DOUBLE_INT() -> MPI_Datatype {
+    0x8c000004u32 as i32
+}
 // Fortran types
-pub const MPI_COMPLEX: MPI_Datatype = 0x4c00081e;
-pub const MPI_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001022;
-pub const MPI_LOGICAL: MPI_Datatype = 0x4c00041d;
-pub const MPI_REAL: MPI_Datatype = 0x4c00041c;
-pub const MPI_DOUBLE_PRECISION: MPI_Datatype = 0x4c00081f;
-pub const MPI_INTEGER: MPI_Datatype = 0x4c00041b;
-pub const MPI_2INTEGER: MPI_Datatype = 0x4c000820;
-pub const MPI_2REAL: MPI_Datatype = 0x4c000821;
-pub const MPI_2DOUBLE_PRECISION: MPI_Datatype = 0x4c001023;
-pub const MPI_CHARACTER: MPI_Datatype = 0x4c00011a;
-pub const MPI_REAL4: MPI_Datatype = 0x4c000427;
-pub const MPI_REAL8: MPI_Datatype = 0x4c000829;
-pub const MPI_REAL16: MPI_Datatype = 0x4c00102b;
-pub const MPI_COMPLEX8: MPI_Datatype = 0x4c000828;
-pub const MPI_COMPLEX16: MPI_Datatype = 0x4c00102a;
-pub const MPI_COMPLEX32: MPI_Datatype = 0x4c00202c;
-pub const MPI_INTEGER1: MPI_Datatype = 0x4c00012d;
-pub const MPI_INTEGER2: MPI_Datatype = 0x4c00022f;
-pub const MPI_INTEGER4: MPI_Datatype = 0x4c000430;
-pub const MPI_INTEGER8: MPI_Datatype = 0x4c000831;
+pub const fn MPI_COMPLEX() -> MPI_Datatype {
+    0x4c00081e
+}
+pub const fn MPI_DOUBLE_COMPLEX() -> MPI_Datatype {
+    0x4c001022
+}
+pub const fn MPI_LOGICAL() -> MPI_Datatype {
+    0x4c00041d
+}
+pub const fn MPI_REAL() -> MPI_Datatype {
+    0x4c00041c
+}
+pub const fn MPI_DOUBLE_PRECISION() -> MPI_Datatype {
+    0x4c00081f
+}
+pub const fn MPI_INTEGER() -> MPI_Datatype {
+    0x4c00041b
+}
+pub const fn MPI_2INTEGER() -> MPI_Datatype {
+    0x4c000820
+}
+pub const fn MPI_2REAL() -> MPI_Datatype {
+    0x4c000821
+}
+pub const fn MPI_2DOUBLE_PRECISION() -> MPI_Datatype {
+    0x4c001023
+}
+pub const fn MPI_CHARACTER() -> MPI_Datatype {
+    0x4c00011a
+}
+pub const fn MPI_REAL4() -> MPI_Datatype {
+    0x4c000427
+}
+pub const fn MPI_REAL8() -> MPI_Datatype {
+    0x4c000829
+}
+pub const fn MPI_REAL16() -> MPI_Datatype {
+    0x4c00102b
+}
+pub const fn MPI_COMPLEX8() -> MPI_Datatype {
+    0x4c000828
+}
+pub const fn MPI_COMPLEX16() -> MPI_Datatype {
+    0x4c00102a
+}
+pub const fn MPI_COMPLEX32() -> MPI_Datatype {
+    0x4c00202c
+}
+pub const fn MPI_INTEGER1() -> MPI_Datatype {
+    0x4c00012d
+}
+pub const fn MPI_INTEGER2() -> MPI_Datatype {
+    0x4c00022f
+}
+pub const fn MPI_INTEGER4() -> MPI_Datatype {
+    0x4c000430
+}
+pub const fn MPI_INTEGER8() -> MPI_Datatype {
+    0x4c000831
+}
 // Fixed-width C types
-pub const MPI_INT8_T: MPI_Datatype = 0x4c000137;
-pub const MPI_INT16_T: MPI_Datatype = 0x4c000238;
-pub const MPI_INT32_T: MPI_Datatype = 0x4c000439;
-pub const MPI_INT64_T: MPI_Datatype = 0x4c00083a;
-pub const MPI_UINT8_T: MPI_Datatype = 0x4c00013b;
-pub const MPI_UINT16_T: MPI_Datatype = 0x4c00023c;
-pub const MPI_UINT32_T: MPI_Datatype = 0x4c00043d;
-pub const MPI_UINT64_T: MPI_Datatype = 0x4c00083e;
-pub const MPI_C_BOOL: MPI_Datatype = 0x4c00013f;
-pub const MPI_C_FLOAT_COMPLEX: MPI_Datatype = 0x4c000840;
-pub const MPI_C_COMPLEX: MPI_Datatype = MPI_C_FLOAT_COMPLEX;
-pub const MPI_C_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001041;
-pub const MPI_C_LONG_DOUBLE_COMPLEX: MPI_Datatype = 0x4c002042;
-pub const MPI_AINT: MPI_Datatype = 0x4c000843;
-pub const MPI_OFFSET: MPI_Datatype = 0x4c000844;
-pub const MPI_COUNT: MPI_Datatype = 0x4c000845;
-pub const MPI_CXX_BOOL: MPI_Datatype = 0x4c000133;
-pub const MPI_CXX_FLOAT_COMPLEX: MPI_Datatype = 0x4c000834;
-pub const MPI_CXX_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001035;
-pub const MPI_CXX_LONG_DOUBLE_COMPLEX: MPI_Datatype = 0x4c002036;
+pub const fn MPI_INT8_T() -> MPI_Datatype {
+    0x4c000137
+}
+pub const fn MPI_INT16_T() -> MPI_Datatype {
+    0x4c000238
+}
+pub const fn MPI_INT32_T() -> MPI_Datatype {
+    0x4c000439
+}
+pub const fn MPI_INT64_T() -> MPI_Datatype {
+    0x4c00083a
+}
+pub const fn MPI_UINT8_T() -> MPI_Datatype {
+    0x4c00013b
+}
+pub const fn MPI_UINT16_T() -> MPI_Datatype {
+    0x4c00023c
+}
+pub const fn MPI_UINT32_T() -> MPI_Datatype {
+    0x4c00043d
+}
+pub const fn MPI_UINT64_T() -> MPI_Datatype {
+    0x4c00083e
+}
+pub const fn MPI_C_BOOL() -> MPI_Datatype {
+    0x4c00013f
+}
+pub const fn MPI_C_FLOAT_COMPLEX() -> MPI_Datatype {
+    0x4c000840
+}
+pub const fn MPI_C_COMPLEX() -> MPI_Datatype {
+    MPI_C_FLOAT_COMPLEX()
+}
+pub const fn MPI_C_DOUBLE_COMPLEX() -> MPI_Datatype {
+    0x4c001041
+}
+pub const fn MPI_C_LONG_DOUBLE_COMPLEX() -> MPI_Datatype {
+    0x4c002042
+}
+pub const fn MPI_AINT() -> MPI_Datatype {
+    0x4c000843
+}
+pub const fn MPI_OFFSET() -> MPI_Datatype {
+    0x4c000844
+}
+pub const fn MPI_COUNT() -> MPI_Datatype {
+    0x4c000845
+}
+pub const fn MPI_CXX_BOOL() -> MPI_Datatype {
+    0x4c000133
+}
+pub const fn MPI_CXX_FLOAT_COMPLEX() -> MPI_Datatype {
+    0x4c000834
+}
+pub const fn MPI_CXX_DOUBLE_COMPLEX() -> MPI_Datatype {
+    0x4c001035
+}
+pub const fn MPI_CXX_LONG_DOUBLE_COMPLEX() -> MPI_Datatype {
+    0x4c002036
+}
 
 // Predefined reduction operations
-pub const MPI_MAX: MPI_Op = 0x58000001;
-pub const MPI_MIN: MPI_Op = 0x58000002;
-pub const MPI_SUM: MPI_Op = 0x58000003;
-pub const MPI_PROD: MPI_Op = 0x58000004;
-pub const MPI_LAND: MPI_Op = 0x58000005;
-pub const MPI_BAND: MPI_Op = 0x58000006;
-pub const MPI_LOR: MPI_Op = 0x58000007;
-pub const MPI_BOR: MPI_Op = 0x58000008;
-pub const MPI_LXOR: MPI_Op = 0x58000009;
-pub const MPI_BXOR: MPI_Op = 0x5800000a;
-pub const MPI_MINLOC: MPI_Op = 0x5800000b;
-pub const MPI_MAXLOC: MPI_Op = 0x5800000c;
-pub const MPI_REPLACE: MPI_Op = 0x5800000d;
-pub const MPI_NO_OP: MPI_Op = 0x5800000e;
+pub const fn MPI_MAX() -> MPI_Op {
+    0x58000001
+}
+pub const fn MPI_MIN() -> MPI_Op {
+    0x58000002
+}
+pub const fn MPI_SUM() -> MPI_Op {
+    0x58000003
+}
+pub const fn MPI_PROD() -> MPI_Op {
+    0x58000004
+}
+pub const fn MPI_LAND() -> MPI_Op {
+    0x58000005
+}
+pub const fn MPI_BAND() -> MPI_Op {
+    0x58000006
+}
+pub const fn MPI_LOR() -> MPI_Op {
+    0x58000007
+}
+pub const fn MPI_BOR() -> MPI_Op {
+    0x58000008
+}
+pub const fn MPI_LXOR() -> MPI_Op {
+    0x58000009
+}
+pub const fn MPI_BXOR() -> MPI_Op {
+    0x5800000a
+}
+pub const fn MPI_MINLOC() -> MPI_Op {
+    0x5800000b
+}
+pub const fn MPI_MAXLOC() -> MPI_Op {
+    0x5800000c
+}
+pub const fn MPI_REPLACE() -> MPI_Op {
+    0x5800000d
+}
+pub const fn MPI_NO_OP() -> MPI_Op {
+    0x5800000e
+}
 
 // Error handlers
-pub const MPI_ERRORS_ARE_FATAL: MPI_Errhandler = 0x54000000;
-pub const MPI_ERRORS_RETURN: MPI_Errhandler = 0x54000001;
-pub const MPI_ERRORS_ABORT: MPI_Errhandler = 0x54000003;
+pub const fn MPI_ERRORS_ARE_FATAL() -> MPI_Errhandler {
+    0x54000000
+}
+pub const fn MPI_ERRORS_RETURN() -> MPI_Errhandler {
+    0x54000001
+}
+pub const fn MPI_ERRORS_ABORT() -> MPI_Errhandler {
+    0x54000003
+}
 
 // Predefined attribute keys
 pub const MPI_TAG_UB: c_int = 0x64400001;
@@ -282,34 +486,25 @@ pub const MPI_MAX_LIBRARY_VERSION_STRING: usize = 8192;
 pub const MPI_MAX_OBJECT_NAME: usize = 128;
 pub const MPI_MAX_ERROR_STRING: usize = 512;
 
-/// Attribute callback types (MPI-4.0 §7.7.2).
-pub type MPI_Comm_copy_attr_function = unsafe extern "C" fn(
-    MPI_Comm,
-    c_int,
-    *mut c_void,
-    *mut c_void,
-    *mut c_void,
-    *mut c_int,
-) -> c_int;
-pub type MPI_Comm_delete_attr_function =
-    unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int;
-pub type MPI_User_function =
-    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype);
-
-/// The MINLOC/MAXLOC pair types that MPICH predefines as direct (not builtin) handles.
-pub const PAIR_TYPES: [MPI_Datatype; 5] = [
-    MPI_FLOAT_INT,
-    MPI_DOUBLE_INT,
-    MPI_LONG_INT,
-    MPI_SHORT_INT,
-    MPI_LONG_DOUBLE_INT,
-];
+/// Whether `dt` is one of the MINLOC/MAXLOC pair types, which MPICH predefines as direct
+/// (not builtin) handles.
+#[inline]
+pub fn is_pair_type(dt: MPI_Datatype) -> bool {
+    [
+        MPI_FLOAT_INT(),
+        MPI_DOUBLE_INT(),
+        MPI_LONG_INT(),
+        MPI_SHORT_INT(),
+        MPI_LONG_DOUBLE_INT(),
+    ]
+    .contains(&dt)
+}
 
 /// Whether a datatype handle is predefined (named): MPICH builtin handles have kind 1 in
 /// bits 30-31 and object type 3 (datatype) in bits 26-29; the pair types are listed.
 #[inline]
 pub fn is_predefined_datatype(dt: MPI_Datatype) -> bool {
-    ((dt as u32) >> 26) == 0x13 || PAIR_TYPES.contains(&dt)
+    ((dt as u32) >> 26) == 0x13 || is_pair_type(dt)
 }
 
 /// Size in bytes encoded in a builtin datatype handle (MPICH encodes it in bits 8-15);
@@ -334,7 +529,7 @@ pub fn is_builtin_op(op: MPI_Op) -> bool {
 /// never collide with a request of the MPI library.
 pub fn shim_request_handle(index: usize) -> MPI_Request {
     assert!(index < 0x03ff_fffe, "too many outstanding shim requests");
-    MPI_REQUEST_NULL + 1 + index as i32
+    MPI_REQUEST_NULL() + 1 + index as i32
 }
 
 /// The index of a shim request handle, `None` for any other handle.
@@ -347,11 +542,30 @@ pub fn is_shim_request(h: MPI_Request) -> bool {
     shim_request_index(h).is_some()
 }
 
+/// Handles of schedule-local composite datatypes (`crate::sched`): kind 0 in bits 30-31,
+/// which MPICH never allocates, so they never collide with a real handle.
+pub fn composite_handle(index: usize) -> MPI_Datatype {
+    assert!(
+        index < 0x0100_0000,
+        "too many composite datatypes in one schedule"
+    );
+    0x0f00_0000 | index as MPI_Datatype
+}
+
+/// The index of a composite datatype handle, `None` for any other handle.
+pub fn composite_index(dt: MPI_Datatype) -> Option<usize> {
+    ((dt as u32) & 0xff00_0000 == 0x0f00_0000).then_some((dt as u32 & 0x00ff_ffff) as usize)
+}
+
 /// Recognises the library version strings of MPICH-ABI implementations.
 pub fn library_is_compatible(version: &str) -> bool {
     const FAMILY: &[&str] = &["MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH"];
     !version.starts_with("Open MPI") && FAMILY.iter().any(|f| version.contains(f))
 }
+
+/// Sonames tried when no loaded object provides the MPI (`crate::symbols`).
+pub const MPI_LIBRARY_CANDIDATES: &[&str] =
+    &["libmpi.so.12", "libmpich.so.12", "libmpi.so", "libmpich.so"];
 
 pub const SUPPORTED_DESCRIPTION: &str =
     "the MPICH ABI (MPICH 3.x/4.x, Intel MPI, MVAPICH, Cray MPICH)";

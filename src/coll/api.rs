@@ -184,7 +184,7 @@ pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) ->
             return c.native();
         }
         let me = c.me();
-        let k = key(Coll::Barrier, &ch, 0, 0, MPI_OP_NULL, &[], Vec::new());
+        let k = key(Coll::Barrier, &ch, 0, 0, MPI_OP_NULL(), &[], Vec::new());
         c.launch(k, core::ptr::null(), core::ptr::null_mut(), || {
             Ok(algo::barrier::build(&ch, me))
         })
@@ -217,7 +217,7 @@ pub unsafe fn bcast(
             &ch,
             root,
             0,
-            MPI_OP_NULL,
+            MPI_OP_NULL(),
             &[datatype],
             vec![count],
         );
@@ -279,7 +279,7 @@ fn gather_common(
         return c.native();
     }
     let me = c.me();
-    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(algo::rooted::gather(&ch, me, send, &rblocks, root, block))
     })
@@ -414,7 +414,7 @@ fn scatter_common(
         return c.native();
     }
     let me = c.me();
-    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(algo::rooted::scatter(&ch, me, &sblocks, recv, root, block))
     })
@@ -539,7 +539,7 @@ fn allgather_common(
         return c.native();
     }
     let me = c.me();
-    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(algo::allgather::build(&ch, me, send, &rblocks))
     })
@@ -655,7 +655,7 @@ fn alltoall_common(
         return c.native();
     }
     let me = c.me();
-    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(algo::alltoall::build(
             &ch, me, &sblocks, &rblocks, inplace, regular,
@@ -1053,7 +1053,7 @@ fn neighbor_common(
     }
     let me = c.me();
     let cart = nb.cart;
-    let k = key(coll, &ch, 0, 0, MPI_OP_NULL, &types, kc);
+    let k = key(coll, &ch, 0, 0, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(algo::neighbor::single_round(me, &sends, &recvs, cart))
     })

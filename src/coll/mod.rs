@@ -315,7 +315,7 @@ pub fn key(
     counts: Vec<i64>,
 ) -> Option<Key> {
     if !types.iter().all(|&t| is_predefined_datatype(t))
-        || (op != MPI_OP_NULL && !is_builtin_op(op))
+        || (op != MPI_OP_NULL() && !is_builtin_op(op))
     {
         return None;
     }

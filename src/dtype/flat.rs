@@ -335,7 +335,7 @@ fn named(dt: MPI_Datatype) -> Result<(Node, i64), Opaque> {
     if lb == 0 && s == ext {
         return Ok((Node::Run { off: 0, len: s }, ext));
     }
-    if PAIR_TYPES.contains(&dt) {
+    if is_pair_type(dt) {
         let v = s - 4;
         let at = (v + 3) / 4 * 4;
         return Ok((
@@ -395,7 +395,7 @@ fn decode(dt: MPI_Datatype, depth: usize) -> Result<Node, Opaque> {
     let mut c = Contents {
         ints: vec![0; ni as usize],
         addrs: vec![0; na as usize],
-        types: vec![MPI_DATATYPE_NULL; nd as usize],
+        types: vec![MPI_DATATYPE_NULL(); nd as usize],
     };
     // SAFETY: arrays of exactly the sizes the envelope gave.
     let rc = unsafe {
@@ -607,11 +607,11 @@ fn keyval() -> c_int {
     let mut kv: c_int = MPI_KEYVAL_INVALID;
     let del: unsafe extern "C" fn(MPI_Datatype, c_int, *mut c_void, *mut c_void) -> c_int =
         delete_flat;
-    // SAFETY: NULL copy function (MPI_TYPE_NULL_COPY_FN: a duplicate decodes its own) and
+    // SAFETY: a copy function that copies nothing (MPI_TYPE_NULL_COPY_FN: a duplicate decodes its own) and
     // our delete callback; valid out-pointer.
     unsafe {
         pmpi::PMPI_Type_create_keyval(
-            core::ptr::null_mut(),
+            crate::abi::null_copy_attr as *mut c_void,
             del as *mut c_void,
             &mut kv,
             core::ptr::null_mut(),

@@ -104,7 +104,7 @@ pub fn size_of(dt: MPI_Datatype) -> Option<usize> {
 /// Whether a datatype is usable for communication: a valid handle, committed if derived.
 /// Returns the error class to raise otherwise.
 pub fn check_usable(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
-    if dt == MPI_DATATYPE_NULL {
+    if dt == MPI_DATATYPE_NULL() {
         return Err(MPI_ERR_TYPE);
     }
     let i = info(dt).map_err(|_| MPI_ERR_TYPE)?;
@@ -119,7 +119,7 @@ pub fn check_usable(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
 fn is_committed(dt: MPI_Datatype) -> bool {
     let mut sz: c_int = 0;
     // SAFETY: out-pointer is a valid local.
-    unsafe { pmpi::PMPI_Pack_size(1, dt, MPI_COMM_SELF, &mut sz) == MPI_SUCCESS }
+    unsafe { pmpi::PMPI_Pack_size(1, dt, MPI_COMM_SELF(), &mut sz) == MPI_SUCCESS }
 }
 
 /// Copies `scount` elements of `sdt` at `src` into `dcount` elements of `ddt` at `dst`;
@@ -189,7 +189,7 @@ pub unsafe fn copy(
     let mut packed_size: MPI_Count = 0;
     // SAFETY: valid out-pointer; buffers per the caller's contract.
     unsafe {
-        let rc = pmpi::PMPI_Pack_size_c(scount, sdt, MPI_COMM_SELF, &mut packed_size);
+        let rc = pmpi::PMPI_Pack_size_c(scount, sdt, MPI_COMM_SELF(), &mut packed_size);
         if rc != MPI_SUCCESS {
             return rc;
         }
@@ -202,7 +202,7 @@ pub unsafe fn copy(
             tmp.as_mut_ptr().cast(),
             packed_size,
             &mut pos,
-            MPI_COMM_SELF,
+            MPI_COMM_SELF(),
         );
         if rc != MPI_SUCCESS {
             return rc;
@@ -215,7 +215,7 @@ pub unsafe fn copy(
             dst,
             dcount,
             ddt,
-            MPI_COMM_SELF,
+            MPI_COMM_SELF(),
         )
     }
 }
@@ -228,7 +228,7 @@ pub fn struct_types(composites: &[Vec<crate::sched::Part>]) -> Result<Vec<MPI_Da
         let lens: Vec<MPI_Count> = parts.iter().map(|p| p.count).collect();
         let displs: Vec<MPI_Count> = parts.iter().map(|p| p.off as MPI_Count).collect();
         let types: Vec<MPI_Datatype> = parts.iter().map(|p| p.dt).collect();
-        let mut t: MPI_Datatype = MPI_DATATYPE_NULL;
+        let mut t: MPI_Datatype = MPI_DATATYPE_NULL();
         // SAFETY: three arrays of parts.len() entries and a valid out-pointer.
         let rc = unsafe {
             let rc = pmpi::PMPI_Type_create_struct_c(
@@ -352,7 +352,7 @@ pub mod hooks {
         native: &dyn Fn() -> c_int,
         step: impl FnOnce(i64) -> Option<i64>,
     ) -> c_int {
-        if position.is_null() || comm == MPI_COMM_NULL {
+        if position.is_null() || comm == MPI_COMM_NULL() {
             return native();
         }
         // SAFETY: the application's position.

@@ -104,7 +104,7 @@ impl PackedBuf {
     pub unsafe fn finish(&self, user: *mut c_void, st: *const MPI_Status) {
         let mut got: MPI_Count = 0;
         // SAFETY: a status the receive filled.
-        unsafe { pmpi::PMPI_Get_count_c(st, MPI_BYTE, &mut got) };
+        unsafe { pmpi::PMPI_Get_count_c(st, MPI_BYTE(), &mut got) };
         let got = got.clamp(0, self.len());
         // SAFETY: `got` bytes of our buffer into the caller's receive buffer.
         unsafe {
@@ -172,7 +172,7 @@ impl PackedReq {
             // SAFETY: the caller's buffer.
             unsafe { msg.pack_from(user) };
         }
-        let mut native = MPI_REQUEST_NULL;
+        let mut native = MPI_REQUEST_NULL();
         let rc = post(msg.ptr(), msg.len(), &mut native);
         if rc != MPI_SUCCESS {
             return Some(Err(rc));
@@ -293,7 +293,7 @@ impl PackedReq {
     /// Frees the system MPI's request of an inactive persistent request.
     pub fn release(&self) -> c_int {
         let mut g = self.lock();
-        if g.native == MPI_REQUEST_NULL {
+        if g.native == MPI_REQUEST_NULL() {
             return MPI_SUCCESS;
         }
         // SAFETY: our inactive request.
@@ -343,7 +343,8 @@ pub mod hooks {
                 native: &dyn Fn() -> c_int,
             ) -> c_int {
                 // SAFETY: the application's buffer, peer, tag and communicator; our bytes.
-                let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED, d, g, c, req) };
+                let post: Post =
+                    &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), d, g, c, req) };
                 // SAFETY: the application's send buffer for n elements of t.
                 let made = unsafe {
                     PackedReq::new(b as *mut c_void, n as i64, t, d, false, $persistent, post)
@@ -366,7 +367,8 @@ pub mod hooks {
                 native: &dyn Fn() -> c_int,
             ) -> c_int {
                 // SAFETY: the application's source, tag and communicator; our bytes.
-                let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED, s, g, c, req) };
+                let post: Post =
+                    &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), s, g, c, req) };
                 // SAFETY: the application's receive buffer for n elements of t.
                 let made = unsafe { PackedReq::new(b, n as i64, t, s, true, $persistent, post) };
                 hand_out(made, c, Fid::$name, r, native)

@@ -22,7 +22,7 @@ pub mod win;
 
 use core::ffi::c_int;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::abi::*;
 use crate::config::{self, GhostPlacement};
@@ -32,7 +32,8 @@ pub use win::route;
 
 /// Ghosts are on (this process is a user and MPI_COMM_WORLD is mapped).
 static ON: AtomicBool = AtomicBool::new(false);
-static USER_WORLD: AtomicI32 = AtomicI32::new(MPI_COMM_WORLD);
+/// The user world, set when `ON` is (0 until then: not a constant in the Open MPI ABI).
+static USER_WORLD: AtomicHandle = AtomicHandle::new(0);
 
 /// Tag of commands from users to ghosts, on the control communicator.
 pub(crate) const CMD_TAG: c_int = 7301;
@@ -74,7 +75,7 @@ pub fn active() -> bool {
 /// `MPI_COMM_WORLD` as the application sees it (the user world when ghosts are on).
 #[inline(always)]
 pub fn map_world(comm: MPI_Comm) -> MPI_Comm {
-    if comm == MPI_COMM_WORLD && ON.load(Ordering::Relaxed) {
+    if ON.load(Ordering::Relaxed) && comm == MPI_COMM_WORLD() {
         USER_WORLD.load(Ordering::Relaxed)
     } else {
         comm
@@ -83,7 +84,7 @@ pub fn map_world(comm: MPI_Comm) -> MPI_Comm {
 
 /// The application's world (for the shim's own collective use of it).
 pub fn user_world() -> MPI_Comm {
-    map_world(MPI_COMM_WORLD)
+    map_world(MPI_COMM_WORLD())
 }
 
 /// One process's part of the layout exchange.
@@ -113,7 +114,7 @@ fn fail_everywhere(msg: &str) -> ! {
     ));
     // SAFETY: MPI is initialized; every process makes these calls.
     unsafe {
-        pmpi::PMPI_Barrier(MPI_COMM_WORLD);
+        pmpi::PMPI_Barrier(MPI_COMM_WORLD());
         pmpi::PMPI_Finalize();
     }
     std::process::exit(1);
@@ -127,22 +128,22 @@ pub fn setup(c: &config::Config) {
     }
     let g = c.ghosts as usize;
     let (mut rank, mut size) = (0, 0);
-    let mut node: MPI_Comm = MPI_COMM_NULL;
+    let mut node: MPI_Comm = MPI_COMM_NULL();
     // SAFETY: MPI is initialized; valid out-pointers; collective over the real world.
     unsafe {
-        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD, &mut rank);
-        pmpi::PMPI_Comm_size(MPI_COMM_WORLD, &mut size);
+        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank);
+        pmpi::PMPI_Comm_size(MPI_COMM_WORLD(), &mut size);
         pmpi::PMPI_Comm_split_type(
-            MPI_COMM_WORLD,
+            MPI_COMM_WORLD(),
             MPI_COMM_TYPE_SHARED,
             rank,
-            MPI_INFO_NULL,
+            MPI_INFO_NULL(),
             &mut node,
         );
     }
     if let Some(k) = c.ranks_per_node {
         let mut lr = 0;
-        let mut vnode: MPI_Comm = MPI_COMM_NULL;
+        let mut vnode: MPI_Comm = MPI_COMM_NULL();
         // SAFETY: `node` is valid; collective over it; the old communicator is freed.
         unsafe {
             pmpi::PMPI_Comm_rank(node, &mut lr);
@@ -160,8 +161,8 @@ pub fn setup(c: &config::Config) {
             (&rank as *const c_int).cast(),
             (&mut key as *mut c_int).cast(),
             1,
-            MPI_INT,
-            MPI_MIN,
+            MPI_INT(),
+            MPI_MIN(),
             node,
         );
         pmpi::PMPI_Comm_free(&mut node);
@@ -176,17 +177,17 @@ pub fn setup(c: &config::Config) {
             (&bad_here as *const c_int).cast(),
             (&mut bad as *mut c_int).cast(),
             1,
-            MPI_INT,
-            MPI_MAX,
-            MPI_COMM_WORLD,
+            MPI_INT(),
+            MPI_MAX(),
+            MPI_COMM_WORLD(),
         );
         pmpi::PMPI_Allreduce(
             (&ls as *const c_int).cast(),
             (&mut min_local as *mut c_int).cast(),
             1,
-            MPI_INT,
-            MPI_MIN,
-            MPI_COMM_WORLD,
+            MPI_INT(),
+            MPI_MIN(),
+            MPI_COMM_WORLD(),
         );
     }
     if bad != 0 {
@@ -204,22 +205,22 @@ pub fn setup(c: &config::Config) {
         node_key: key,
     };
     let mut all = vec![Entry::default(); size as usize];
-    let mut split: MPI_Comm = MPI_COMM_NULL;
-    let mut ctl: MPI_Comm = MPI_COMM_NULL;
+    let mut split: MPI_Comm = MPI_COMM_NULL();
+    let mut ctl: MPI_Comm = MPI_COMM_NULL();
     // SAFETY: two ints per process, into a buffer of `size` entries; collective calls over
     // the real world in the same order everywhere.
     unsafe {
         pmpi::PMPI_Allgather(
             (&me as *const Entry).cast(),
             2,
-            MPI_INT,
+            MPI_INT(),
             all.as_mut_ptr().cast(),
             2,
-            MPI_INT,
-            MPI_COMM_WORLD,
+            MPI_INT(),
+            MPI_COMM_WORLD(),
         );
-        pmpi::PMPI_Comm_split(MPI_COMM_WORLD, is_ghost as c_int, rank, &mut split);
-        pmpi::PMPI_Comm_dup(MPI_COMM_WORLD, &mut ctl);
+        pmpi::PMPI_Comm_split(MPI_COMM_WORLD(), is_ghost as c_int, rank, &mut split);
+        pmpi::PMPI_Comm_dup(MPI_COMM_WORLD(), &mut ctl);
     }
     let mut keys: Vec<i32> = all.iter().map(|e| e.node_key).collect();
     keys.sort_unstable();
@@ -295,7 +296,7 @@ pub fn world_attr_comm(comm: MPI_Comm, keyval: c_int) -> MPI_Comm {
                 | MPI_LASTUSEDCODE
         )
     {
-        MPI_COMM_WORLD
+        MPI_COMM_WORLD()
     } else {
         comm
     }

@@ -87,7 +87,7 @@ pub fn command(lay: &Layout, to: i32, cmd: Cmd, args: &[i64], name: Option<&str>
         pmpi::PMPI_Send(
             m.as_ptr().cast(),
             WORDS as c_int,
-            MPI_INT64_T,
+            MPI_INT64_T(),
             to,
             CMD_TAG,
             lay.ctl,
@@ -96,7 +96,7 @@ pub fn command(lay: &Layout, to: i32, cmd: Cmd, args: &[i64], name: Option<&str>
             pmpi::PMPI_Recv(
                 reply.as_mut_ptr().cast(),
                 WORDS as c_int,
-                MPI_INT64_T,
+                MPI_INT64_T(),
                 to,
                 REPLY_TAG,
                 lay.ctl,
@@ -165,7 +165,7 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
             pmpi::PMPI_Recv(
                 m.as_mut_ptr().cast(),
                 WORDS as c_int,
-                MPI_INT64_T,
+                MPI_INT64_T(),
                 from,
                 CMD_TAG,
                 lay.ctl,
@@ -211,7 +211,7 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
                 pmpi::PMPI_Send(
                     reply.as_ptr().cast(),
                     WORDS as c_int,
-                    MPI_INT64_T,
+                    MPI_INT64_T(),
                     from,
                     REPLY_TAG,
                     lay.ctl,

@@ -74,9 +74,9 @@ pub fn create_pool(lay: &Layout) -> &'static [Slot] {
     let pool = (0..n)
         .map(|_| {
             let mk = || {
-                let mut w: MPI_Win = MPI_WIN_NULL;
+                let mut w: MPI_Win = MPI_WIN_NULL();
                 // SAFETY: collective over the control communicator; valid out-pointer.
-                unsafe { pmpi::PMPI_Win_create_dynamic(MPI_INFO_NULL, lay.ctl, &mut w) };
+                unsafe { pmpi::PMPI_Win_create_dynamic(MPI_INFO_NULL(), lay.ctl, &mut w) };
                 w
             };
             Slot {
@@ -326,7 +326,7 @@ pub fn route(
 
 /// Reads an info value (None if unset).
 fn info_get(info: MPI_Info, key: &std::ffi::CStr) -> Option<String> {
-    if info == MPI_INFO_NULL {
+    if info == MPI_INFO_NULL() {
         return None;
     }
     let mut buf = vec![0u8; MPI_MAX_INFO_VAL as usize + 1];
@@ -350,7 +350,7 @@ fn info_get(info: MPI_Info, key: &std::ffi::CStr) -> Option<String> {
 
 /// Comm ranks -> user-world ranks.
 fn to_user_world(comm: MPI_Comm, n: i32) -> Vec<i32> {
-    let (mut g1, mut g2): (MPI_Group, MPI_Group) = (MPI_GROUP_NULL, MPI_GROUP_NULL);
+    let (mut g1, mut g2): (MPI_Group, MPI_Group) = (MPI_GROUP_NULL(), MPI_GROUP_NULL());
     let ranks: Vec<i32> = (0..n).collect();
     let mut out = vec![0; n as usize];
     // SAFETY: valid communicators and arrays of n ints; the groups are freed.
@@ -367,7 +367,7 @@ fn to_user_world(comm: MPI_Comm, n: i32) -> Vec<i32> {
 /// Group ranks -> ranks in the window's communicator.
 fn group_to_comm(group: MPI_Group, ctl: MPI_Comm) -> Vec<i32> {
     let mut n = 0;
-    let mut cg: MPI_Group = MPI_GROUP_NULL;
+    let mut cg: MPI_Group = MPI_GROUP_NULL();
     // SAFETY: valid handles, out-pointers and arrays of n ints; the group is freed.
     unsafe {
         pmpi::PMPI_Group_size(group, &mut n);
@@ -416,7 +416,7 @@ pub fn allocate(
         slot = serve::command(lay, serve::slot_server(lay), Cmd::SlotAlloc, &[], None)[0];
     }
     // SAFETY: one int64, collective over the window's communicator.
-    unsafe { pmpi::PMPI_Bcast((&mut slot as *mut i64).cast(), 1, MPI_INT64_T, 0, comm) };
+    unsafe { pmpi::PMPI_Bcast((&mut slot as *mut i64).cast(), 1, MPI_INT64_T(), 0, comm) };
     if slot < 0 {
         if me == 0 {
             tracing::warn!(target: "shim::ghost", "more than SHIM_GHOST_WINDOWS={} windows alive: this MPI_Win_allocate is forwarded without asynchronous progress", config::get().ghost_windows);
@@ -479,18 +479,18 @@ pub fn allocate(
     // SAFETY: the name of the object created above.
     unsafe { libc::shm_unlink(cname.as_ptr()) };
     let mut all = vec![0i64; (2 + g) * n as usize];
-    let mut ctl: MPI_Comm = MPI_COMM_NULL;
-    let mut uwin: MPI_Win = MPI_WIN_NULL;
+    let mut ctl: MPI_Comm = MPI_COMM_NULL();
+    let mut uwin: MPI_Win = MPI_WIN_NULL();
     // SAFETY: (2 + g) int64 per rank into a buffer for n ranks; collective calls over the
     // window's communicator in the same order on every rank.
     let rc = unsafe {
         pmpi::PMPI_Allgather(
             rec.as_ptr().cast(),
             (2 + g) as c_int,
-            MPI_INT64_T,
+            MPI_INT64_T(),
             all.as_mut_ptr().cast(),
             (2 + g) as c_int,
-            MPI_INT64_T,
+            MPI_INT64_T(),
             comm,
         );
         pmpi::PMPI_Comm_dup(comm, &mut ctl);
@@ -591,7 +591,7 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
         let rc = pmpi::PMPI_Win_free(&mut w.win);
         libc::munmap(w.base, w.map_len);
         pmpi::PMPI_Comm_free(&mut w.ctl);
-        *win = MPI_WIN_NULL;
+        *win = MPI_WIN_NULL();
         rc
     };
     if crate::stats::enabled() && !w.sent.is_empty() {
@@ -687,13 +687,13 @@ pub fn post(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
         w.exposure = origins
             .iter()
             .map(|&o| {
-                let mut r = MPI_REQUEST_NULL;
+                let mut r = MPI_REQUEST_NULL();
                 // SAFETY: a zero-byte receive on the window's private communicator.
                 unsafe {
                     pmpi::PMPI_Irecv(
                         std::ptr::null_mut(),
                         0,
-                        MPI_BYTE,
+                        MPI_BYTE(),
                         o,
                         DONE_TAG,
                         w.ctl,
@@ -705,12 +705,12 @@ pub fn post(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
             .collect();
         if w.exposure.is_empty() {
             // an empty group still opens an epoch that wait/test closes
-            w.exposure.push(MPI_REQUEST_NULL);
+            w.exposure.push(MPI_REQUEST_NULL());
         }
         if assert & MPI_MODE_NOCHECK == 0 {
             for &o in &origins {
                 // SAFETY: a zero-byte send (eager: completes at once).
-                unsafe { pmpi::PMPI_Send(std::ptr::null(), 0, MPI_BYTE, o, POST_TAG, w.ctl) };
+                unsafe { pmpi::PMPI_Send(std::ptr::null(), 0, MPI_BYTE(), o, POST_TAG, w.ctl) };
             }
         }
         MPI_SUCCESS
@@ -731,7 +731,7 @@ pub fn start(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
                     pmpi::PMPI_Recv(
                         std::ptr::null_mut(),
                         0,
-                        MPI_BYTE,
+                        MPI_BYTE(),
                         t,
                         POST_TAG,
                         w.ctl,
@@ -761,7 +761,7 @@ pub fn complete(win: MPI_Win) -> Option<c_int> {
         }
         for &t in &w.access {
             // SAFETY: a zero-byte send.
-            unsafe { pmpi::PMPI_Send(std::ptr::null(), 0, MPI_BYTE, t, DONE_TAG, w.ctl) };
+            unsafe { pmpi::PMPI_Send(std::ptr::null(), 0, MPI_BYTE(), t, DONE_TAG, w.ctl) };
         }
         w.access.clear();
         MPI_SUCCESS
@@ -837,11 +837,11 @@ impl UserWin {
             pmpi::PMPI_Get(
                 (&mut byte as *mut u8).cast(),
                 1,
-                MPI_BYTE,
+                MPI_BYTE(),
                 gh,
                 addr + self.hidden,
                 1,
-                MPI_BYTE,
+                MPI_BYTE(),
                 iw,
             );
             pmpi::PMPI_Win_flush(gh, iw);

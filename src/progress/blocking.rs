@@ -33,7 +33,7 @@ fn via(
     if !super::any_active() {
         return native();
     }
-    let mut req = MPI_REQUEST_NULL;
+    let mut req = MPI_REQUEST_NULL();
     let rc = start(&mut req);
     if rc != MPI_SUCCESS {
         rc
@@ -77,9 +77,9 @@ fn send_packed(
     let (b, n) = (p.as_ptr().cast::<c_void>(), p.len() as MPI_Count);
     // SAFETY: our packed buffer, alive until the send completes (both forms complete here).
     via(
-        &|| unsafe { blocking(b, n, MPI_PACKED, d, g, c) },
+        &|| unsafe { blocking(b, n, MPI_PACKED(), d, g, c) },
         IGNORE,
-        |r| unsafe { start(b, n, MPI_PACKED, d, g, c, r) },
+        |r| unsafe { start(b, n, MPI_PACKED(), d, g, c, r) },
     )
 }
 
@@ -104,9 +104,9 @@ unsafe fn recv_packed(
     let (b, n) = (inc.ptr(), inc.len());
     // SAFETY: our buffer and a status we can read back.
     let rc = via(
-        &|| unsafe { pmpi::PMPI_Recv_c(b, n, MPI_PACKED, s, g, c, stp) },
+        &|| unsafe { pmpi::PMPI_Recv_c(b, n, MPI_PACKED(), s, g, c, stp) },
         stp,
-        |r| unsafe { pmpi::PMPI_Irecv_c(b, n, MPI_PACKED, s, g, c, r) },
+        |r| unsafe { pmpi::PMPI_Irecv_c(b, n, MPI_PACKED(), s, g, c, r) },
     );
     if rc == MPI_SUCCESS {
         // SAFETY: the completed status; the caller's buffer.
@@ -135,12 +135,12 @@ unsafe fn sendrecv_packed(
         Some(p) => (
             p.as_ptr().cast::<c_void>(),
             p.len() as MPI_Count,
-            MPI_PACKED,
+            MPI_PACKED(),
         ),
         None => (sb, sn, stt),
     };
     let (rb2, rn2, rt2) = match &mut inc {
-        Some(i) => (i.ptr(), i.len(), MPI_PACKED),
+        Some(i) => (i.ptr(), i.len(), MPI_PACKED()),
         None => (rb, rn, rt),
     };
     let mut local = MPI_Status::default();

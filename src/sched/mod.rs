@@ -34,13 +34,11 @@ use std::sync::OnceLock;
 
 use crate::abi::{MPI_Datatype, MPI_Op};
 
-/// Handles of schedule-local composite datatypes: `COMPOSITE | index`. MPICH handles
-/// always have a non-zero kind in bits 30-31, so these never collide with a real one.
-pub const COMPOSITE: MPI_Datatype = 0x0f00_0000;
+pub use crate::abi::{composite_handle, composite_index};
 
-/// Whether `dt` is a schedule-local composite handle.
+/// Whether `dt` is a schedule-local composite handle (`crate::abi::composite_handle`).
 pub fn is_composite(dt: MPI_Datatype) -> bool {
-    (dt as u32) & 0xff00_0000 == COMPOSITE as u32
+    composite_index(dt).is_some()
 }
 
 /// One block of a composite message: `count` elements of `dt` at byte offset `off` from
@@ -184,7 +182,7 @@ impl Schedule {
             .types
             .get_or_init(|| crate::dtype::struct_types(&self.composites));
         match types {
-            Ok(t) => Ok(t[(dt as u32 & 0x00ff_ffff) as usize]),
+            Ok(t) => Ok(t[composite_index(dt).unwrap_or_default()]),
             Err(e) => Err(*e),
         }
     }
@@ -345,7 +343,7 @@ impl Builder {
             0 => Data::new(
                 parts.first().map_or(Addr::recv(0), |p| p.0),
                 0,
-                crate::abi::MPI_BYTE,
+                crate::abi::MPI_BYTE(),
             ),
             1 => Data::new(out[0].0, out[0].1, out[0].2),
             _ => {
@@ -366,7 +364,7 @@ impl Builder {
                         off: 0,
                     },
                     1,
-                    COMPOSITE | id as MPI_Datatype,
+                    composite_handle(id),
                 )
             }
         }
@@ -452,7 +450,7 @@ mod tests {
     #[test]
     fn dag_and_channels() {
         let mut b = Builder::new("test");
-        let d = Data::new(Addr::recv(0), 1, MPI_INT);
+        let d = Data::new(Addr::recv(0), 1, MPI_INT());
         let r0 = b.recv(d, 1, &[]);
         let r1 = b.recv(d, 1, &[]);
         let s = b.send(d, 2, &[r0, r1, r0]);

@@ -174,7 +174,7 @@ impl Run {
                     }
                 }
                 let send = matches!(sched.actions[v as usize], Action::Send { .. });
-                let mut req = MPI_REQUEST_NULL;
+                let mut req = MPI_REQUEST_NULL();
                 let (rc, packed) = self.post(send, data, peer, self.tag + tag_offset, &mut req);
                 if rc != MPI_SUCCESS {
                     self.error = rc;
@@ -254,7 +254,7 @@ impl Run {
                 pmpi::PMPI_Isend_c(
                     b.as_ptr().cast(),
                     b.len() as MPI_Count,
-                    MPI_PACKED,
+                    MPI_PACKED(),
                     peer,
                     tag,
                     comm,
@@ -262,7 +262,7 @@ impl Run {
                 )
             },
             Some(Packed::In(i, _)) => unsafe {
-                pmpi::PMPI_Irecv_c(i.ptr(), i.len(), MPI_PACKED, peer, tag, comm, req)
+                pmpi::PMPI_Irecv_c(i.ptr(), i.len(), MPI_PACKED(), peer, tag, comm, req)
             },
             None => Self::post_typed(send, buf, d, peer, tag, comm, req),
         };
@@ -353,7 +353,7 @@ impl Run {
         // drop completed requests (Testsome set them to MPI_REQUEST_NULL)
         let mut j = 0;
         for i in 0..n {
-            if self.reqs[i] != MPI_REQUEST_NULL {
+            if self.reqs[i] != MPI_REQUEST_NULL() {
                 self.reqs[j] = self.reqs[i];
                 self.req_action[j] = self.req_action[i];
                 self.req_packed.swap(i, j);

@@ -103,8 +103,8 @@ fn elem_size(dt: MPI_Datatype) -> Result<usize, String> {
 
 /// The byte ranges (relative to the base) a message's data covers, in message order.
 fn ranges(s: &Schedule, d: &Data) -> Result<Vec<(isize, usize)>, String> {
-    if is_composite(d.dt) {
-        let parts = &s.composites[(d.dt as u32 & 0xff_ffff) as usize];
+    if let Some(i) = super::composite_index(d.dt) {
+        let parts = &s.composites[i];
         parts
             .iter()
             .map(|p| Ok((d.addr.off + p.off, p.count as usize * elem_size(p.dt)?)))
@@ -186,7 +186,7 @@ fn reduce(
     count: usize,
 ) -> Result<(), String> {
     if op == NONCOMM {
-        if dt != MPI_UINT64_T {
+        if dt != MPI_UINT64_T() {
             return Err("NONCOMM needs MPI_UINT64_T".into());
         }
         for i in 0..count {
@@ -553,9 +553,9 @@ mod tests {
         // two ranks swap 4 u64 with send before receive: fine in both modes
         let mk = |peer: i32| {
             let mut b = Builder::new("t");
-            let d = Data::new(Addr::send(0), 4, MPI_UINT64_T);
+            let d = Data::new(Addr::send(0), 4, MPI_UINT64_T());
             b.send(d, peer, &[]);
-            b.recv(Data::new(Addr::recv(0), 4, MPI_UINT64_T), peer, &[]);
+            b.recv(Data::new(Addr::recv(0), 4, MPI_UINT64_T()), peer, &[]);
             b.finish()
         };
         let scheds = vec![mk(1), mk(0)];
@@ -573,8 +573,8 @@ mod tests {
         // receive, then send (dependent): deadlocks
         let mk2 = |peer: i32| {
             let mut b = Builder::new("t");
-            let r = b.recv(Data::new(Addr::recv(0), 1, MPI_UINT64_T), peer, &[]);
-            b.send(Data::new(Addr::send(0), 1, MPI_UINT64_T), peer, &[r]);
+            let r = b.recv(Data::new(Addr::recv(0), 1, MPI_UINT64_T()), peer, &[]);
+            b.send(Data::new(Addr::send(0), 1, MPI_UINT64_T()), peer, &[r]);
             b.finish()
         };
         let mut bufs = vec![
@@ -601,14 +601,14 @@ mod tests {
         // them into blocks 1 and 3
         let mut b0 = Builder::new("t");
         let d = b0.blocks(&[
-            (Addr::send(0), 1, MPI_UINT64_T, 8),
-            (Addr::send(16), 1, MPI_UINT64_T, 8),
+            (Addr::send(0), 1, MPI_UINT64_T(), 8),
+            (Addr::send(16), 1, MPI_UINT64_T(), 8),
         ]);
         b0.send(d, 1, &[]);
         let mut b1 = Builder::new("t");
         let d = b1.blocks(&[
-            (Addr::recv(8), 1, MPI_UINT64_T, 8),
-            (Addr::recv(24), 1, MPI_UINT64_T, 8),
+            (Addr::recv(8), 1, MPI_UINT64_T(), 8),
+            (Addr::recv(24), 1, MPI_UINT64_T(), 8),
         ]);
         b1.recv(d, 0, &[]);
         let mut bufs = vec![
@@ -626,10 +626,10 @@ mod tests {
         // contiguous neighbours merge into plain data
         let mut b = Builder::new("t");
         let d = b.blocks(&[
-            (Addr::recv(0), 2, MPI_UINT64_T, 8),
-            (Addr::recv(16), 3, MPI_UINT64_T, 8),
-            (Addr::recv(40), 0, MPI_UINT64_T, 8),
+            (Addr::recv(0), 2, MPI_UINT64_T(), 8),
+            (Addr::recv(16), 3, MPI_UINT64_T(), 8),
+            (Addr::recv(40), 0, MPI_UINT64_T(), 8),
         ]);
-        assert_eq!(d, Data::new(Addr::recv(0), 5, MPI_UINT64_T));
+        assert_eq!(d, Data::new(Addr::recv(0), 5, MPI_UINT64_T()));
     }
 }

@@ -344,8 +344,8 @@ mod tests {
         Blk::new(
             addr,
             n,
-            MPI_UINT64_T,
-            &crate::dtype::info(MPI_UINT64_T).unwrap(),
+            MPI_UINT64_T(),
+            &crate::dtype::info(MPI_UINT64_T()).unwrap(),
         )
     }
 

@@ -114,7 +114,7 @@ fn bruck(me: Me, send: &[Blk], recv: &[Blk], inplace: bool) -> Schedule {
         return b.finish();
     }
     let src = if inplace { recv } else { send };
-    let slot = |x: Addr| Data::new(x, bb, MPI_PACKED);
+    let slot = |x: Addr| Data::new(x, bb, MPI_PACKED());
     // rotation: slot j holds the block for rank r + j
     let a = Addr::scratch(b.scratch(p as i64 * bb));
     let mut loc: Vec<Addr> = (0..p).map(|j| a.add(j as i64 * bb)).collect();
@@ -127,7 +127,7 @@ fn bruck(me: Me, send: &[Blk], recv: &[Blk], inplace: bool) -> Schedule {
         let moving: Vec<usize> = (1..p).filter(|j| j & k != 0).collect();
         let parts: Vec<_> = moving
             .iter()
-            .map(|&j| (loc[j], bb, MPI_PACKED, 1))
+            .map(|&j| (loc[j], bb, MPI_PACKED(), 1))
             .collect();
         let d = b.blocks(&parts);
         let mut deps: Vec<V> = moving.iter().flat_map(|&j| ready[j].clone()).collect();
@@ -140,7 +140,7 @@ fn bruck(me: Me, send: &[Blk], recv: &[Blk], inplace: bool) -> Schedule {
         }
         let parts: Vec<_> = moving
             .iter()
-            .map(|&j| (loc[j], bb, MPI_PACKED, 1))
+            .map(|&j| (loc[j], bb, MPI_PACKED(), 1))
             .collect();
         let d = b.blocks(&parts);
         let rv = b.recv(d, ((r + p - k) % p) as i32, &[]);
@@ -171,8 +171,8 @@ mod tests {
         Blk::new(
             addr,
             n,
-            MPI_UINT64_T,
-            &crate::dtype::info(MPI_UINT64_T).unwrap(),
+            MPI_UINT64_T(),
+            &crate::dtype::info(MPI_UINT64_T()).unwrap(),
         )
     }
 

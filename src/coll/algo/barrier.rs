@@ -14,7 +14,7 @@ use crate::coll::select::{Algo, Choice};
 use crate::sched::{Addr, Builder, Data, Schedule, V};
 
 fn empty() -> Data {
-    Data::new(Addr::recv(0), 0, MPI_BYTE)
+    Data::new(Addr::recv(0), 0, MPI_BYTE())
 }
 
 pub fn build(ch: &Choice, me: Me) -> Schedule {

@@ -217,7 +217,7 @@ mod tests {
     use crate::sched::sim::{self, Bufs, Mode};
 
     fn ti8() -> TypeInfo {
-        crate::dtype::info(MPI_UINT64_T).unwrap()
+        crate::dtype::info(MPI_UINT64_T()).unwrap()
     }
 
     #[test]
@@ -255,7 +255,7 @@ mod tests {
                     for root in [0, p / 2, p - 1] {
                         for (k, seg) in [(2u32, 8i64), (3, 24), (5, 1000)] {
                             let ch = Choice { algo, k, seg };
-                            let data = Data::new(Addr::recv(0), count as i64, MPI_UINT64_T);
+                            let data = Data::new(Addr::recv(0), count as i64, MPI_UINT64_T());
                             let scheds: Vec<Schedule> = (0..p)
                                 .map(|r| build(&ch, Me { rank: r, size: p }, data, &ti8(), root))
                                 .collect();

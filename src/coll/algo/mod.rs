@@ -101,7 +101,7 @@ impl Packed {
 
     /// `n` bytes from byte `off`.
     pub fn slice(&self, off: i64, n: i64) -> Data {
-        Data::new(self.at.add(off), n, MPI_PACKED)
+        Data::new(self.at.add(off), n, MPI_PACKED())
     }
 
     /// Copies the typed data into the packed view (nothing when dense).

@@ -760,9 +760,9 @@ pub(crate) mod tests {
     pub fn red(count: i64, commutative: bool) -> Red {
         Red {
             count,
-            dt: MPI_UINT64_T,
-            ti: crate::dtype::info(MPI_UINT64_T).unwrap(),
-            op: if commutative { MPI_SUM } else { NONCOMM },
+            dt: MPI_UINT64_T(),
+            ti: crate::dtype::info(MPI_UINT64_T()).unwrap(),
+            op: if commutative { MPI_SUM() } else { NONCOMM },
             commutative,
         }
     }

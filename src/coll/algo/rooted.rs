@@ -107,7 +107,7 @@ pub fn scatter_linear(me: Me, send: &[Blk], recv: Option<Blk>, root: i32) -> Sch
 }
 
 fn packed(addr: Addr, bytes: i64) -> Data {
-    Data::new(addr, bytes, MPI_PACKED)
+    Data::new(addr, bytes, MPI_PACKED())
 }
 
 fn gather_binomial(me: Me, send: Option<Blk>, recv: &[Blk], root: i32, bb: i64) -> Schedule {
@@ -196,8 +196,8 @@ mod tests {
         Blk::new(
             addr,
             n,
-            MPI_UINT64_T,
-            &crate::dtype::info(MPI_UINT64_T).unwrap(),
+            MPI_UINT64_T(),
+            &crate::dtype::info(MPI_UINT64_T()).unwrap(),
         )
     }
 

@@ -52,12 +52,19 @@ fn prtt(comm: MPI_Comm, rank: c_int, n: usize, d: f64, s: usize, reps: usize) ->
                     if i > 0 && d > 0.0 {
                         spin(d);
                     }
-                    pmpi::PMPI_Send(buf.as_mut_ptr().cast(), s as c_int, MPI_BYTE, 1, tag, comm);
+                    pmpi::PMPI_Send(
+                        buf.as_mut_ptr().cast(),
+                        s as c_int,
+                        MPI_BYTE(),
+                        1,
+                        tag,
+                        comm,
+                    );
                 }
                 pmpi::PMPI_Recv(
                     buf.as_mut_ptr().cast(),
                     s as c_int,
-                    MPI_BYTE,
+                    MPI_BYTE(),
                     1,
                     tag,
                     comm,
@@ -69,14 +76,21 @@ fn prtt(comm: MPI_Comm, rank: c_int, n: usize, d: f64, s: usize, reps: usize) ->
                     pmpi::PMPI_Recv(
                         buf.as_mut_ptr().cast(),
                         s as c_int,
-                        MPI_BYTE,
+                        MPI_BYTE(),
                         0,
                         tag,
                         comm,
                         MPI_STATUS_IGNORE,
                     );
                 }
-                pmpi::PMPI_Send(buf.as_mut_ptr().cast(), s as c_int, MPI_BYTE, 0, tag, comm);
+                pmpi::PMPI_Send(
+                    buf.as_mut_ptr().cast(),
+                    s as c_int,
+                    MPI_BYTE(),
+                    0,
+                    tag,
+                    comm,
+                );
             }
         }
     }
@@ -134,8 +148,8 @@ fn local(p: &mut Params) {
                 a.as_ptr().cast(),
                 b.as_mut_ptr().cast(),
                 n as i64,
-                MPI_DOUBLE,
-                MPI_SUM,
+                MPI_DOUBLE(),
+                MPI_SUM(),
             );
         }
         tg.push(now() - t);
@@ -152,7 +166,7 @@ fn local(p: &mut Params) {
 /// The cost of a call through the shim's schedules and through the system MPI, on
 /// `MPI_COMM_SELF`.
 fn overheads(p: &mut Params) {
-    let Ok(st) = crate::comm::get(MPI_COMM_SELF) else {
+    let Ok(st) = crate::comm::get(MPI_COMM_SELF()) else {
         return;
     };
     let mut x = [0.0f64; 64];
@@ -172,16 +186,16 @@ fn overheads(p: &mut Params) {
     // one local copy: the fixed cost of a schedule run
     let mut b = Builder::new("calibrate");
     b.copy(
-        Data::new(Addr::send(0), 1, MPI_DOUBLE),
-        Data::new(Addr::recv(0), 1, MPI_DOUBLE),
+        Data::new(Addr::send(0), 1, MPI_DOUBLE()),
+        Data::new(Addr::recv(0), 1, MPI_DOUBLE()),
         &[],
     );
     let one = Arc::new(b.finish());
     // 16 messages to itself: the cost per message
     let mut b = Builder::new("calibrate");
     for i in 0..16 {
-        b.send(Data::new(Addr::send(i * 8), 1, MPI_DOUBLE), 0, &[]);
-        b.recv(Data::new(Addr::recv(i * 8), 1, MPI_DOUBLE), 0, &[]);
+        b.send(Data::new(Addr::send(i * 8), 1, MPI_DOUBLE()), 0, &[]);
+        b.recv(Data::new(Addr::recv(i * 8), 1, MPI_DOUBLE()), 0, &[]);
     }
     let many = Arc::new(b.finish());
     let t1 = median((0..200).map(|_| run(&one, &mut x, &mut y)).collect());
@@ -200,9 +214,9 @@ fn overheads(p: &mut Params) {
                     (&mut v as *mut f64).cast(),
                     (&mut w as *mut f64).cast(),
                     1,
-                    MPI_DOUBLE,
-                    MPI_SUM,
-                    MPI_COMM_SELF,
+                    MPI_DOUBLE(),
+                    MPI_SUM(),
+                    MPI_COMM_SELF(),
                 )
             };
             now() - t
@@ -236,7 +250,7 @@ pub fn run(base: &Params) -> Params {
         pmpi::PMPI_Bcast(
             v.as_mut_ptr().cast(),
             v.len() as c_int,
-            MPI_DOUBLE,
+            MPI_DOUBLE(),
             0,
             crate::ghost::user_world(),
         );

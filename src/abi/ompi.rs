@@ -1,0 +1,548 @@
+//! The Open MPI ABI (Open MPI 4.x): handle typedefs, `MPI_Status`, predefined objects and
+//! constants. Handles are pointers; a predefined handle is the address of an object in
+//! `libmpi` (`MPI_COMM_WORLD` is `&ompi_mpi_comm_world`, mpi.h's `OMPI_PREDEFINED_GLOBAL`),
+//! so the shim resolves those addresses at run time (`dlsym`, like the `PMPI_*` functions)
+//! and the predefined handles are functions, as in the MPICH module where they are
+//! `const fn`s. The integer constants were printed by a C program compiled against
+//! Open MPI 4.1's `mpi.h` (`scripts/abi-consts`).
+#![allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code
+)]
+
+use core::ffi::{c_int, c_void};
+use std::sync::OnceLock;
+
+/// Every handle is a pointer to an Open MPI object; the shim keeps it as an address
+/// (`usize` has the same size and calling convention as a pointer on every platform Open
+/// MPI supports, and is `Send`, `Hash` and `Ord`, which the shim's tables need).
+pub type MPI_Comm = usize;
+pub type MPI_Datatype = usize;
+pub type MPI_Op = usize;
+pub type MPI_Win = usize;
+pub type MPI_Group = usize;
+pub type MPI_Request = usize;
+pub type MPI_Info = usize;
+pub type MPI_Errhandler = usize;
+pub type MPI_Message = usize;
+pub type MPI_Session = usize;
+pub type MPI_File = *mut c_void;
+pub type MPI_Aint = i64;
+pub type MPI_Count = i64;
+pub type MPI_Offset = i64;
+pub type MPI_Fint = c_int;
+/// An atomic cell holding a handle.
+pub type AtomicHandle = core::sync::atomic::AtomicUsize;
+
+/// `MPI_Status` in Open MPI (`struct ompi_status_public_t`): the public fields first, then
+/// the cancelled flag and the received byte count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MPI_Status {
+    pub MPI_SOURCE: c_int,
+    pub MPI_TAG: c_int,
+    pub MPI_ERROR: c_int,
+    pub _cancelled: c_int,
+    pub _ucount: usize,
+}
+const _: () = assert!(core::mem::size_of::<MPI_Status>() == 24);
+
+impl MPI_Status {
+    /// Zero elements received, not cancelled (the hidden fields of the ABI).
+    pub fn clear_count(&mut self) {
+        self._cancelled = 0;
+        self._ucount = 0;
+    }
+}
+
+pub const ABI_NAME: &str = "Open MPI";
+
+/// Declares the predefined handles: one function per name returning the address of its
+/// `libmpi` object, all resolved together on first use.
+macro_rules! predefined {
+    ($($name:ident: $ty:ident = $sym:ident;)*) => {
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        #[derive(Clone, Copy)]
+        #[repr(usize)]
+        enum Sym { $($name),* }
+        const SYMBOLS: &[&str] = &[$(concat!(stringify!($sym), "\0")),*];
+        $(
+            #[inline]
+            pub fn $name() -> $ty {
+                address(Sym::$name as usize)
+            }
+        )*
+    };
+}
+
+/// The address of predefined object `i`. An object this Open MPI does not have (a newer
+/// version's `MPI_ERRORS_ABORT`, the removed `MPI_LB`) gets a distinct odd value, which is
+/// never the address of an object, so it compares unequal to every real handle.
+#[inline]
+fn address(i: usize) -> usize {
+    static TABLE: OnceLock<Vec<usize>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        SYMBOLS
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let name = core::ffi::CStr::from_bytes_with_nul(s.as_bytes()).expect("symbol name");
+                let p = crate::symbols::lookup_data(name) as usize;
+                if p == 0 { usize::MAX - 2 * i } else { p }
+            })
+            .collect()
+    })[i]
+}
+
+predefined! {
+    MPI_COMM_NULL: MPI_Comm = ompi_mpi_comm_null;
+    MPI_OP_NULL: MPI_Op = ompi_mpi_op_null;
+    MPI_GROUP_NULL: MPI_Group = ompi_mpi_group_null;
+    MPI_DATATYPE_NULL: MPI_Datatype = ompi_mpi_datatype_null;
+    MPI_REQUEST_NULL: MPI_Request = ompi_request_null;
+    MPI_ERRHANDLER_NULL: MPI_Errhandler = ompi_mpi_errhandler_null;
+    MPI_MESSAGE_NULL: MPI_Message = ompi_message_null;
+    MPI_INFO_NULL: MPI_Info = ompi_mpi_info_null;
+    MPI_INFO_ENV: MPI_Info = ompi_mpi_info_env;
+    MPI_WIN_NULL: MPI_Win = ompi_mpi_win_null;
+    MPI_SESSION_NULL: MPI_Session = ompi_mpi_instance_null;
+    MPI_GROUP_EMPTY: MPI_Group = ompi_mpi_group_empty;
+    MPI_COMM_WORLD: MPI_Comm = ompi_mpi_comm_world;
+    MPI_COMM_SELF: MPI_Comm = ompi_mpi_comm_self;
+    MPI_CHAR: MPI_Datatype = ompi_mpi_char;
+    MPI_SIGNED_CHAR: MPI_Datatype = ompi_mpi_signed_char;
+    MPI_UNSIGNED_CHAR: MPI_Datatype = ompi_mpi_unsigned_char;
+    MPI_BYTE: MPI_Datatype = ompi_mpi_byte;
+    MPI_WCHAR: MPI_Datatype = ompi_mpi_wchar;
+    MPI_SHORT: MPI_Datatype = ompi_mpi_short;
+    MPI_UNSIGNED_SHORT: MPI_Datatype = ompi_mpi_unsigned_short;
+    MPI_INT: MPI_Datatype = ompi_mpi_int;
+    MPI_UNSIGNED: MPI_Datatype = ompi_mpi_unsigned;
+    MPI_LONG: MPI_Datatype = ompi_mpi_long;
+    MPI_UNSIGNED_LONG: MPI_Datatype = ompi_mpi_unsigned_long;
+    MPI_FLOAT: MPI_Datatype = ompi_mpi_float;
+    MPI_DOUBLE: MPI_Datatype = ompi_mpi_double;
+    MPI_LONG_DOUBLE: MPI_Datatype = ompi_mpi_long_double;
+    MPI_LONG_LONG_INT: MPI_Datatype = ompi_mpi_long_long_int;
+    MPI_LONG_LONG: MPI_Datatype = ompi_mpi_long_long_int;
+    MPI_UNSIGNED_LONG_LONG: MPI_Datatype = ompi_mpi_unsigned_long_long;
+    MPI_PACKED: MPI_Datatype = ompi_mpi_packed;
+    MPI_LB: MPI_Datatype = ompi_mpi_lb;
+    MPI_UB: MPI_Datatype = ompi_mpi_ub;
+    MPI_FLOAT_INT: MPI_Datatype = ompi_mpi_float_int;
+    MPI_DOUBLE_INT: MPI_Datatype = ompi_mpi_double_int;
+    MPI_LONG_INT: MPI_Datatype = ompi_mpi_long_int;
+    MPI_SHORT_INT: MPI_Datatype = ompi_mpi_short_int;
+    MPI_2INT: MPI_Datatype = ompi_mpi_2int;
+    MPI_LONG_DOUBLE_INT: MPI_Datatype = ompi_mpi_longdbl_int;
+    MPI_COMPLEX: MPI_Datatype = ompi_mpi_cplex;
+    MPI_DOUBLE_COMPLEX: MPI_Datatype = ompi_mpi_dblcplex;
+    MPI_LOGICAL: MPI_Datatype = ompi_mpi_logical;
+    MPI_REAL: MPI_Datatype = ompi_mpi_real;
+    MPI_DOUBLE_PRECISION: MPI_Datatype = ompi_mpi_dblprec;
+    MPI_INTEGER: MPI_Datatype = ompi_mpi_integer;
+    MPI_2INTEGER: MPI_Datatype = ompi_mpi_2integer;
+    MPI_2REAL: MPI_Datatype = ompi_mpi_2real;
+    MPI_2DOUBLE_PRECISION: MPI_Datatype = ompi_mpi_2dblprec;
+    MPI_CHARACTER: MPI_Datatype = ompi_mpi_character;
+    MPI_REAL4: MPI_Datatype = ompi_mpi_real4;
+    MPI_REAL8: MPI_Datatype = ompi_mpi_real8;
+    MPI_REAL16: MPI_Datatype = ompi_mpi_real16;
+    MPI_COMPLEX8: MPI_Datatype = ompi_mpi_complex8;
+    MPI_COMPLEX16: MPI_Datatype = ompi_mpi_complex16;
+    MPI_COMPLEX32: MPI_Datatype = ompi_mpi_complex32;
+    MPI_INTEGER1: MPI_Datatype = ompi_mpi_integer1;
+    MPI_INTEGER2: MPI_Datatype = ompi_mpi_integer2;
+    MPI_INTEGER4: MPI_Datatype = ompi_mpi_integer4;
+    MPI_INTEGER8: MPI_Datatype = ompi_mpi_integer8;
+    MPI_INT8_T: MPI_Datatype = ompi_mpi_int8_t;
+    MPI_INT16_T: MPI_Datatype = ompi_mpi_int16_t;
+    MPI_INT32_T: MPI_Datatype = ompi_mpi_int32_t;
+    MPI_INT64_T: MPI_Datatype = ompi_mpi_int64_t;
+    MPI_UINT8_T: MPI_Datatype = ompi_mpi_uint8_t;
+    MPI_UINT16_T: MPI_Datatype = ompi_mpi_uint16_t;
+    MPI_UINT32_T: MPI_Datatype = ompi_mpi_uint32_t;
+    MPI_UINT64_T: MPI_Datatype = ompi_mpi_uint64_t;
+    MPI_C_BOOL: MPI_Datatype = ompi_mpi_c_bool;
+    MPI_C_FLOAT_COMPLEX: MPI_Datatype = ompi_mpi_c_float_complex;
+    MPI_C_COMPLEX: MPI_Datatype = ompi_mpi_c_float_complex;
+    MPI_C_DOUBLE_COMPLEX: MPI_Datatype = ompi_mpi_c_double_complex;
+    MPI_C_LONG_DOUBLE_COMPLEX: MPI_Datatype = ompi_mpi_c_long_double_complex;
+    MPI_AINT: MPI_Datatype = ompi_mpi_aint;
+    MPI_OFFSET: MPI_Datatype = ompi_mpi_offset;
+    MPI_COUNT: MPI_Datatype = ompi_mpi_count;
+    MPI_CXX_BOOL: MPI_Datatype = ompi_mpi_cxx_bool;
+    MPI_CXX_FLOAT_COMPLEX: MPI_Datatype = ompi_mpi_cxx_cplex;
+    MPI_CXX_DOUBLE_COMPLEX: MPI_Datatype = ompi_mpi_cxx_dblcplex;
+    MPI_CXX_LONG_DOUBLE_COMPLEX: MPI_Datatype = ompi_mpi_cxx_ldblcplex;
+    MPI_MAX: MPI_Op = ompi_mpi_op_max;
+    MPI_MIN: MPI_Op = ompi_mpi_op_min;
+    MPI_SUM: MPI_Op = ompi_mpi_op_sum;
+    MPI_PROD: MPI_Op = ompi_mpi_op_prod;
+    MPI_LAND: MPI_Op = ompi_mpi_op_land;
+    MPI_BAND: MPI_Op = ompi_mpi_op_band;
+    MPI_LOR: MPI_Op = ompi_mpi_op_lor;
+    MPI_BOR: MPI_Op = ompi_mpi_op_bor;
+    MPI_LXOR: MPI_Op = ompi_mpi_op_lxor;
+    MPI_BXOR: MPI_Op = ompi_mpi_op_bxor;
+    MPI_MINLOC: MPI_Op = ompi_mpi_op_minloc;
+    MPI_MAXLOC: MPI_Op = ompi_mpi_op_maxloc;
+    MPI_REPLACE: MPI_Op = ompi_mpi_op_replace;
+    MPI_NO_OP: MPI_Op = ompi_mpi_op_no_op;
+    MPI_ERRORS_ARE_FATAL: MPI_Errhandler = ompi_mpi_errors_are_fatal;
+    MPI_ERRORS_RETURN: MPI_Errhandler = ompi_mpi_errors_return;
+    MPI_ERRORS_ABORT: MPI_Errhandler = ompi_mpi_errors_abort;
+}
+
+// Integer constants (Open MPI 4.1 mpi.h)
+pub const MPI_IDENT: c_int = 0;
+pub const MPI_CONGRUENT: c_int = 1;
+pub const MPI_SIMILAR: c_int = 2;
+pub const MPI_UNEQUAL: c_int = 3;
+pub const MPI_TAG_UB: c_int = 0;
+pub const MPI_HOST: c_int = 1;
+pub const MPI_IO: c_int = 2;
+pub const MPI_WTIME_IS_GLOBAL: c_int = 3;
+pub const MPI_UNIVERSE_SIZE: c_int = 6;
+pub const MPI_LASTUSEDCODE: c_int = 5;
+pub const MPI_APPNUM: c_int = 4;
+pub const MPI_WIN_BASE: c_int = 7;
+pub const MPI_WIN_SIZE: c_int = 8;
+pub const MPI_WIN_DISP_UNIT: c_int = 9;
+pub const MPI_WIN_CREATE_FLAVOR: c_int = 10;
+pub const MPI_WIN_MODEL: c_int = 11;
+pub const MPI_MAX_INFO_VAL: c_int = 256;
+pub const MPI_KEYVAL_INVALID: c_int = -1;
+pub const MPI_UNDEFINED: c_int = -32766;
+pub const MPI_PROC_NULL: c_int = -2;
+pub const MPI_ANY_SOURCE: c_int = -1;
+pub const MPI_ROOT: c_int = -4;
+pub const MPI_ANY_TAG: c_int = -1;
+pub const MPI_LOCK_EXCLUSIVE: c_int = 1;
+pub const MPI_LOCK_SHARED: c_int = 2;
+pub const MPI_THREAD_SINGLE: c_int = 0;
+pub const MPI_THREAD_FUNNELED: c_int = 1;
+pub const MPI_THREAD_SERIALIZED: c_int = 2;
+pub const MPI_THREAD_MULTIPLE: c_int = 3;
+pub const MPI_GRAPH: c_int = 2;
+pub const MPI_CART: c_int = 1;
+pub const MPI_DIST_GRAPH: c_int = 3;
+pub const MPI_MODE_NOCHECK: c_int = 1;
+pub const MPI_MODE_NOSTORE: c_int = 8;
+pub const MPI_MODE_NOPUT: c_int = 4;
+pub const MPI_MODE_NOPRECEDE: c_int = 2;
+pub const MPI_MODE_NOSUCCEED: c_int = 16;
+pub const MPI_COMM_TYPE_SHARED: c_int = 0;
+pub const MPI_WIN_FLAVOR_CREATE: c_int = 1;
+pub const MPI_WIN_FLAVOR_ALLOCATE: c_int = 2;
+pub const MPI_WIN_FLAVOR_DYNAMIC: c_int = 3;
+pub const MPI_WIN_FLAVOR_SHARED: c_int = 4;
+pub const MPI_ORDER_C: c_int = 0;
+pub const MPI_ORDER_FORTRAN: c_int = 1;
+pub const MPI_DISTRIBUTE_BLOCK: c_int = 0;
+pub const MPI_DISTRIBUTE_CYCLIC: c_int = 1;
+pub const MPI_DISTRIBUTE_NONE: c_int = 2;
+pub const MPI_DISTRIBUTE_DFLT_DARG: c_int = -1;
+pub const MPI_COMBINER_NAMED: c_int = 0;
+pub const MPI_COMBINER_DUP: c_int = 1;
+pub const MPI_COMBINER_CONTIGUOUS: c_int = 2;
+pub const MPI_COMBINER_VECTOR: c_int = 3;
+pub const MPI_COMBINER_HVECTOR: c_int = 5;
+pub const MPI_COMBINER_INDEXED: c_int = 6;
+pub const MPI_COMBINER_HINDEXED: c_int = 8;
+pub const MPI_COMBINER_INDEXED_BLOCK: c_int = 9;
+pub const MPI_COMBINER_STRUCT: c_int = 11;
+pub const MPI_COMBINER_SUBARRAY: c_int = 12;
+pub const MPI_COMBINER_DARRAY: c_int = 13;
+pub const MPI_COMBINER_F90_REAL: c_int = 14;
+pub const MPI_COMBINER_F90_COMPLEX: c_int = 15;
+pub const MPI_COMBINER_F90_INTEGER: c_int = 16;
+pub const MPI_COMBINER_RESIZED: c_int = 17;
+pub const MPI_COMBINER_HINDEXED_BLOCK: c_int = 18;
+pub const MPI_SUCCESS: c_int = 0;
+pub const MPI_ERR_BUFFER: c_int = 1;
+pub const MPI_ERR_COUNT: c_int = 2;
+pub const MPI_ERR_TYPE: c_int = 3;
+pub const MPI_ERR_TAG: c_int = 4;
+pub const MPI_ERR_COMM: c_int = 5;
+pub const MPI_ERR_RANK: c_int = 6;
+pub const MPI_ERR_ROOT: c_int = 8;
+pub const MPI_ERR_GROUP: c_int = 9;
+pub const MPI_ERR_OP: c_int = 10;
+pub const MPI_ERR_TOPOLOGY: c_int = 11;
+pub const MPI_ERR_DIMS: c_int = 12;
+pub const MPI_ERR_ARG: c_int = 13;
+pub const MPI_ERR_UNKNOWN: c_int = 14;
+pub const MPI_ERR_TRUNCATE: c_int = 15;
+pub const MPI_ERR_OTHER: c_int = 16;
+pub const MPI_ERR_INTERN: c_int = 17;
+pub const MPI_ERR_IN_STATUS: c_int = 18;
+pub const MPI_ERR_PENDING: c_int = 19;
+pub const MPI_ERR_REQUEST: c_int = 7;
+pub const MPI_ERR_INFO: c_int = 34;
+pub const MPI_ERR_NO_MEM: c_int = 39;
+pub const MPI_ERR_NOT_SAME: c_int = 40;
+pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 52;
+pub const MPI_ERR_WIN: c_int = 53;
+pub const MPI_ERR_BASE: c_int = 24;
+pub const MPI_ERR_LOCKTYPE: c_int = 37;
+pub const MPI_ERR_KEYVAL: c_int = 36;
+pub const MPI_ERR_RMA_CONFLICT: c_int = 46;
+pub const MPI_ERR_RMA_SYNC: c_int = 47;
+pub const MPI_ERR_SIZE: c_int = 49;
+pub const MPI_ERR_DISP: c_int = 26;
+pub const MPI_ERR_ASSERT: c_int = 22;
+pub const MPI_ERR_RMA_RANGE: c_int = 68;
+pub const MPI_ERR_RMA_ATTACH: c_int = 69;
+pub const MPI_ERR_RMA_SHARED: c_int = 71;
+pub const MPI_ERR_RMA_FLAVOR: c_int = 70;
+pub const MPI_MAX_LIBRARY_VERSION_STRING: usize = 256;
+pub const MPI_MAX_OBJECT_NAME: usize = 64;
+pub const MPI_MAX_ERROR_STRING: usize = 256;
+
+pub const MPI_BOTTOM: *mut c_void = core::ptr::null_mut();
+pub const MPI_IN_PLACE: *mut c_void = core::ptr::without_provenance_mut(1);
+pub const MPI_STATUS_IGNORE: *mut MPI_Status = core::ptr::null_mut();
+pub const MPI_STATUSES_IGNORE: *mut MPI_Status = core::ptr::null_mut();
+pub const MPI_ERRCODES_IGNORE: *mut c_int = core::ptr::null_mut();
+
+/// Every predefined datatype except `MPI_DATATYPE_NULL` (and the removed `MPI_LB`/`MPI_UB`).
+const PREDEFINED_DATATYPES: &[fn() -> MPI_Datatype] = &[
+    MPI_CHAR,
+    MPI_SIGNED_CHAR,
+    MPI_UNSIGNED_CHAR,
+    MPI_BYTE,
+    MPI_WCHAR,
+    MPI_SHORT,
+    MPI_UNSIGNED_SHORT,
+    MPI_INT,
+    MPI_UNSIGNED,
+    MPI_LONG,
+    MPI_UNSIGNED_LONG,
+    MPI_FLOAT,
+    MPI_DOUBLE,
+    MPI_LONG_DOUBLE,
+    MPI_LONG_LONG_INT,
+    MPI_LONG_LONG,
+    MPI_UNSIGNED_LONG_LONG,
+    MPI_PACKED,
+    MPI_FLOAT_INT,
+    MPI_DOUBLE_INT,
+    MPI_LONG_INT,
+    MPI_SHORT_INT,
+    MPI_2INT,
+    MPI_LONG_DOUBLE_INT,
+    MPI_COMPLEX,
+    MPI_DOUBLE_COMPLEX,
+    MPI_LOGICAL,
+    MPI_REAL,
+    MPI_DOUBLE_PRECISION,
+    MPI_INTEGER,
+    MPI_2INTEGER,
+    MPI_2REAL,
+    MPI_2DOUBLE_PRECISION,
+    MPI_CHARACTER,
+    MPI_REAL4,
+    MPI_REAL8,
+    MPI_REAL16,
+    MPI_COMPLEX8,
+    MPI_COMPLEX16,
+    MPI_COMPLEX32,
+    MPI_INTEGER1,
+    MPI_INTEGER2,
+    MPI_INTEGER4,
+    MPI_INTEGER8,
+    MPI_INT8_T,
+    MPI_INT16_T,
+    MPI_INT32_T,
+    MPI_INT64_T,
+    MPI_UINT8_T,
+    MPI_UINT16_T,
+    MPI_UINT32_T,
+    MPI_UINT64_T,
+    MPI_C_BOOL,
+    MPI_C_FLOAT_COMPLEX,
+    MPI_C_COMPLEX,
+    MPI_C_DOUBLE_COMPLEX,
+    MPI_C_LONG_DOUBLE_COMPLEX,
+    MPI_AINT,
+    MPI_OFFSET,
+    MPI_COUNT,
+    MPI_CXX_BOOL,
+    MPI_CXX_FLOAT_COMPLEX,
+    MPI_CXX_DOUBLE_COMPLEX,
+    MPI_CXX_LONG_DOUBLE_COMPLEX,
+];
+
+/// Whether `dt` is one of the MINLOC/MAXLOC pair types (MPI-4.0 §6.9.4).
+#[inline]
+pub fn is_pair_type(dt: MPI_Datatype) -> bool {
+    [
+        MPI_FLOAT_INT(),
+        MPI_DOUBLE_INT(),
+        MPI_LONG_INT(),
+        MPI_SHORT_INT(),
+        MPI_LONG_DOUBLE_INT(),
+        MPI_2INT(),
+        MPI_2INTEGER(),
+        MPI_2REAL(),
+        MPI_2DOUBLE_PRECISION(),
+    ]
+    .contains(&dt)
+}
+
+/// (handle, size in bytes) of every predefined datatype, sorted by handle; sizes are asked
+/// once from the library (the shim calls this only after `MPI_Init`).
+fn predefined_table() -> &'static [(MPI_Datatype, usize)] {
+    static TABLE: OnceLock<Vec<(MPI_Datatype, usize)>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut v: Vec<(MPI_Datatype, usize)> = PREDEFINED_DATATYPES
+            .iter()
+            .map(|f| {
+                let dt = f();
+                let mut size: c_int = 0;
+                // SAFETY: a predefined datatype and a valid out-pointer.
+                unsafe { crate::pmpi::PMPI_Type_size(dt, &mut size) };
+                (dt, size.max(0) as usize)
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup_by_key(|e| e.0);
+        v
+    })
+}
+
+/// Whether a datatype handle is predefined (named).
+#[inline]
+pub fn is_predefined_datatype(dt: MPI_Datatype) -> bool {
+    predefined_table()
+        .binary_search_by_key(&dt, |e| e.0)
+        .is_ok()
+}
+
+/// Size in bytes of a predefined datatype other than the pair types (as the MPICH module
+/// answers), `None` otherwise.
+#[inline]
+pub fn builtin_size(dt: MPI_Datatype) -> Option<usize> {
+    let t = predefined_table();
+    let i = t.binary_search_by_key(&dt, |e| e.0).ok()?;
+    (!is_pair_type(dt)).then_some(t[i].1)
+}
+
+/// Whether an op handle is a predefined operation.
+#[inline]
+pub fn is_builtin_op(op: MPI_Op) -> bool {
+    super::Op::of(op).is_some()
+}
+
+/// Handles of the shim's own requests: Open MPI's requests are pointers to aligned
+/// objects, so an address with the low bits `0b0011` is never one of them.
+pub fn shim_request_handle(index: usize) -> MPI_Request {
+    assert!(index < (1 << 40), "too many outstanding shim requests");
+    (index << 4) | 0x3
+}
+
+/// The index of a shim request handle, `None` for any other handle.
+#[inline]
+pub fn shim_request_index(h: MPI_Request) -> Option<usize> {
+    (h & 0xf == 0x3 && h < (1 << 44)).then_some(h >> 4)
+}
+
+pub fn is_shim_request(h: MPI_Request) -> bool {
+    shim_request_index(h).is_some()
+}
+
+/// Handles of schedule-local composite datatypes (`crate::sched`): low bits `0b0101`, never
+/// the address of an Open MPI object.
+pub fn composite_handle(index: usize) -> MPI_Datatype {
+    assert!(
+        index < (1 << 40),
+        "too many composite datatypes in one schedule"
+    );
+    (index << 4) | 0x5
+}
+
+/// The index of a composite datatype handle, `None` for any other handle.
+pub fn composite_index(dt: MPI_Datatype) -> Option<usize> {
+    (dt & 0xf == 0x5 && dt < (1 << 44)).then_some(dt >> 4)
+}
+
+/// Recognises Open MPI's library version string.
+pub fn library_is_compatible(version: &str) -> bool {
+    version.starts_with("Open MPI")
+}
+
+/// Sonames tried when no loaded object provides the MPI (`crate::symbols`).
+pub const MPI_LIBRARY_CANDIDATES: &[&str] = &["libmpi.so.40", "libmpi.so"];
+
+pub const SUPPORTED_DESCRIPTION: &str = "the Open MPI ABI (Open MPI 4.x)";
+
+/// Large-count functions the shim uses internally whose classic form has another shape,
+/// built on the classic calls for an Open MPI without `_c` symbols (4.x). The generated
+/// `PMPI_*_c` forwarders call these only when the library lacks the symbol.
+#[allow(non_snake_case)]
+pub mod large_count {
+    use super::*;
+    use crate::pmpi;
+
+    /// `MPI_Type_get_envelope_c`: classic envelopes never have large counts.
+    ///
+    /// # Safety
+    /// The out-pointers must be valid.
+    pub unsafe fn PMPI_Type_get_envelope_c(
+        dt: MPI_Datatype,
+        ni: *mut MPI_Count,
+        na: *mut MPI_Count,
+        nl: *mut MPI_Count,
+        nd: *mut MPI_Count,
+        combiner: *mut c_int,
+    ) -> c_int {
+        let (mut i, mut a, mut d) = (0, 0, 0);
+        // SAFETY: valid out-pointers (ours and the caller's).
+        unsafe {
+            let rc = pmpi::PMPI_Type_get_envelope(dt, &mut i, &mut a, &mut d, combiner);
+            *ni = i as MPI_Count;
+            *na = a as MPI_Count;
+            *nl = 0;
+            *nd = d as MPI_Count;
+            rc
+        }
+    }
+
+    /// `MPI_Type_create_struct_c` on `MPI_Type_create_struct` (block lengths must fit in
+    /// an `int`).
+    ///
+    /// # Safety
+    /// The arrays must hold `count` elements; `newtype` must be valid.
+    pub unsafe fn PMPI_Type_create_struct_c(
+        count: MPI_Count,
+        blocklengths: *const MPI_Count,
+        displs: *const MPI_Count,
+        types: *const MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        let Ok(n) = c_int::try_from(count) else {
+            return MPI_ERR_COUNT;
+        };
+        let n_us = n.max(0) as usize;
+        // SAFETY: the caller's arrays of `count` elements.
+        let (bl, dp) = unsafe {
+            (
+                core::slice::from_raw_parts(blocklengths, n_us),
+                core::slice::from_raw_parts(displs, n_us),
+            )
+        };
+        let Ok(bl) = bl
+            .iter()
+            .map(|&b| c_int::try_from(b))
+            .collect::<Result<Vec<c_int>, _>>()
+        else {
+            return MPI_ERR_COUNT;
+        };
+        let dp: Vec<MPI_Aint> = dp.to_vec();
+        // SAFETY: arrays of n elements and the caller's type array and out-pointer.
+        unsafe { pmpi::PMPI_Type_create_struct(n, bl.as_ptr(), dp.as_ptr(), types, newtype) }
+    }
+}
