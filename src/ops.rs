@@ -96,7 +96,6 @@ fn class_of(dt: MPI_Datatype) -> Option<Class> {
         | Dt::TWO_INTEGER
         | Dt::TWO_REAL
         | Dt::TWO_DOUBLE_PRECISION => Pair,
-        _ => None,
     })
 }
 

@@ -22,6 +22,19 @@ compile_error!("no ABI selected: enable the abi-mpich (default) or abi-ompi feat
 
 use core::ffi::c_void;
 
+/// The typedefs both ABIs share (x86-64 Linux, MPI-4.0 §2.5.8): ROMIO's file handle is a
+/// pointer in both, addresses, counts and offsets are 64-bit, Fortran handles are `int`.
+#[allow(non_camel_case_types)]
+pub type MPI_File = *mut c_void;
+#[allow(non_camel_case_types)]
+pub type MPI_Aint = i64;
+#[allow(non_camel_case_types)]
+pub type MPI_Count = i64;
+#[allow(non_camel_case_types)]
+pub type MPI_Offset = i64;
+#[allow(non_camel_case_types)]
+pub type MPI_Fint = c_int;
+
 use core::ffi::c_int;
 
 /// Attribute callback types (MPI-4.0 §7.7.2).
@@ -85,6 +98,28 @@ impl Counts {
         // SAFETY: as for `get`.
         (0..n).map(|i| unsafe { self.get(i) }).collect()
     }
+}
+
+/// Whether `dt` is one of the MINLOC/MAXLOC pair types with a gap or an int after a value
+/// of another size (`struct { T v; int i; }`, MPI-4.0 §6.9.4); the dense pairs (`MPI_2INT`,
+/// `MPI_2REAL`, ...) are plain predefined types. In MPICH these five are direct handles
+/// without the builtin size encoding.
+#[inline]
+pub fn is_pair_type(dt: MPI_Datatype) -> bool {
+    [
+        MPI_FLOAT_INT(),
+        MPI_DOUBLE_INT(),
+        MPI_LONG_INT(),
+        MPI_SHORT_INT(),
+        MPI_LONG_DOUBLE_INT(),
+    ]
+    .contains(&dt)
+}
+
+/// Whether `h` is one of the shim's own request handles (`shim_request_handle`).
+#[inline]
+pub fn is_shim_request(h: MPI_Request) -> bool {
+    shim_request_index(h).is_some()
 }
 
 /// Declares an enum of predefined handles (one variant per MPI name, without the `MPI_`
@@ -151,8 +186,7 @@ predefined_kinds! {
         DOUBLE_INT => MPI_DOUBLE_INT, LONG_INT => MPI_LONG_INT, SHORT_INT => MPI_SHORT_INT,
         TWO_INT => MPI_2INT, LONG_DOUBLE_INT => MPI_LONG_DOUBLE_INT,
         TWO_INTEGER => MPI_2INTEGER, TWO_REAL => MPI_2REAL,
-        TWO_DOUBLE_PRECISION => MPI_2DOUBLE_PRECISION, WCHAR => MPI_WCHAR,
-        PACKED => MPI_PACKED,
+        TWO_DOUBLE_PRECISION => MPI_2DOUBLE_PRECISION,
     }
 }
 

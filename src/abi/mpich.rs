@@ -22,12 +22,6 @@ pub type MPI_Info = c_int;
 pub type MPI_Errhandler = c_int;
 pub type MPI_Message = c_int;
 pub type MPI_Session = c_int;
-/// ROMIO's file handle is a pointer in both ABIs.
-pub type MPI_File = *mut c_void;
-pub type MPI_Aint = i64;
-pub type MPI_Count = i64;
-pub type MPI_Offset = i64;
-pub type MPI_Fint = c_int;
 /// An atomic cell holding a handle.
 pub type AtomicHandle = core::sync::atomic::AtomicI32;
 
@@ -486,24 +480,11 @@ pub const MPI_MAX_LIBRARY_VERSION_STRING: usize = 8192;
 pub const MPI_MAX_OBJECT_NAME: usize = 128;
 pub const MPI_MAX_ERROR_STRING: usize = 512;
 
-/// Whether `dt` is one of the MINLOC/MAXLOC pair types, which MPICH predefines as direct
-/// (not builtin) handles.
-#[inline]
-pub fn is_pair_type(dt: MPI_Datatype) -> bool {
-    [
-        MPI_FLOAT_INT(),
-        MPI_DOUBLE_INT(),
-        MPI_LONG_INT(),
-        MPI_SHORT_INT(),
-        MPI_LONG_DOUBLE_INT(),
-    ]
-    .contains(&dt)
-}
-
 /// Whether a datatype handle is predefined (named): MPICH builtin handles have kind 1 in
 /// bits 30-31 and object type 3 (datatype) in bits 26-29; the pair types are listed.
 #[inline]
 pub fn is_predefined_datatype(dt: MPI_Datatype) -> bool {
+    use super::is_pair_type;
     ((dt as u32) >> 26) == 0x13 || is_pair_type(dt)
 }
 
@@ -536,10 +517,6 @@ pub fn shim_request_handle(index: usize) -> MPI_Request {
 pub fn shim_request_index(h: MPI_Request) -> Option<usize> {
     let u = h as u32;
     (u & 0xfc00_0000 == 0x2c00_0000 && u != 0x2c00_0000).then(|| (u & 0x03ff_ffff) as usize - 1)
-}
-
-pub fn is_shim_request(h: MPI_Request) -> bool {
-    shim_request_index(h).is_some()
 }
 
 /// Handles of schedule-local composite datatypes (`crate::sched`): kind 0 in bits 30-31,

@@ -15,6 +15,8 @@
 use core::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 
+use super::{MPI_Aint, MPI_Count, is_pair_type};
+
 /// Every handle is a pointer to an Open MPI object; the shim keeps it as an address
 /// (`usize` has the same size and calling convention as a pointer on every platform Open
 /// MPI supports, and is `Send`, `Hash` and `Ord`, which the shim's tables need).
@@ -28,11 +30,6 @@ pub type MPI_Info = usize;
 pub type MPI_Errhandler = usize;
 pub type MPI_Message = usize;
 pub type MPI_Session = usize;
-pub type MPI_File = *mut c_void;
-pub type MPI_Aint = i64;
-pub type MPI_Count = i64;
-pub type MPI_Offset = i64;
-pub type MPI_Fint = c_int;
 /// An atomic cell holding a handle.
 pub type AtomicHandle = core::sync::atomic::AtomicUsize;
 
@@ -376,23 +373,6 @@ const PREDEFINED_DATATYPES: &[fn() -> MPI_Datatype] = &[
     MPI_CXX_LONG_DOUBLE_COMPLEX,
 ];
 
-/// Whether `dt` is one of the MINLOC/MAXLOC pair types (MPI-4.0 §6.9.4).
-#[inline]
-pub fn is_pair_type(dt: MPI_Datatype) -> bool {
-    [
-        MPI_FLOAT_INT(),
-        MPI_DOUBLE_INT(),
-        MPI_LONG_INT(),
-        MPI_SHORT_INT(),
-        MPI_LONG_DOUBLE_INT(),
-        MPI_2INT(),
-        MPI_2INTEGER(),
-        MPI_2REAL(),
-        MPI_2DOUBLE_PRECISION(),
-    ]
-    .contains(&dt)
-}
-
 /// (handle, size in bytes) of every predefined datatype, sorted by handle; sizes are asked
 /// once from the library (the shim calls this only after `MPI_Init`).
 fn predefined_table() -> &'static [(MPI_Datatype, usize)] {
@@ -422,8 +402,8 @@ pub fn is_predefined_datatype(dt: MPI_Datatype) -> bool {
         .is_ok()
 }
 
-/// Size in bytes of a predefined datatype other than the pair types (as the MPICH module
-/// answers), `None` otherwise.
+/// Size in bytes of a dense predefined datatype (every one but the pair types, as in the
+/// MPICH module), `None` otherwise.
 #[inline]
 pub fn builtin_size(dt: MPI_Datatype) -> Option<usize> {
     let t = predefined_table();
@@ -448,10 +428,6 @@ pub fn shim_request_handle(index: usize) -> MPI_Request {
 #[inline]
 pub fn shim_request_index(h: MPI_Request) -> Option<usize> {
     (h & 0xf == 0x3 && h < (1 << 44)).then_some(h >> 4)
-}
-
-pub fn is_shim_request(h: MPI_Request) -> bool {
-    shim_request_index(h).is_some()
 }
 
 /// Handles of schedule-local composite datatypes (`crate::sched`): low bits `0b0101`, never
