@@ -636,7 +636,7 @@ fn main() {
     std::fs::write(out_dir.join("api_gen.rs"), o).unwrap();
     std::fs::write(
         out_dir.join("fortran_gen.rs"),
-        fortran_gen::generate(&funcs),
+        fortran_gen::generate(&funcs, ompi),
     )
     .unwrap();
 }

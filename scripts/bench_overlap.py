@@ -12,8 +12,12 @@ Outputs (build/bench/overlap-results/): all.csv (every row of every run), summar
 one table per environment and mode), overlap-<env>.png (OSU overlap versus size, one panel
 per collective, one line per configuration), and the target check on stdout.
 
-Usage: bench_overlap.py [--env shm,net] [--ranks 2] [--repeat 3] [--iters 10]
-                        [--colls Ibcast,...] [--min 1024] [--max 4194304]
+With --mpi openmpi: Debian's Open MPI (mpirun.openmpi, the benchmark built with
+mpicc.openmpi, the shim's Open MPI build), over TCP (`--mca pml ob1 --mca btl tcp,self`)
+in both environments; Open MPI has no progress-thread setting, so three configurations.
+
+Usage: bench_overlap.py [--mpi mpich|openmpi] [--env shm,net] [--ranks 2] [--repeat 3]
+                        [--iters 10] [--colls Ibcast,...] [--min 1024] [--max 4194304]
 """
 import argparse
 import csv
@@ -27,12 +31,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "bench" / "overlap-results"
 LIB = os.environ.get("SHIM_LIB_PATH", str(ROOT / "target" / "release" / "libshim.so"))
+OMPI_LIB = os.environ.get("SHIM_OMPI_LIB_PATH", str(ROOT / "target" / "ompi" / "release" / "libshim.so"))
 CONFIGS = [
     ("system", {}),
     ("system+async", {"MPIR_CVAR_ASYNC_PROGRESS": "1"}),
     ("shim-none", {"LD_PRELOAD": LIB, "SHIM_PROGRESS": "none"}),
     ("shim-thread", {"LD_PRELOAD": LIB, "SHIM_PROGRESS": "thread"}),
 ]
+OMPI_CONFIGS = [
+    ("system", {}),
+    ("shim-none", {"LD_PRELOAD": OMPI_LIB, "SHIM_PROGRESS": "none"}),
+    ("shim-thread", {"LD_PRELOAD": OMPI_LIB, "SHIM_PROGRESS": "thread"}),
+]
+OPENMPI = False
 NETNS = "shimnet"
 METRICS = ["t_blk_us", "t_pure_us", "t_cpu_us", "t_ovl_us", "t_comp_us", "t_test_us", "t_mpi_us", "wl_ovh_us",
            "osu_pct", "imb_pct", "beta", "thr_pct", "wl_pct"]
@@ -58,8 +69,14 @@ FAILURES = []
 def run(env_name, label, extra, args, binary, coll):
     """One mpirun per collective, so that a hang (MPICH's progress thread hangs now and
     then on the emulated network) costs one collective, not the whole configuration."""
-    cmd = ["timeout", "-k", "10", str(args.timeout), os.environ.get("MPIRUN", "mpirun.mpich"), "-n", str(args.ranks)]
     envs = [f"{k}={v}" for k, v in extra.items()]
+    if OPENMPI:
+        # TCP over loopback (Open MPI's TCP BTL skips lo unless told to use it)
+        cmd = ["timeout", "-k", "10", str(args.timeout), os.environ.get("MPIRUN_OMPI", "mpirun.openmpi"),
+               "--allow-run-as-root", "--oversubscribe", "-n", str(args.ranks), "--mca", "pml", "ob1",
+               "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
+    else:
+        cmd = ["timeout", "-k", "10", str(args.timeout), os.environ.get("MPIRUN", "mpirun.mpich"), "-n", str(args.ranks)]
     cmd += ["env"] + envs + [str(binary), "-c", coll, "-s", str(args.min), "-S", str(args.max),
                              "-i", str(args.iters), "-l", label]
     if env_name == "net":
@@ -110,6 +127,7 @@ def plot(rows, env_name, path):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--mpi", choices=["mpich", "openmpi"], default="mpich")
     ap.add_argument("--env", default="shm,net")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
@@ -118,9 +136,14 @@ def main():
                                        "Ireduce_scatter_block")
     ap.add_argument("--min", type=int, default=1024)
     ap.add_argument("--max", type=int, default=4 << 20)
-    ap.add_argument("--binary", default=str(ROOT / "build" / "bench" / "overlap"))
+    ap.add_argument("--binary", default=None, help="default build/bench/overlap (overlap-ompi for Open MPI)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per mpirun (one collective)")
     args = ap.parse_args()
+    global OUT, CONFIGS, OPENMPI
+    if args.mpi == "openmpi":
+        OPENMPI, CONFIGS, OUT = True, OMPI_CONFIGS, OUT.with_name("overlap-results-ompi")
+    if args.binary is None:
+        args.binary = str(ROOT / "build" / "bench" / ("overlap-ompi" if OPENMPI else "overlap"))
     OUT.mkdir(parents=True, exist_ok=True)
     envs = args.env.split(",")
     if "net" in envs:

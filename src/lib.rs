@@ -25,7 +25,6 @@ pub mod config;
 pub mod dtype;
 pub mod entry;
 pub mod errors;
-#[cfg(feature = "abi-mpich")]
 pub mod fortran;
 pub mod ghost;
 pub mod init;

@@ -304,6 +304,9 @@ pub const MPI_IN_PLACE: *mut c_void = core::ptr::without_provenance_mut(1);
 pub const MPI_STATUS_IGNORE: *mut MPI_Status = core::ptr::null_mut();
 pub const MPI_STATUSES_IGNORE: *mut MPI_Status = core::ptr::null_mut();
 pub const MPI_ERRCODES_IGNORE: *mut c_int = core::ptr::null_mut();
+/// `((int *) 2)` and `((int *) 3)` in Open MPI's mpi.h.
+pub const MPI_UNWEIGHTED: *mut c_int = 2usize as *mut c_int;
+pub const MPI_WEIGHTS_EMPTY: *mut c_int = 3usize as *mut c_int;
 
 /// Every predefined datatype except `MPI_DATATYPE_NULL` (and the removed `MPI_LB`/`MPI_UB`).
 const PREDEFINED_DATATYPES: &[fn() -> MPI_Datatype] = &[

@@ -1,4 +1,9 @@
-//! Fortran entry points for `mpif.h` and `use mpi` programs (MPICH ABI).
+//! Fortran entry points for `mpif.h` and `use mpi` programs.
+//!
+//! This file holds what both ABIs share (the generated entry points, argument helpers,
+//! the attribute routines); `mpich.rs` and `ompi.rs` hold the handle conversions, the
+//! sentinels and `MPI_INIT` of each. The Open MPI side is described in `ompi.rs`: its
+//! bindings call `PMPI_*`, so there the shim's entry points are the only way in.
 //!
 //! # Who calls what in MPICH's Fortran library
 //!
@@ -38,58 +43,23 @@
 //! address. LOGICALs: `.TRUE.` is 1 and `.FALSE.` 0 for gfortran, the values MPICH's
 //! configure found (it has no run-time variable for them).
 
-use core::ffi::{CStr, c_int, c_void};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use core::ffi::{CStr, c_char, c_int, c_void};
 
 use crate::abi::*;
 use crate::api::Fid;
+use crate::pmpi;
+use std::sync::OnceLock;
 
 include!(concat!(env!("OUT_DIR"), "/fortran_gen.rs"));
 
-// Handles are passed as `MPI_Fint` arrays and single values; MPICH's f2c is a cast.
-const _: () = assert!(core::mem::size_of::<MPI_Fint>() == core::mem::size_of::<MPI_Comm>());
-const _: () = assert!(core::mem::size_of::<MPI_Status>() == 5 * core::mem::size_of::<MPI_Fint>());
-
-macro_rules! handle_conversions {
-    ($($f2c:ident, $c2f:ident: $t:ty;)*) => {$(
-        /// `MPI_<T>_f2c`: a cast in MPICH (`mpi.h`).
-        #[inline]
-        pub fn $f2c(f: MPI_Fint) -> $t {
-            f as $t
-        }
-        /// `MPI_<T>_c2f`: a cast in MPICH (`mpi.h`).
-        #[inline]
-        pub fn $c2f(c: $t) -> MPI_Fint {
-            c as MPI_Fint
-        }
-    )*};
-}
-
-handle_conversions! {
-    f2c_comm, c2f_comm: MPI_Comm;
-    f2c_datatype, c2f_datatype: MPI_Datatype;
-    f2c_op, c2f_op: MPI_Op;
-    f2c_win, c2f_win: MPI_Win;
-    f2c_group, c2f_group: MPI_Group;
-    f2c_request, c2f_request: MPI_Request;
-    f2c_info, c2f_info: MPI_Info;
-    f2c_errhandler, c2f_errhandler: MPI_Errhandler;
-    f2c_message, c2f_message: MPI_Message;
-    f2c_session, c2f_session: MPI_Session;
-}
-
-/// An array of Fortran handles as C handles (same `int`s, checked above).
-#[inline]
-pub fn cast_const<T>(p: *const MPI_Fint) -> *const T {
-    p.cast()
-}
-
-/// A writable array of Fortran handles as C handles.
-#[inline]
-pub fn cast_mut<T>(p: *mut MPI_Fint) -> *mut T {
-    p.cast()
-}
+#[cfg(feature = "abi-mpich")]
+mod mpich;
+#[cfg(feature = "abi-mpich")]
+pub use mpich::*;
+#[cfg(feature = "abi-ompi")]
+mod ompi;
+#[cfg(feature = "abi-ompi")]
+pub use ompi::*;
 
 /// gfortran's LOGICAL values (MPICH's `MPIR_F_TRUE`/`MPIR_F_FALSE` at configure time).
 pub const FORTRAN_TRUE: MPI_Fint = 1;
@@ -123,51 +93,14 @@ pub struct Sentinels {
     pub in_place: usize,
     pub status_ignore: usize,
     pub statuses_ignore: usize,
+    pub unweighted: usize,
+    pub weights_empty: usize,
 }
 
-fn global(name: &CStr) -> *mut c_void {
+pub(crate) fn global(name: &CStr) -> *mut c_void {
     // SAFETY: dlsym with a NUL-terminated name; RTLD_DEFAULT searches the executable
     // first, which holds the copy of a common block every library refers to.
     unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
-}
-
-/// The sentinels, from the common blocks of `mpif.h` (technique 2 of the design notes,
-/// §1.8), cross-checked once against MPICH's own record of them.
-pub fn sentinels() -> Sentinels {
-    static S: OnceLock<Sentinels> = OnceLock::new();
-    *S.get_or_init(|| {
-        fortran_setup();
-        let p1 = global(c"mpipriv1_") as usize;
-        let p2 = global(c"mpipriv2_") as usize;
-        let at = |base: usize, off: usize| if base == 0 { 0 } else { base + off };
-        let s = Sentinels {
-            bottom: at(p1, 0),
-            in_place: at(p1, 4),
-            status_ignore: at(p1, 8),
-            statuses_ignore: p2,
-        };
-        // MPICH's record (filled by mpirinitf_): `MPIR_F_MPI_IN_PLACE` (a `void *` in
-        // libmpichfort) and the standard's `MPI_F_STATUS_IGNORE` (MPI-4.0 §19.3.5).
-        let read = |n: &CStr| {
-            let v = global(n).cast::<usize>();
-            // SAFETY: both are pointer-sized global variables of the MPI library.
-            if v.is_null() { 0 } else { unsafe { v.read_volatile() } }
-        };
-        let (mpich_in_place, mpich_status) =
-            (read(c"MPIR_F_MPI_IN_PLACE"), read(c"MPI_F_STATUS_IGNORE"));
-        if (mpich_in_place != 0 && mpich_in_place != s.in_place)
-            || (mpich_status != 0 && mpich_status != s.status_ignore)
-        {
-            tracing::warn!(target: "shim::fortran", "Fortran sentinels: common blocks say {s:x?}, MPICH says MPI_IN_PLACE={mpich_in_place:#x} MPI_STATUS_IGNORE={mpich_status:#x}; using MPICH's");
-            return Sentinels {
-                in_place: if mpich_in_place != 0 { mpich_in_place } else { s.in_place },
-                status_ignore: if mpich_status != 0 { mpich_status } else { s.status_ignore },
-                ..s
-            };
-        }
-        tracing::debug!(target: "shim::fortran", "Fortran sentinels {s:x?} (MPICH agrees)");
-        s
-    })
 }
 
 /// A Fortran choice buffer as the C binding's: `MPI_BOTTOM` and `MPI_IN_PLACE` by address.
@@ -208,28 +141,190 @@ pub fn statuses(p: *mut MPI_Fint) -> *mut MPI_Status {
     }
 }
 
-/// MPICH's lazy Fortran setup, as its own bindings do it on every call
-/// (`if (MPIR_F_NeedInit) { mpirinitf_(); MPIR_F_NeedInit = 0; }`): it records the
-/// sentinels' addresses that MPICH's bindings compare against.
-fn fortran_setup() {
-    static DONE: AtomicBool = AtomicBool::new(false);
-    if DONE.swap(true, Ordering::AcqRel) {
-        return;
+/// An input array of Fortran handles as the C binding's: cast where Fortran and C
+/// handles agree (MPICH), converted element by element otherwise (Open MPI).
+pub struct HandlesIn<T> {
+    fortran: *const MPI_Fint,
+    c: Vec<T>,
+}
+
+impl<T: Copy> HandlesIn<T> {
+    /// `len` is evaluated only when the array is converted.
+    pub fn new(p: *const MPI_Fint, len: impl FnOnce() -> c_int, f2c: fn(MPI_Fint) -> T) -> Self {
+        let c = if HANDLE_ARRAYS_CAST || p.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the Fortran array holds `len` handles (the call's count argument).
+            (0..len().max(0) as usize)
+                .map(|i| f2c(unsafe { *p.add(i) }))
+                .collect()
+        };
+        HandlesIn { fortran: p, c }
     }
-    let need = global(c"MPIR_F_NeedInit").cast::<c_int>();
-    let init = global(c"mpirinitf_");
-    if need.is_null() || init.is_null() {
-        return;
-    }
-    // SAFETY: `MPIR_F_NeedInit` is an int of libmpichfort and `mpirinitf_` a Fortran
-    // subroutine without arguments; calling it before MPI_Init is what MPICH does.
-    unsafe {
-        if need.read_volatile() != 0 {
-            let f: unsafe extern "C" fn() = core::mem::transmute(init);
-            f();
-            need.write_volatile(0);
+
+    pub fn ptr(&self) -> *const T {
+        if HANDLE_ARRAYS_CAST || self.fortran.is_null() {
+            self.fortran.cast()
+        } else {
+            self.c.as_ptr()
         }
     }
+}
+
+/// An in/out array of Fortran handles (requests): converted in, and back after the call.
+pub struct HandlesMut<T>(HandlesIn<T>);
+
+impl<T: Copy> HandlesMut<T> {
+    pub fn new(p: *mut MPI_Fint, len: impl FnOnce() -> c_int, f2c: fn(MPI_Fint) -> T) -> Self {
+        HandlesMut(HandlesIn::new(p, len, f2c))
+    }
+
+    pub fn ptr_mut(&mut self) -> *mut T {
+        if HANDLE_ARRAYS_CAST || self.0.fortran.is_null() {
+            self.0.fortran.cast_mut().cast()
+        } else {
+            self.0.c.as_mut_ptr()
+        }
+    }
+
+    /// Writes the (possibly completed, now null) handles back into the Fortran array.
+    pub fn write_back(&self, c2f: fn(T) -> MPI_Fint) {
+        if HANDLE_ARRAYS_CAST {
+            return;
+        }
+        let p = self.0.fortran.cast_mut();
+        for (i, &h) in self.0.c.iter().enumerate() {
+            // SAFETY: the caller's array, as long as the converted one.
+            unsafe { *p.add(i) = c2f(h) };
+        }
+    }
+}
+
+/// A LOGICAL input array as C booleans.
+pub fn logicals_in(p: *const MPI_Fint, len: c_int) -> Vec<c_int> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the Fortran array holds `len` LOGICALs (the call's dimension argument).
+    (0..len.max(0) as usize)
+        .map(|i| logical_in(unsafe { *p.add(i) }))
+        .collect()
+}
+
+/// Turns the C booleans the call wrote into LOGICALs.
+pub fn logicals_out(rc: c_int, p: *mut MPI_Fint, len: c_int) {
+    for i in 0..len.max(0) as usize {
+        // SAFETY: the caller's array of `len` LOGICALs.
+        logical_out(rc, unsafe { p.add(i) });
+    }
+}
+
+/// `MPI_WAITANY`/`MPI_TESTANY` index: 1-based in Fortran (MPI-4.0 §19.1.6);
+/// `MPI_UNDEFINED` stays.
+pub fn index_out(rc: c_int, p: *mut MPI_Fint) {
+    // SAFETY: the caller's INDEX, written by the C call.
+    unsafe {
+        if rc == MPI_SUCCESS && !p.is_null() && *p >= 0 {
+            *p += 1;
+        }
+    }
+}
+
+/// `MPI_WAITSOME`/`MPI_TESTSOME` indices, `*outcount` of them.
+pub fn indices_out(rc: c_int, p: *mut MPI_Fint, outcount: *const MPI_Fint) {
+    if rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS {
+        return;
+    }
+    // SAFETY: the caller's OUTCOUNT and its array of at least that many indices.
+    unsafe {
+        if *outcount == MPI_UNDEFINED {
+            return;
+        }
+        for i in 0..(*outcount).max(0) as usize {
+            *p.add(i) += 1;
+        }
+    }
+}
+
+/// A `CHARACTER` argument as a C string: leading and trailing blanks are not part of
+/// the value (MPI-4.0 §19.1.2, as Open MPI's own bindings trim them).
+pub fn str_in(p: *const c_char, len: usize) -> std::ffi::CString {
+    let bytes = if p.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: gfortran passes the character data and its length.
+        unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len) }
+    };
+    let t = bytes.trim_ascii();
+    let t = &t[..t.iter().position(|&b| b == 0).unwrap_or(t.len())];
+    std::ffi::CString::new(t).expect("NUL removed above")
+}
+
+/// A buffer for a C string result that goes back into a blank-padded `CHARACTER`.
+pub struct StrOut(Vec<c_char>);
+
+impl StrOut {
+    pub fn new(len: usize) -> Self {
+        StrOut(vec![0; len.max(MPI_MAX_OBJECT_NAME) + 1])
+    }
+
+    pub fn ptr(&mut self) -> *mut c_char {
+        self.0.as_mut_ptr()
+    }
+
+    pub fn write_back(&self, rc: c_int, p: *mut c_char, len: usize) {
+        if rc != MPI_SUCCESS || p.is_null() {
+            return;
+        }
+        let n = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
+        for i in 0..len {
+            let b = if i < n { self.0[i] } else { b' ' as c_char };
+            // SAFETY: the caller's CHARACTER*(len).
+            unsafe { *p.add(i) = b };
+        }
+    }
+}
+
+/// Length of the `sendtypes`/`recvtypes` arrays of an Alltoallw form: the (remote) group
+/// size, or the topology's out/in degree for the neighbourhood forms (MPI-4.0 §6.8, §8.6).
+pub fn types_len(comm: MPI_Fint, neighbor: bool, send: bool) -> c_int {
+    let c = crate::ghost::map_world(f2c_comm(comm));
+    let (mut n, mut inter, mut kind) = (0, 0, MPI_UNDEFINED);
+    // SAFETY: out-pointers to locals; an invalid communicator leaves 0 and the call
+    // itself reports the error.
+    unsafe {
+        if !neighbor {
+            pmpi::PMPI_Comm_test_inter(c, &mut inter);
+            if inter != 0 {
+                pmpi::PMPI_Comm_remote_size(c, &mut n);
+            } else {
+                pmpi::PMPI_Comm_size(c, &mut n);
+            }
+            return n;
+        }
+        pmpi::PMPI_Topo_test(c, &mut kind);
+        if kind == MPI_CART {
+            pmpi::PMPI_Cartdim_get(c, &mut n);
+            n *= 2;
+        } else if kind == MPI_GRAPH {
+            let mut rank = 0;
+            pmpi::PMPI_Comm_rank(c, &mut rank);
+            pmpi::PMPI_Graph_neighbors_count(c, rank, &mut n);
+        } else if kind == MPI_DIST_GRAPH {
+            let (mut indeg, mut outdeg, mut weighted) = (0, 0, 0);
+            pmpi::PMPI_Dist_graph_neighbors_count(c, &mut indeg, &mut outdeg, &mut weighted);
+            n = if send { outdeg } else { indeg };
+        }
+    }
+    n
+}
+
+/// Number of dimensions of a Cartesian communicator (the length of `remain_dims`).
+pub fn cart_ndims(comm: MPI_Fint) -> c_int {
+    let mut n = 0;
+    // SAFETY: an out-pointer to a local.
+    unsafe { pmpi::PMPI_Cartdim_get(crate::ghost::map_world(f2c_comm(comm)), &mut n) };
+    n
 }
 
 /// Runs a Fortran entry point: the panic guard (a panic must not unwind into Fortran),
@@ -243,9 +338,31 @@ pub(crate) fn call(name: &str, ierr: *mut MPI_Fint, f: impl FnOnce() -> c_int) {
     }
 }
 
-/// A Fortran binding of the system MPI (`pmpi_init_`, ...), or null.
-fn system(name: &'static CStr) -> *mut c_void {
-    crate::symbols::lookup(name)
+/// A Fortran binding of the system MPI (`pmpi_init_`, ...), or null. A program relinked
+/// with `-lshim` may have lost the MPI's Fortran library under `--as-needed` (the shim
+/// defines every Fortran name it calls), so it is loaded here when needed.
+pub(crate) fn system(name: &'static CStr) -> *mut c_void {
+    let p = crate::symbols::lookup(name);
+    if !p.is_null() {
+        return p;
+    }
+    static LIB: OnceLock<usize> = OnceLock::new();
+    let lib = *LIB.get_or_init(|| {
+        for l in FORTRAN_LIBRARIES {
+            // SAFETY: dlopen of a library name; its constructors are the MPI's own.
+            let h = unsafe { libc::dlopen(l.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            if !h.is_null() {
+                tracing::debug!(target: "shim::fortran", "loaded {} for the system's Fortran bindings", l.to_string_lossy());
+                return h as usize;
+            }
+        }
+        0
+    });
+    if lib == 0 {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: a handle from dlopen and a NUL-terminated name.
+    unsafe { libc::dlsym(lib as *mut c_void, name.as_ptr()) }
 }
 
 /// Defines the four Fortran name forms of a hand-written entry point.
@@ -262,59 +379,10 @@ macro_rules! fortran_names {
     ($inner:ident ($($a:ident : $t:ty),*) => ) => {};
 }
 
-type InitF = unsafe extern "C" fn(*mut MPI_Fint);
-type InitThreadF = unsafe extern "C" fn(*const MPI_Fint, *mut MPI_Fint, *mut MPI_Fint);
-
-/// `MPI_INIT(IERROR)`: the system's Fortran binding runs MPICH's Fortran setup and calls
-/// the C `MPI_Init`, which is the shim's (the dynamic linker finds it first); ghost
-/// processes stay inside it as for C programs. Without a Fortran binding in the process
-/// (a relinked program that lost libmpichfort), the shim's C `MPI_Init` directly.
-unsafe fn init(ierr: *mut MPI_Fint) {
-    let sys = system(c"pmpi_init_");
-    if sys.is_null() {
-        // SAFETY: MPI-4.0 §11.2.1 allows NULL argc/argv.
-        let rc =
-            unsafe { crate::api::exports::MPI_Init(core::ptr::null_mut(), core::ptr::null_mut()) };
-        call("MPI_INIT", ierr, || rc);
-        return;
-    }
-    // SAFETY: MPICH's `pmpi_init_(MPI_Fint *ierr)`.
-    let f: InitF = unsafe { core::mem::transmute(sys) };
-    crate::entry::guard("MPI_INIT", || unsafe { f(ierr) });
-}
 fortran_names!(init(ierr: *mut MPI_Fint) => MPI_INIT, mpi_init, mpi_init_, mpi_init__);
 
-/// `MPI_INIT_THREAD(REQUIRED, PROVIDED, IERROR)`, like [`init`].
-unsafe fn init_thread(required: *const MPI_Fint, provided: *mut MPI_Fint, ierr: *mut MPI_Fint) {
-    let sys = system(c"pmpi_init_thread_");
-    if sys.is_null() {
-        // SAFETY: NULL argc/argv are allowed; the caller's REQUIRED and PROVIDED.
-        let rc = unsafe {
-            crate::api::exports::MPI_Init_thread(
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                *required,
-                provided,
-            )
-        };
-        call("MPI_INIT_THREAD", ierr, || rc);
-        return;
-    }
-    // SAFETY: MPICH's `pmpi_init_thread_(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr)`.
-    let f: InitThreadF = unsafe { core::mem::transmute(sys) };
-    crate::entry::guard("MPI_INIT_THREAD", || unsafe { f(required, provided, ierr) });
-}
 fortran_names!(init_thread(required: *const MPI_Fint, provided: *mut MPI_Fint, ierr: *mut MPI_Fint)
     => MPI_INIT_THREAD, mpi_init_thread, mpi_init_thread_, mpi_init_thread__);
-
-/// The C value of a predefined attribute keyval, for comparisons: MPICH's C keyvals are
-/// odd and its Fortran constants the next even number (`mpi.h`: `MPI_TAG_UB 0x64400001`,
-/// `mpif.h`: `MPI_TAG_UB=1681915906`; `MPI_WIN_CREATE_FLAVOR` 0x66000007 and 1711276040),
-/// the mark by which its attribute code returns the value rather than a pointer to it.
-/// User keyvals are handles of another kind, which no predefined C keyval equals either way.
-fn c_keyval(k: MPI_Fint) -> c_int {
-    if k & 1 == 0 { k.wrapping_sub(1) } else { k }
-}
 
 /// `(handle, keyval, attribute_val, flag, ierr)` of MPICH's Fortran attribute getters.
 type GetAttrF = unsafe extern "C" fn(

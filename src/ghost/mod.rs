@@ -281,14 +281,17 @@ pub fn finalize_user() {
     ON.store(false, Ordering::Relaxed);
 }
 
-/// The hidden world attributes (`MPI_UNIVERSE_SIZE`, `MPI_APPNUM`, ...) live on the real
-/// world: a query on the user world for one of them goes there.
+/// The predefined world attributes (`MPI_TAG_UB`, `MPI_UNIVERSE_SIZE`, `MPI_APPNUM`, ...)
+/// live on the real world (MPI-4.0 §9.1.2 attaches them to `MPI_COMM_WORLD`; MPICH
+/// answers them on every communicator, Open MPI only there): a query on the user world
+/// for one of them goes there.
 pub fn world_attr_comm(comm: MPI_Comm, keyval: c_int) -> MPI_Comm {
     if active()
         && comm == user_world()
         && matches!(
             keyval,
-            MPI_HOST
+            MPI_TAG_UB
+                | MPI_HOST
                 | MPI_IO
                 | MPI_WTIME_IS_GLOBAL
                 | MPI_UNIVERSE_SIZE
