@@ -253,6 +253,11 @@ pub fn setup(c: &config::Config) {
     if is_ghost {
         serve::run(lay, slots, split);
     }
+    if crate::init::oversubscribed() {
+        // Users too: an origin waiting for a ghost's answer on a core shared with a
+        // computing rank is the other half of the delay (see `serve::short_slice`).
+        serve::short_slice();
+    }
     // SAFETY: valid communicator; the name is a NUL-terminated literal.
     unsafe {
         pmpi::PMPI_Comm_set_name(split, c"MPI_COMM_WORLD".as_ptr());

@@ -137,6 +137,7 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
     if oversubscribed {
         // SAFETY: prctl with an integer argument; a precise timer for the naps below.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
+        short_slice();
     }
     tracing::debug!(target: "shim::ghost", "ghost (world rank {me}) serving {users_here} users");
     while finalized < users_here {
@@ -258,4 +259,48 @@ fn attach(name: &str, len: usize) -> Result<*mut libc::c_void, String> {
         }
         Ok(p)
     }
+}
+
+/// `struct sched_attr` (linux/sched/types.h, SCHED_ATTR_SIZE_VER1).
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+    util_min: u32,
+    util_max: u32,
+}
+
+/// Requested time slice of ghosts and users when they share cores (100 µs).
+const SHARED_CORE_SLICE_NS: u64 = 100_000;
+
+/// Asks the scheduler for a short time slice (EEVDF, Linux 6.12+: `sched_runtime` of a
+/// SCHED_OTHER task is its requested slice; a shorter slice gives an earlier deadline, so
+/// the task preempts busy ones when it wakes, instead of waiting for the running task's
+/// default slice of about 3 ms). Unprivileged; older kernels ignore it. Measured (Open
+/// MPI TCP, 3 ranks on 2 cores, Accumulate + flush to a target computing 100 ms, 5 runs
+/// each): medians 181-4,712 us and 5 of 15 points with a maximum over 2.5 ms without it;
+/// medians 134-201 us and 1 of 15 with it.
+pub fn short_slice() {
+    let ns = SHARED_CORE_SLICE_NS;
+    let a = SchedAttr {
+        size: core::mem::size_of::<SchedAttr>() as u32,
+        policy: 0,
+        flags: 0,
+        nice: 0,
+        priority: 0,
+        runtime: ns,
+        deadline: 0,
+        period: 0,
+        util_min: 0,
+        util_max: 0,
+    };
+    // SAFETY: sched_setattr on the calling thread with a valid, sized attribute.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const SchedAttr, 0) };
+    tracing::debug!(target: "shim::ghost", "sched_setattr slice {ns} ns: {rc}");
 }

@@ -7,7 +7,10 @@
 //! are outstanding, and when a poll completes nothing it sleeps for
 //! `SHIM_PROGRESS_INTERVAL_US`, doubling twice while nothing happens (at most 4x), back to
 //! immediate polling as soon as something completes. With no schedule outstanding it
-//! sleeps on a condition variable that `submit` signals. While an application thread is
+//! sleeps on a condition variable that `submit` signals, and once woken sleeps one interval
+//! before its first poll (`submit` has just advanced the new schedule; polling at once
+//! only preempts the computing rank: Open MPI TCP, 2 ranks, emulated network, 64 KiB
+//! OSU overlap 81-89% -> 89-91% for Ibcast/Ialltoall). While an application thread is
 //! itself waiting in an MPI call (and therefore advancing schedules), the thread stands
 //! back. Sleeps are made precise with a 1 µs timer slack (`PR_SET_TIMERSLACK`).
 //!
@@ -128,7 +131,16 @@ fn main_loop(interval_us: u64, cpu: Option<usize>) {
         if !super::any_active() {
             let g = WAKE.0.lock().unwrap_or_else(|e| e.into_inner());
             if !super::any_active() && !STOP.load(Ordering::Acquire) {
-                let _ = WAKE.1.wait_timeout(g, Duration::from_millis(50));
+                let (g, t) = WAKE
+                    .1
+                    .wait_timeout(g, Duration::from_millis(50))
+                    .unwrap_or_else(|e| e.into_inner());
+                drop(g);
+                if !t.timed_out() {
+                    // New work: `submit` has just advanced it, so the next poll is of use
+                    // only after the network has had time to move data.
+                    std::thread::sleep(Duration::from_micros(interval_us));
+                }
             }
             idle = 0;
             continue;
