@@ -156,7 +156,7 @@ fn kind(f: &Func, p: &Param, ompi: bool) -> Result<Kind, String> {
         "*mut c_char" if ompi && n == "comm_name" => Kind::StrOut,
         "*mut c_int" | "*const c_int" => match n {
             // The graph constructors' `index` is cumulative degrees, not an index.
-            "index" if f.name.contains("Graph") => Kind::Plain(t.into()),
+            "index" | "indx" if f.name.contains("Graph") => Kind::Plain(t.into()),
             "index" | "indx" if ompi => Kind::IndexOut,
             "array_of_indices" if ompi => Kind::IndicesOut,
             "index" | "indx" | "array_of_indices" => return Err("1-based indices".into()),

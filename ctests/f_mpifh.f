@@ -13,7 +13,8 @@ C     NO_MPI4_F77 leaves out what an MPI-3.1 mpif.h library (Open MPI 4.1) lacks
       INTEGER(KIND=MPI_ADDRESS_KIND) DISPS(1)
       LOGICAL FLAG, PERIODS(2)
       INTEGER IDX, NOUT, IDXS(2), DUPC, NLEN, DIMS(2), COORDS(2)
-      INTEGER CART, DG, NSUM
+      INTEGER CART, DG, NSUM, GR
+      INTEGER GIDX(64), GEDG(64), GIDX2(64), GEDG2(64)
       INTEGER SB(4), RB(4), SCNT(4), RCNT(4), STYPES(4), RTYPES(4)
       INTEGER(KIND=MPI_ADDRESS_KIND) SDSP(4), RDSP(4)
       CHARACTER*(MPI_MAX_OBJECT_NAME) CNAME
@@ -162,6 +163,21 @@ C     A directed ring without weights (MPI_UNWEIGHTED).
      &     MPI_INTEGER, DG, IERR)
       IF (IVAL .NE. PREV) CALL BAD(__LINE__, ERRS)
       CALL MPI_COMM_FREE(DG, IERR)
+C     A graph ring: INDEX holds cumulative degrees (no index conversion).
+      IF (NPROCS .LE. 64) THEN
+         DO I = 1, NPROCS
+            GIDX(I) = I
+            GEDG(I) = MOD(I, NPROCS)
+         END DO
+         CALL MPI_GRAPH_CREATE(MPI_COMM_WORLD, NPROCS, GIDX, GEDG,
+     &        .FALSE., GR, IERR)
+         IF (GIDX(1) .NE. 1 .OR. GIDX(NPROCS) .NE. NPROCS)
+     &        CALL BAD(__LINE__, ERRS)
+         CALL MPI_GRAPH_GET(GR, 64, 64, GIDX2, GEDG2, IERR)
+         IF (GIDX2(NPROCS) .NE. NPROCS .OR. GEDG2(1) .NE. GEDG(1))
+     &        CALL BAD(__LINE__, ERRS)
+         CALL MPI_COMM_FREE(GR, IERR)
+      END IF
 C     A LOGICAL result and an attribute by value.
       CALL MPI_ATTR_GET(MPI_COMM_WORLD, MPI_TAG_UB, IVAL, FLAG, IERR)
       IF (.NOT. FLAG .OR. IVAL .LT. 32767) CALL BAD(__LINE__, ERRS)
