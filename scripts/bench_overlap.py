@@ -18,6 +18,7 @@ in both environments; Open MPI has no progress-thread setting, so three configur
 
 Usage: bench_overlap.py [--mpi mpich|openmpi] [--env shm,net] [--ranks 2] [--repeat 3]
                         [--iters 10] [--colls Ibcast,...] [--min 1024] [--max 4194304]
+                        [--configs system,shim-none,shim-thread]
 """
 import argparse
 import csv
@@ -138,10 +139,13 @@ def main():
     ap.add_argument("--max", type=int, default=4 << 20)
     ap.add_argument("--binary", default=None, help="default build/bench/overlap (overlap-ompi for Open MPI)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per mpirun (one collective)")
+    ap.add_argument("--configs", default="", help="comma list of configuration labels to run (default all)")
     args = ap.parse_args()
     global OUT, CONFIGS, OPENMPI
     if args.mpi == "openmpi":
         OPENMPI, CONFIGS, OUT = True, OMPI_CONFIGS, OUT.with_name("overlap-results-ompi")
+    if args.configs:
+        CONFIGS = [c for c in CONFIGS if c[0] in args.configs.split(",")]
     if args.binary is None:
         args.binary = str(ROOT / "build" / "bench" / ("overlap-ompi" if OPENMPI else "overlap"))
     OUT.mkdir(parents=True, exist_ok=True)
