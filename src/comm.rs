@@ -148,7 +148,8 @@ impl Drop for CommState {
     }
 }
 
-fn query_neighbors(comm: MPI_Comm, _rank: c_int) -> Result<Neighbors, c_int> {
+/// Neighbour lists of `comm`'s process topology, queried from the MPI library.
+pub(crate) fn query_neighbors(comm: MPI_Comm, _rank: c_int) -> Result<Neighbors, c_int> {
     let mut kind: c_int = MPI_UNDEFINED;
     // SAFETY: out-pointers are valid locals; arrays are sized by the counts MPI reports.
     unsafe {

@@ -286,34 +286,25 @@ impl StrOut {
 }
 
 /// Length of the `sendtypes`/`recvtypes` arrays of an Alltoallw form: the (remote) group
-/// size, or the topology's out/in degree for the neighbourhood forms (MPI-4.0 §6.8, §8.6).
+/// size, or the topology's out/in degree for the neighbourhood forms (MPI-4.0 §6.8, §8.6),
+/// from the same neighbour lists the schedules use (`crate::comm::query_neighbors`).
 pub fn types_len(comm: MPI_Fint, neighbor: bool, send: bool) -> c_int {
     let c = crate::ghost::map_world(f2c_comm(comm));
-    let (mut n, mut inter, mut kind) = (0, 0, MPI_UNDEFINED);
+    if neighbor {
+        // An invalid communicator or one without a topology gives 0; the call reports it.
+        return crate::comm::query_neighbors(c, 0)
+            .map(|nb| if send { nb.dests.len() } else { nb.sources.len() } as c_int)
+            .unwrap_or(0);
+    }
+    let (mut n, mut inter) = (0, 0);
     // SAFETY: out-pointers to locals; an invalid communicator leaves 0 and the call
     // itself reports the error.
     unsafe {
-        if !neighbor {
-            pmpi::PMPI_Comm_test_inter(c, &mut inter);
-            if inter != 0 {
-                pmpi::PMPI_Comm_remote_size(c, &mut n);
-            } else {
-                pmpi::PMPI_Comm_size(c, &mut n);
-            }
-            return n;
-        }
-        pmpi::PMPI_Topo_test(c, &mut kind);
-        if kind == MPI_CART {
-            pmpi::PMPI_Cartdim_get(c, &mut n);
-            n *= 2;
-        } else if kind == MPI_GRAPH {
-            let mut rank = 0;
-            pmpi::PMPI_Comm_rank(c, &mut rank);
-            pmpi::PMPI_Graph_neighbors_count(c, rank, &mut n);
-        } else if kind == MPI_DIST_GRAPH {
-            let (mut indeg, mut outdeg, mut weighted) = (0, 0, 0);
-            pmpi::PMPI_Dist_graph_neighbors_count(c, &mut indeg, &mut outdeg, &mut weighted);
-            n = if send { outdeg } else { indeg };
+        pmpi::PMPI_Comm_test_inter(c, &mut inter);
+        if inter != 0 {
+            pmpi::PMPI_Comm_remote_size(c, &mut n);
+        } else {
+            pmpi::PMPI_Comm_size(c, &mut n);
         }
     }
     n
@@ -363,6 +354,33 @@ pub(crate) fn system(name: &'static CStr) -> *mut c_void {
     }
     // SAFETY: a handle from dlopen and a NUL-terminated name.
     unsafe { libc::dlsym(lib as *mut c_void, name.as_ptr()) }
+}
+
+/// `MPI_INIT` without the system's Fortran binding: the shim's C `MPI_Init` with no
+/// arguments (what Open MPI's binding does with `PMPI_Init`; MPICH's fallback when the
+/// program lost `libmpichfort`).
+unsafe fn init_direct(ierr: *mut MPI_Fint) {
+    // SAFETY: MPI-4.0 §11.2.1 allows NULL argc/argv.
+    let rc = unsafe { crate::api::exports::MPI_Init(core::ptr::null_mut(), core::ptr::null_mut()) };
+    call("MPI_INIT", ierr, || rc);
+}
+
+/// `MPI_INIT_THREAD` without the system's Fortran binding, like [`init_direct`].
+unsafe fn init_thread_direct(
+    required: *const MPI_Fint,
+    provided: *mut MPI_Fint,
+    ierr: *mut MPI_Fint,
+) {
+    // SAFETY: NULL argc/argv are allowed; the caller's REQUIRED and PROVIDED.
+    let rc = unsafe {
+        crate::api::exports::MPI_Init_thread(
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            *required,
+            provided,
+        )
+    };
+    call("MPI_INIT_THREAD", ierr, || rc);
 }
 
 /// Defines the four Fortran name forms of a hand-written entry point.

@@ -6,7 +6,7 @@ use core::ffi::{CStr, c_int, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Sentinels, call, global, system};
+use super::{Sentinels, global, system};
 use crate::abi::*;
 
 // Handles are passed as `MPI_Fint` arrays and single values; MPICH's f2c is a cast.
@@ -123,11 +123,8 @@ type InitThreadF = unsafe extern "C" fn(*const MPI_Fint, *mut MPI_Fint, *mut MPI
 pub(super) unsafe fn init(ierr: *mut MPI_Fint) {
     let sys: *mut c_void = system(c"pmpi_init_");
     if sys.is_null() {
-        // SAFETY: MPI-4.0 §11.2.1 allows NULL argc/argv.
-        let rc =
-            unsafe { crate::api::exports::MPI_Init(core::ptr::null_mut(), core::ptr::null_mut()) };
-        call("MPI_INIT", ierr, || rc);
-        return;
+        // SAFETY: the caller's IERROR.
+        return unsafe { super::init_direct(ierr) };
     }
     // SAFETY: MPICH's `pmpi_init_(MPI_Fint *ierr)`.
     let f: InitF = unsafe { core::mem::transmute(sys) };
@@ -142,17 +139,8 @@ pub(super) unsafe fn init_thread(
 ) {
     let sys = system(c"pmpi_init_thread_");
     if sys.is_null() {
-        // SAFETY: NULL argc/argv are allowed; the caller's REQUIRED and PROVIDED.
-        let rc = unsafe {
-            crate::api::exports::MPI_Init_thread(
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                *required,
-                provided,
-            )
-        };
-        call("MPI_INIT_THREAD", ierr, || rc);
-        return;
+        // SAFETY: the caller's REQUIRED, PROVIDED and IERROR.
+        return unsafe { super::init_thread_direct(required, provided, ierr) };
     }
     // SAFETY: MPICH's `pmpi_init_thread_(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr)`.
     let f: InitThreadF = unsafe { core::mem::transmute(sys) };

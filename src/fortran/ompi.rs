@@ -19,7 +19,7 @@
 use core::ffi::{CStr, c_int};
 use std::sync::OnceLock;
 
-use super::{Sentinels, call, global};
+use super::{Sentinels, global};
 use crate::abi::*;
 
 const _: () = assert!(core::mem::size_of::<MPI_Status>() == 6 * core::mem::size_of::<MPI_Fint>());
@@ -147,31 +147,9 @@ pub fn weights(p: *mut c_int) -> *mut c_int {
     }
 }
 
-/// `MPI_INIT(IERROR)`: the shim's C `MPI_Init` with no arguments, as Open MPI's binding
-/// would call `PMPI_Init`.
-pub(super) unsafe fn init(ierr: *mut MPI_Fint) {
-    // SAFETY: MPI-4.0 §11.2.1 allows NULL argc/argv.
-    let rc = unsafe { crate::api::exports::MPI_Init(core::ptr::null_mut(), core::ptr::null_mut()) };
-    call("MPI_INIT", ierr, || rc);
-}
-
-/// `MPI_INIT_THREAD(REQUIRED, PROVIDED, IERROR)`, like [`init`].
-pub(super) unsafe fn init_thread(
-    required: *const MPI_Fint,
-    provided: *mut MPI_Fint,
-    ierr: *mut MPI_Fint,
-) {
-    // SAFETY: NULL argc/argv are allowed; the caller's REQUIRED and PROVIDED.
-    let rc = unsafe {
-        crate::api::exports::MPI_Init_thread(
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-            *required,
-            provided,
-        )
-    };
-    call("MPI_INIT_THREAD", ierr, || rc);
-}
+/// `MPI_INIT`/`MPI_INIT_THREAD`: the shim's C functions directly (Open MPI's binding only
+/// calls `PMPI_Init(0, NULL)`).
+pub(super) use super::{init_direct as init, init_thread_direct as init_thread};
 
 /// Open MPI's Fortran keyvals are the C ones.
 pub(super) fn c_keyval(k: MPI_Fint) -> c_int {
