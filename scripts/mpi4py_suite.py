@@ -107,8 +107,12 @@ def ensure_env():
             t.extractall(BUILD, filter="data")
     wheels = list(CACHE.glob(f"mpi4py-{VERSION}-*.whl"))
     if not wheels:
-        log("building mpi4py against the system MPI (about 3 minutes; the wheel is cached)")
+        log("building mpi4py against the system MPI (under a minute; the wheel is cached)")
+        # -O0 -g0: the one large generated C file builds in ~25 s instead of ~170 s at
+        # Python's -O3 -g, and the suite then runs ~10% slower, a net saving of minutes per
+        # wheel in CI (which starts with an empty cache). CFLAGS from the caller win.
         env = dict(os.environ, MPICC=MPICC)
+        env.setdefault("CFLAGS", "-O0 -g0")
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(src),
                         "-w", str(CACHE)], check=True, env=env)
         wheels = list(CACHE.glob(f"mpi4py-{VERSION}-*.whl"))

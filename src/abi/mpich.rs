@@ -69,6 +69,9 @@ pub const fn MPI_ERRHANDLER_NULL() -> MPI_Errhandler {
 pub const fn MPI_MESSAGE_NULL() -> MPI_Message {
     0x2c000000
 }
+pub const fn MPI_MESSAGE_NO_PROC() -> MPI_Message {
+    0x6c000000
+}
 pub const fn MPI_INFO_NULL() -> MPI_Info {
     0x1c000000
 }

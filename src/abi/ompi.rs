@@ -101,6 +101,7 @@ predefined! {
     MPI_REQUEST_NULL: MPI_Request = ompi_request_null;
     MPI_ERRHANDLER_NULL: MPI_Errhandler = ompi_mpi_errhandler_null;
     MPI_MESSAGE_NULL: MPI_Message = ompi_message_null;
+    MPI_MESSAGE_NO_PROC: MPI_Message = ompi_message_no_proc;
     MPI_INFO_NULL: MPI_Info = ompi_mpi_info_null;
     MPI_INFO_ENV: MPI_Info = ompi_mpi_info_env;
     MPI_WIN_NULL: MPI_Win = ompi_mpi_win_null;
