@@ -17,7 +17,7 @@
 //! flight keep it alive (it is reference counted) until they finish.
 
 use core::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::abi::*;
@@ -218,6 +218,8 @@ unsafe extern "C" fn delete_state(
     _extra: *mut c_void,
 ) -> c_int {
     crate::entry::guard("communicator attribute delete callback", || {
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+        crate::coll::memo::invalidate();
         if !value.is_null() {
             // SAFETY: the attribute holds one strong count of an Arc<CommState>.
             drop(unsafe { Arc::from_raw(value as *const CommState) });
@@ -298,6 +300,56 @@ pub fn get(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     if comm == MPI_COMM_NULL() {
         return Err(MPI_ERR_COMM);
     }
+    if let Some(st) = recent(comm) {
+        return Ok(st);
+    }
+    let st = lookup(comm)?;
+    remember(comm, &st);
+    Ok(st)
+}
+
+/// Bumped whenever a state is released (a communicator freed, finalize): entries of the
+/// per-thread memo below from an older generation are not trusted.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Entries in each thread's memo of recently used communicators.
+const RECENT: usize = 4;
+
+thread_local! {
+    /// (communicator, generation, state) of the last communicators this thread used: the
+    /// system MPI's attribute lookup (`PMPI_Comm_get_attr`, which takes MPICH's global lock)
+    /// was a quarter of the shim's per-call cost for small collectives handed to `native`.
+    /// The entries hold no reference: while the generation is unchanged, the attribute still
+    /// holds its own (a communicator freed while another thread calls a collective on it is
+    /// erroneous, MPI-4.0 §7.4.3).
+    static MEMO: std::cell::Cell<[(MPI_Comm, u64, usize); RECENT]> =
+        const { std::cell::Cell::new([(0 as MPI_Comm, u64::MAX, 0); RECENT]) };
+}
+
+fn recent(comm: MPI_Comm) -> Option<Arc<CommState>> {
+    let generation = GENERATION.load(Ordering::Acquire);
+    let memo = MEMO.get();
+    let &(_, _, ptr) = memo.iter().find(|e| e.0 == comm && e.1 == generation)?;
+    // SAFETY: the generation is unchanged since `ptr` was read from the attribute, so the
+    // attribute still holds its strong count and the state is alive; take one for the caller.
+    unsafe {
+        Arc::increment_strong_count(ptr as *const CommState);
+        Some(Arc::from_raw(ptr as *const CommState))
+    }
+}
+
+fn remember(comm: MPI_Comm, st: &Arc<CommState>) {
+    // Read before the state is published here: a release after this read makes the entry
+    // stale at once.
+    let generation = GENERATION.load(Ordering::Acquire);
+    let mut memo = MEMO.get();
+    memo.rotate_right(1);
+    memo[0] = (comm, generation, Arc::as_ptr(st) as usize);
+    MEMO.set(memo);
+}
+
+/// The state from the communicator's attribute, or a new one.
+fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     let kv = KEYVAL.load(Ordering::Relaxed);
     let mut value: *mut c_void = core::ptr::null_mut();
     let mut flag: c_int = 0;

@@ -102,6 +102,27 @@ fn class_of(dt: MPI_Datatype) -> Option<Class> {
 /// Checks a reduction's operation against its datatype. `Err(class)` for a pair the
 /// system MPI rejects (or crashes on). User operations accept any datatype.
 pub fn check(op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
+    if LAST_VALID.get() == Some((op, dt)) {
+        return Ok(());
+    }
+    let r = check_uncached(op, dt);
+    if r.is_ok() && is_builtin_op(op) {
+        // a predefined operation accepts only predefined datatypes: both handles are
+        // permanent, so the verdict is too
+        LAST_VALID.set(Some((op, dt)));
+    }
+    r
+}
+
+thread_local! {
+    /// The last (predefined operation, datatype) pair found valid on this thread: most
+    /// programs reduce one or two pairs, and the full check was a sixth of the per-call
+    /// cost of a small reduction handed to the system MPI.
+    static LAST_VALID: core::cell::Cell<Option<(MPI_Op, MPI_Datatype)>> =
+        const { core::cell::Cell::new(None) };
+}
+
+fn check_uncached(op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
     if op == MPI_OP_NULL() {
         return Err(MPI_ERR_OP);
     }

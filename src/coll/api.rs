@@ -15,6 +15,7 @@
 use core::ffi::{c_int, c_void};
 
 use super::algo::{self, Blk, Red};
+use super::memo;
 use super::select::Algo;
 use super::{Call, Coll, Ctx, key};
 use crate::abi::*;
@@ -24,6 +25,21 @@ use crate::stats;
 
 /// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`).
 macro_rules! hook {
+    // A collective without array arguments: a call equal to the last one that went to the
+    // system MPI goes there at once (see `memo`).
+    ($call:expr, $comm:expr, $native:expr,
+     memo[$($a:expr),*; types $($t:expr),*; ops $($o:expr),*], |$c:ident| $body:block) => {{
+        let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
+        if memo::hit(&key) {
+            ($native)()
+        } else {
+            let epoch = memo::epoch();
+            memo::arm();
+            let rc = hook!($call, $comm, $native, |$c| $body);
+            memo::store(key, rc, &[$($t),*], &[$($o),*], epoch);
+            rc
+        }
+    }};
     ($call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
         match Ctx::begin($call, $comm, $native) {
             Err(rc) => rc,
@@ -178,7 +194,7 @@ impl Ctx<'_> {
 }
 
 pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[; types MPI_DATATYPE_NULL(); ops MPI_OP_NULL()], |c| {
         let ch = c.choose(Coll::Barrier, 0, true);
         if ch.algo == Algo::Native {
             return c.native();
@@ -200,7 +216,7 @@ pub unsafe fn bcast(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[buffer, count, datatype, root; types datatype; ops MPI_OP_NULL()], |c| {
         c.check_count(count, "count")?;
         c.check_root(root)?;
         let ti = c.type_info(datatype, "datatype")?;
@@ -297,7 +313,7 @@ pub unsafe fn gather(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let root_side = Side::new(recvbuf, recvcount, recvtype, "recvcount", "recvtype");
         let own = Side::new(sendbuf, sendcount, sendtype, "sendcount", "sendtype");
         if let Some(rc) = c.rooted_native_first(Coll::Gather, root, root_side, own)? {
@@ -432,7 +448,7 @@ pub unsafe fn scatter(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let root_side = Side::new(sendbuf, sendcount, sendtype, "sendcount", "sendtype");
         let own = Side::new(recvbuf, recvcount, recvtype, "recvcount", "recvtype");
         if let Some(rc) = c.rooted_native_first(Coll::Scatter, root, root_side, own)? {
@@ -556,7 +572,7 @@ pub unsafe fn allgather(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let names = ("recvcount", "recvtype");
         if let Some(rc) = c.native_first(Coll::Allgather, recvcount, recvtype, names)? {
             return Ok(rc);
@@ -690,7 +706,7 @@ pub unsafe fn alltoall(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let names = ("recvcount", "recvtype");
         if let Some(rc) = c.native_first(Coll::Alltoall, recvcount, recvtype, names)? {
             return Ok(rc);
@@ -798,7 +814,7 @@ pub unsafe fn reduce(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op, root; types datatype; ops op], |c| {
         c.check_root(root)?;
         let r = c.red(count, datatype, op)?;
         let is_root = c.rank() == root;
@@ -842,7 +858,7 @@ pub unsafe fn allreduce(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         let r = c.red(count, datatype, op)?;
         let inplace = in_place(sendbuf);
         if !inplace {
@@ -935,7 +951,7 @@ pub unsafe fn reduce_scatter_block(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, recvbuf, recvcount, datatype, op; types datatype; ops op], |c| {
         c.check_count(recvcount, "recvcount")?;
         let counts = vec![recvcount; c.size() as usize];
         reduce_scatter_common(
@@ -987,7 +1003,7 @@ pub unsafe fn scan(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         scan_common(c, Coll::Scan, sendbuf, recvbuf, count, datatype, op)
     })
 }
@@ -1002,7 +1018,7 @@ pub unsafe fn exscan(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         scan_common(c, Coll::Exscan, sendbuf, recvbuf, count, datatype, op)
     })
 }
@@ -1082,7 +1098,7 @@ pub unsafe fn neighbor_allgather(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let rext = extent(c, recvtype, "recvtype")?;
         neighbor_common(
             c,
@@ -1134,7 +1150,7 @@ pub unsafe fn neighbor_alltoall(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let sext = extent(c, sendtype, "sendtype")?;
         let rext = extent(c, recvtype, "recvtype")?;
         neighbor_common(

@@ -8,6 +8,7 @@
 
 pub mod algo;
 pub mod api;
+pub mod memo;
 pub mod select;
 
 use core::ffi::{c_int, c_void};
@@ -298,6 +299,7 @@ impl<'a> Ctx<'a> {
 
     /// Runs the system MPI's own implementation (the `native` algorithm).
     pub fn native(&self) -> Result<c_int, c_int> {
+        memo::note_native();
         stats::note_path(self.call.fid, "native", "system MPI");
         Ok((self.native)())
     }

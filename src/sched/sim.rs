@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::{Action, Addr, Base, Data, Schedule, V, is_composite};
+use super::{Action, Addr, Base, Data, Schedule, V};
 use crate::abi::*;
 
 /// The non-commutative test operation.

@@ -512,7 +512,11 @@ static OVERRIDE: [AtomicU32; 22] = [const { AtomicU32::new(0) }; 22];
 pub fn set_override(coll: Coll, algo: Option<Algo>) {
     let v = algo.map_or(0, |a| a as u32 + 1);
     OVERRIDE[coll as usize - 1].store(v, Ordering::Relaxed);
-    clear_decisions();
+    // The cached automatic decisions stay: they do not depend on what is forced (a forced
+    // algorithm bypasses them), and re-deciding every bucket after each switch made `auto`
+    // look slower than it is in the all-algorithms benchmark. Calls memoized as native
+    // must see the new choice.
+    super::memo::invalidate();
 }
 
 fn forced(coll: Coll) -> Forced {
@@ -589,6 +593,7 @@ fn new_table() -> Table {
 }
 
 fn clear_decisions() {
+    super::memo::invalidate();
     let clear = |t: &Table| t.iter().for_each(|x| x.store(0, Ordering::Relaxed));
     SMALL.iter().filter_map(OnceLock::get).for_each(clear);
     DECISIONS
