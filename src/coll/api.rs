@@ -40,6 +40,38 @@ macro_rules! hook {
             rc
         }
     }};
+    // A collective with array arguments: as above, with the arrays' contents in the key
+    // (`arrays` appends them to `a`, false when they cannot be read or do not fit; `types` the
+    // datatypes that must all be predefined for the call to be remembered).
+    ($call:expr, $comm:expr, $native:expr,
+     memo_v[$($a:expr),*; arrays |$ac:ident, $aa:ident| $arr:expr; types $t:expr; ops $($o:expr),*],
+     |$c:ident| $body:block) => {{
+        match Ctx::begin($call, $comm, $native) {
+            Err(rc) => rc,
+            Ok(ctx) => {
+                let $ac = &ctx;
+                let mut key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
+                let readable = {
+                    let $aa = key.arrays();
+                    $arr
+                };
+                if readable && memo::hit(&key) {
+                    ($native)()
+                } else {
+                    let epoch = memo::epoch();
+                    memo::arm();
+                    let $c = &ctx;
+                    #[allow(clippy::redundant_closure_call)]
+                    let r: Result<c_int, c_int> = (|| $body)();
+                    let rc = r.unwrap_or_else(|e| e);
+                    if readable {
+                        memo::store(key, rc, &$t, &[$($o),*], epoch);
+                    }
+                    rc
+                }
+            }
+        }
+    }};
     ($call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
         match Ctx::begin($call, $comm, $native) {
             Err(rc) => rc,
@@ -355,7 +387,13 @@ pub unsafe fn gatherv(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo_v[sendbuf, sendcount, sendtype, recvbuf, recvtype, root;
+        arrays |m, a| {
+            let n = m.size() as usize;
+            // SAFETY: significant at the root only, sized by the group (MPI-4.0 §6.5)
+            m.rank() != root || unsafe { a.counts(recvcounts, n) && a.counts(displs, n) }
+        };
+        types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
         let recv = if c.rank() == root {
             let n = c.size() as usize;
             Some((
@@ -490,7 +528,13 @@ pub unsafe fn scatterv(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo_v[sendbuf, sendtype, recvbuf, recvcount, recvtype, root;
+        arrays |m, a| {
+            let n = m.size() as usize;
+            // SAFETY: significant at the root only, sized by the group (MPI-4.0 §6.6)
+            m.rank() != root || unsafe { a.counts(sendcounts, n) && a.counts(displs, n) }
+        };
+        types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
         let send = if c.rank() == root {
             let n = c.size() as usize;
             Some((
@@ -606,7 +650,13 @@ pub unsafe fn allgatherv(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo_v[sendbuf, sendcount, sendtype, recvbuf, recvtype;
+        // SAFETY: sized by the group (MPI-4.0 §6.7)
+        arrays |m, a| unsafe {
+            let n = m.size() as usize;
+            a.counts(recvcounts, n) && a.counts(displs, n)
+        };
+        types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
         let n = c.size() as usize;
         let counts = c.counts(recvcounts, n, "recvcounts")?;
         let displs = c.displs(displs, n, "displs")?;
@@ -748,7 +798,15 @@ pub unsafe fn alltoallv(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo_v[sendbuf, sendtype, recvbuf, recvtype;
+        // SAFETY: sized by the group (MPI-4.0 §6.8); the send side is ignored in place
+        arrays |m, a| unsafe {
+            let n = m.size() as usize;
+            a.counts(recvcounts, n)
+                && a.counts(rdispls, n)
+                && (in_place(sendbuf) || a.counts(sendcounts, n) && a.counts(sdispls, n))
+        };
+        types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
         let n = c.size() as usize;
         let recv = triples(
             c,
@@ -772,6 +830,26 @@ pub unsafe fn alltoallv(
     })
 }
 
+/// Every datatype of an Alltoallw call (the send side only when it is not in place).
+///
+/// # Safety
+/// The arrays hold one entry per rank of `c`'s group.
+unsafe fn all_types(
+    c: &Ctx<'_>,
+    sendbuf: *const c_void,
+    sendtypes: *const MPI_Datatype,
+    recvtypes: *const MPI_Datatype,
+) -> Vec<MPI_Datatype> {
+    let n = c.size() as usize;
+    // SAFETY: the caller's contract.
+    let mut v: Vec<MPI_Datatype> = (0..n).map(|i| unsafe { *recvtypes.add(i) }).collect();
+    if !in_place(sendbuf) {
+        // SAFETY: as above.
+        v.extend((0..n).map(|i| unsafe { *sendtypes.add(i) }));
+    }
+    v
+}
+
 pub unsafe fn alltoallw(
     call: Call,
     sendbuf: *const c_void,
@@ -785,7 +863,18 @@ pub unsafe fn alltoallw(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo_v[sendbuf, recvbuf;
+        // SAFETY: sized by the group (MPI-4.0 §6.8); the send side is ignored in place
+        arrays |m, a| unsafe {
+            let n = m.size() as usize;
+            a.counts(recvcounts, n)
+                && a.counts(rdispls, n)
+                && a.types(recvtypes, n)
+                && (in_place(sendbuf)
+                    || a.counts(sendcounts, n) && a.counts(sdispls, n) && a.types(sendtypes, n))
+        };
+        // SAFETY: read only after a successful call, which read them too
+        types unsafe { all_types(m, sendbuf, sendtypes, recvtypes) }; ops MPI_OP_NULL()], |c| {
         let n = c.size() as usize;
         let (rt, _) = c.types(recvtypes, n, "recvtypes")?;
         let rc = c.counts(recvcounts, n, "recvcounts")?;
@@ -927,7 +1016,10 @@ pub unsafe fn reduce_scatter(
     comm: MPI_Comm,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    hook!(call, comm, native, |c| {
+    hook!(call, comm, native, memo_v[sendbuf, recvbuf, datatype, op;
+        // SAFETY: sized by the group (MPI-4.0 §6.10.1)
+        arrays |m, a| unsafe { a.counts(recvcounts, m.size() as usize) };
+        types [datatype]; ops op], |c| {
         let counts = c.counts(recvcounts, c.size() as usize, "recvcounts")?;
         reduce_scatter_common(
             c,

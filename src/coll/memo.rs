@@ -19,7 +19,7 @@
 //! counted as before. Only collectives without array arguments use it (an array's contents
 //! may change behind an unchanged pointer).
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::*;
@@ -40,11 +40,18 @@ pub fn invalidate() {
     EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
+/// Array elements a key can hold (counts, displacements, datatypes of the v- and
+/// w-collectives); calls with longer arrays are not memoized.
+const ARRAY: usize = 16;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Key {
     fid: u16,
     comm: usize,
     args: [usize; ARGS],
+    /// The contents of the call's arrays, compared exactly (an array may change behind an
+    /// unchanged pointer, so its address alone proves nothing).
+    arrays: Arrays,
 }
 
 impl Key {
@@ -57,13 +64,73 @@ impl Key {
             fid: fid as u16,
             comm: comm as usize,
             args: a,
+            arrays: Arrays::new(),
         }
+    }
+
+    /// The key's array contents, to fill in place.
+    pub fn arrays(&mut self) -> &mut Arrays {
+        &mut self.arrays
+    }
+}
+
+/// Array contents for a [`Key`], in a fixed inline buffer (no allocation on the path the
+/// memo exists to shorten).
+#[derive(Clone, Copy)]
+pub struct Arrays {
+    len: usize,
+    v: [i64; ARRAY],
+}
+
+impl PartialEq for Arrays {
+    fn eq(&self, o: &Arrays) -> bool {
+        self.len == o.len && self.v[..self.len] == o.v[..o.len]
+    }
+}
+impl Eq for Arrays {}
+
+impl Arrays {
+    pub const fn new() -> Arrays {
+        Arrays {
+            len: 0,
+            v: [0; ARRAY],
+        }
+    }
+
+    fn push(&mut self, n: usize, at: impl Fn(usize) -> i64) -> bool {
+        if self.len + n > ARRAY {
+            return false;
+        }
+        for i in 0..n {
+            self.v[self.len + i] = at(i);
+        }
+        self.len += n;
+        true
+    }
+
+    /// Appends a count or displacement array of `n` entries; false if it is NULL (the call
+    /// will report that) or does not fit.
+    ///
+    /// # Safety
+    /// A non-NULL `c` holds `n` entries (its length is fixed by the standard).
+    pub unsafe fn counts(&mut self, c: Counts, n: usize) -> bool {
+        // SAFETY: the caller's contract.
+        !(c.is_null() && n > 0) && self.push(n, |i| unsafe { c.get(i) })
+    }
+
+    /// Appends `n` datatype handles.
+    ///
+    /// # Safety
+    /// As for [`Arrays::counts`].
+    pub unsafe fn types(&mut self, t: *const MPI_Datatype, n: usize) -> bool {
+        // SAFETY: the caller's contract.
+        !(t.is_null() && n > 0) && self.push(n, |i| unsafe { *t.add(i) } as i64)
     }
 }
 
 thread_local! {
-    static MEMO: [Cell<(u64, Key)>; SLOTS] = const {
-        [const { Cell::new((0, Key { fid: 0, comm: 0, args: [0; ARGS] })) }; SLOTS]
+    static MEMO: [RefCell<(u64, Key)>; SLOTS] = const {
+        [const { RefCell::new((0, Key { fid: 0, comm: 0, args: [0; ARGS], arrays: Arrays::new() })) }; SLOTS]
     };
     static WENT_NATIVE: Cell<bool> = const { Cell::new(false) };
 }
@@ -74,8 +141,11 @@ pub fn hit(key: &Key) -> bool {
     if crate::stats::enabled() {
         return false;
     }
-    let (epoch, k) = MEMO.with(|m| m[key.fid as usize % SLOTS].get());
-    epoch == EPOCH.load(Ordering::Acquire) && k == *key
+    let now = EPOCH.load(Ordering::Acquire);
+    MEMO.with(|m| {
+        let e = m[key.fid as usize % SLOTS].borrow();
+        e.0 == now && e.1 == *key
+    })
 }
 
 /// Before a call's checks and decision: nothing has gone native yet.
@@ -105,7 +175,7 @@ pub fn store(key: Key, rc: c_int, types: &[MPI_Datatype], ops: &[MPI_Op], epoch:
     if !(fixed_types && fixed_ops) {
         return;
     }
-    MEMO.with(|m| m[key.fid as usize % SLOTS].set((epoch, key)));
+    MEMO.with(|m| *m[key.fid as usize % SLOTS].borrow_mut() = (epoch, key));
 }
 
 /// The current epoch, to pass to [`store`] (read before the call's checks).
