@@ -161,7 +161,7 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
             printf("---|---|---|\n");
             fflush(stdout);
         }
-        double lgsum[32] = {0};
+        double lgsum[32] = {0}, worst[32] = {0};
         for (long bytes = minb; bytes <= maxb; bytes = next_size(bytes, maxb, grow)) {
             if (c == BARRIER && bytes > minb) break;
             int n = c == BARRIER ? 0 : (int)(bytes / 8);
@@ -204,13 +204,17 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
                 long key = (c == REDUCE_SCATTER || c == REDUCE_SCATTER_BLOCK) ? p->bytes * size : p->bytes;
                 if (tune && !unsized(c)) fprintf(tune, "best MPI_%s %d %ld %s\n", NAMES[c], size, key, p->best_name);
             }
-            for (int a = 1; a < na; a++) lgsum[a] += log(med[a + 1] / p->best);
+            for (int a = 1; a < na; a++) {
+                lgsum[a] += log(med[a + 1] / p->best);
+                if (med[a + 1] / p->best > worst[a]) worst[a] = med[a + 1] / p->best;
+            }
         }
         if (tune && unsized(c)) {
-            /* one row for all sizes: the algorithm closest to the best over all of them */
+            /* one row for all sizes: the algorithm whose worst ratio to the best is smallest
+             * (a bounded slowdown at every size; ties by the geometric mean) */
             int b = 1;
             for (int a = 1; a < na; a++)
-                if (lgsum[a] < lgsum[b]) b = a;
+                if (worst[a] < worst[b] - 1e-9 || (fabs(worst[a] - worst[b]) < 1e-9 && lgsum[a] < lgsum[b])) b = a;
             fprintf(tune, "best MPI_%s %d 0 %s\n", NAMES[c], size, names[b]);
         }
     }
