@@ -585,9 +585,42 @@ fn main() {
                     "        if crate::entry::bypass() {{ return native(); }}"
                 )
                 .unwrap();
+                // the direct form (src/ghost/direct.rs): the same arguments without the
+                // target's rank, displacement and window, counts as i64; the request-based
+                // forms return a request that is already complete
+                let plain = base.trim_start_matches("MPI_");
+                let (direct_fn, request) = match plain.strip_prefix('R') {
+                    Some(rest) if has("request") => (rest.to_ascii_lowercase(), true),
+                    _ => (plain.to_ascii_lowercase(), false),
+                };
+                let direct_args: Vec<String> = f
+                    .params
+                    .iter()
+                    .filter(|p| {
+                        !matches!(
+                            p.name.as_str(),
+                            "target_rank" | "target_disp" | "win" | "request"
+                        )
+                    })
+                    .map(|p| {
+                        if p.name.ends_with("_count") {
+                            format!("{} as i64", p.name)
+                        } else {
+                            p.name.clone()
+                        }
+                    })
+                    .collect();
+                let mut direct_call = format!(
+                    "crate::ghost::direct::{direct_fn}(d__, {})",
+                    direct_args.join(", ")
+                );
+                if request {
+                    direct_call =
+                        format!("crate::ghost::direct::completed({direct_call}, request)");
+                }
                 writeln!(
                     o,
-                    "        crate::entry::run({fid}, move || match crate::ghost::route(win, target_rank, target_disp, {acc}, {count}, {dt}, \"{}\") {{\n            Ok(None) => native(),\n            Err(rc) => rc,\n            // SAFETY: the caller's arguments, with the target translated to a ghost.\n            Ok(Some(r__)) => unsafe {{ pmpi::P{}({}) }},\n        }})",
+                    "        crate::entry::run({fid}, move || match crate::ghost::route(win, target_rank, target_disp, {acc}, {count}, {dt}, \"{}\") {{\n            Ok(None) => native(),\n            Err(rc) => rc,\n            // SAFETY: the caller's arguments, with the target translated to a ghost.\n            Ok(Some(crate::ghost::Routed::Ghost(r__))) => unsafe {{ pmpi::P{}({}) }},\n            // SAFETY: the caller's arguments; the target's memory is mapped here.\n            Ok(Some(crate::ghost::Routed::Direct(d__))) => unsafe {{ {direct_call} }},\n        }})",
                     f.name,
                     f.name,
                     routed.join(", ")

@@ -24,6 +24,7 @@
  * at 2+ ranks) those of the rank itself. Inside a region every operation has its own
  * slots, so no two operations of one epoch touch the same location. */
 #include "common.h"
+#include <math.h>
 
 #define SEG 128
 #define NSLOT (2 * SEG)
@@ -52,6 +53,12 @@ typedef union {
 static int g_ghosts;   /* shim_ghosts_per_node(), 0 when absent */
 static int g_alloc;    /* windows come from MPI_Win_allocate */
 static uint64_t (*g_redirected)(void);
+static uint64_t (*g_direct)(void);
+/* RMA operations the shim handled itself: redirected to ghosts, or done directly in
+ * node-shared memory (SHIM_GHOST_DIRECT, single-node windows). */
+static uint64_t handled(void) {
+    return (g_redirected ? g_redirected() : 0) + (g_direct ? g_direct() : 0);
+}
 static MPI_Datatype g_vec; /* vector(4, 1, 2) of doubles */
 
 static int is_long(int i) { return i % SEG >= O_LONG; }
@@ -574,6 +581,73 @@ static void t_contention(void) {
     win_free(&w);
 }
 
+/* Typed accumulates: MAXLOC on a pair type from every rank into one target, a derived
+ * origin type in Get_accumulate; on a direct window (GHOST_EXPECT_DIRECT=1) an operation
+ * beyond the target's memory is an MPI_ERR_RMA_RANGE error. */
+static void t_typed(void) {
+    win_t w;
+    win_make(&w, 16 * sizeof(double), sizeof(double), MPI_COMM_WORLD);
+    struct { double v; int i; } init = {-1.0, -1}, mine = {(double)((g_rank * 7) % g_size), g_rank}, got;
+    if (g_rank == 0) {
+        MPI_OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w.win));
+        MPI_OK(MPI_Put(&init, 1, MPI_DOUBLE_INT, 0, 0, 1, MPI_DOUBLE_INT, w.win));
+        double zero[8] = {0};
+        MPI_OK(MPI_Put(zero, 8, MPI_DOUBLE, 0, 4, 8, MPI_DOUBLE, w.win));
+        MPI_OK(MPI_Win_unlock(0, w.win));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    const char *ed = getenv("GHOST_EXPECT_DIRECT");
+    int direct = ed && atoi(ed) == 1;
+#ifdef OPEN_MPI
+    /* Open MPI 4.1's osc components reject MAXLOC on pair types ("currently unsupported");
+     * the shim's direct path does it */
+    int maxloc = direct;
+#else
+    int maxloc = 1;
+#endif
+    MPI_OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, w.win));
+    if (maxloc) MPI_OK(MPI_Accumulate(&mine, 1, MPI_DOUBLE_INT, 0, 0, 1, MPI_DOUBLE_INT, MPI_MAXLOC, w.win));
+    /* vector origin (every other double of 8) summed into 4 contiguous target doubles */
+    double src[8], old[4];
+    for (int i = 0; i < 8; i++) src[i] = i % 2 == 0 ? 1.0 + i : -1000.0;
+    MPI_OK(MPI_Get_accumulate(src, 1, g_vec, old, 4, MPI_DOUBLE, 0, 4, 4, MPI_DOUBLE, MPI_SUM, w.win));
+    MPI_OK(MPI_Win_unlock(0, w.win));
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, w.win));
+    MPI_OK(MPI_Get(&got, 1, MPI_DOUBLE_INT, 0, 0, 1, MPI_DOUBLE_INT, w.win));
+    double sums[4];
+    MPI_OK(MPI_Get(sums, 4, MPI_DOUBLE, 0, 4, 4, MPI_DOUBLE, w.win));
+    MPI_OK(MPI_Win_unlock(0, w.win));
+    double best = -1.0;
+    int at = -1;
+    for (int r = 0; r < g_size; r++) {
+        double v = (double)((r * 7) % g_size);
+        if (v > best) best = v, at = r;
+    }
+    if (maxloc) CHECK(got.v == best && got.i == at, "MAXLOC: (%g, %d), want (%g, %d)", got.v, got.i, best, at);
+    for (int k = 0; k < 4; k++) {
+        CHECK(sums[k] == g_size * (1.0 + 2 * k), "Get_accumulate sum %d: %g, want %g", k, sums[k],
+              g_size * (1.0 + 2 * k));
+        CHECK(old[k] >= 0 && old[k] <= (g_size - 1) * (1.0 + 2 * k) && fmod(old[k], 1.0 + 2 * k) == 0,
+              "Get_accumulate fetched %g at %d", old[k], k);
+    }
+    if (direct) {
+        MPI_Win_set_errhandler(w.win, MPI_ERRORS_RETURN);
+        double x = 1.0;
+        MPI_OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, w.win));
+        int rc = MPI_Put(&x, 1, MPI_DOUBLE, 0, 16, 1, MPI_DOUBLE, w.win), cls = -1;
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_RMA_RANGE, "Put past the window: error class %d, want MPI_ERR_RMA_RANGE", cls);
+        rc = MPI_Accumulate(&x, 1, MPI_DOUBLE, 0, -1, 1, MPI_DOUBLE, MPI_SUM, w.win);
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_RMA_RANGE, "Accumulate before the window: error class %d", cls);
+        MPI_OK(MPI_Win_unlock(0, w.win));
+        MPI_Win_set_errhandler(w.win, MPI_ERRORS_ARE_FATAL);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    win_free(&w);
+}
+
 /* One window on world and one on the even/odd split alive at once, freed in an order
  * that differs between even and odd ranks. */
 static void t_two_windows(void) {
@@ -816,7 +890,7 @@ static void t_async_off(void) {
     win_t w;
     win_make_info(&w, 8 * sizeof(long), 8, info, MPI_COMM_WORLD);
     MPI_Info_free(&info);
-    uint64_t before = g_redirected ? g_redirected() : 0;
+    uint64_t before = handled();
     long *p = w.base, v = g_rank * 11 + 1, g = -1;
     MPI_OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, g_rank, 0, w.win));
     for (int i = 0; i < 8; i++) p[i] = 0;
@@ -830,9 +904,8 @@ static void t_async_off(void) {
     MPI_OK(MPI_Win_lock(MPI_LOCK_SHARED, g_rank, 0, w.win));
     CHECK(p[3] == v, "async_config=off: Put on self %ld", p[3]);
     MPI_OK(MPI_Win_unlock(g_rank, w.win));
-    if (g_redirected)
-        CHECK(g_redirected() == before, "async_config=off window: %llu operations redirected",
-              (unsigned long long)(g_redirected() - before));
+    CHECK(handled() == before, "async_config=off window: %llu operations redirected",
+          (unsigned long long)(handled() - before));
     MPI_Barrier(MPI_COMM_WORLD);
     win_free(&w);
 }
@@ -860,6 +933,7 @@ int main(int argc, char **argv) {
     test_init(&argc, &argv);
     int (*ghosts)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "shim_ghosts_per_node");
     g_redirected = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "shim_rma_redirected");
+    g_direct = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "shim_rma_direct");
     g_ghosts = ghosts ? ghosts() : 0;
     const char *en = getenv("GHOST_EXPECT_N");
     if (en) {
@@ -877,6 +951,7 @@ int main(int argc, char **argv) {
     run_test("comm", t_comm);
     run_test("epochs", t_epochs);
     run_test("contention", t_contention);
+    run_test("typed", t_typed);
     run_test("two_windows", t_two_windows);
     run_test("tiny_and_zero", t_tiny_and_zero);
     run_test("disp_units", t_disp_units);
@@ -885,11 +960,19 @@ int main(int argc, char **argv) {
 
     MPI_Type_free(&g_vec);
     if (g_ghosts > 0) {
-        CHECK(g_redirected != NULL, "shim_rma_redirected is not exported");
-        CHECK(g_redirected() > 0, "ghosts active but no RMA operation was redirected");
-    } else if (g_redirected) {
-        CHECK(g_redirected() == 0, "ghosts off but %llu RMA operations redirected",
-              (unsigned long long)g_redirected());
+        CHECK(g_redirected != NULL && g_direct != NULL, "shim_rma_redirected/shim_rma_direct are not exported");
+        CHECK(handled() > 0, "ghosts active but no RMA operation was redirected or done directly");
+        /* GHOST_EXPECT_DIRECT=1: this layout must take the direct path (one node),
+         * 0: it must go through the ghosts */
+        const char *ed = getenv("GHOST_EXPECT_DIRECT");
+        if (ed && atoi(ed) == 1)
+            CHECK(g_direct() > 0 && g_redirected() == 0, "expected direct RMA: %llu direct, %llu redirected",
+                  (unsigned long long)g_direct(), (unsigned long long)g_redirected());
+        if (ed && atoi(ed) == 0)
+            CHECK(g_direct() == 0 && g_redirected() > 0, "expected RMA through ghosts: %llu direct, %llu redirected",
+                  (unsigned long long)g_direct(), (unsigned long long)g_redirected());
+    } else {
+        CHECK(handled() == 0, "ghosts off but %llu RMA operations redirected", (unsigned long long)handled());
     }
     const char *names[] = {
         g_alloc ? "MPI_Win_allocate" : "MPI_Win_create", "MPI_Win_free", "MPI_Win_fence", "MPI_Win_post",

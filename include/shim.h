@@ -93,6 +93,12 @@ int shim_ghosts_per_node(void);
 uint64_t shim_rma_redirected(void);
 
 /*
+ Returns how many RMA operations this process has carried out itself in node-shared
+ memory, on ghost-served windows whose processes share one node (`SHIM_GHOST_DIRECT`).
+ */
+uint64_t shim_rma_direct(void);
+
+/*
  Returns how many bytes the shim's own datatype engine has packed plus unpacked in this
  process (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective copies of
  non-contiguous datatypes).

@@ -133,6 +133,13 @@ pub extern "C" fn shim_rma_redirected() -> u64 {
     crate::ghost::win::REDIRECTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Returns how many RMA operations this process has carried out itself in node-shared
+/// memory, on ghost-served windows whose processes share one node (`SHIM_GHOST_DIRECT`).
+#[unsafe(no_mangle)]
+pub extern "C" fn shim_rma_direct() -> u64 {
+    crate::ghost::win::DIRECT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Returns how many bytes the shim's own datatype engine has packed plus unpacked in this
 /// process (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective copies of
 /// non-contiguous datatypes).

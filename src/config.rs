@@ -70,6 +70,12 @@ pub static VARS: &[VarSpec] = &[
         doc: "With several ghosts per node: where Put and Get go once the target's lock is known to be held (after a flush, or in a fence epoch): `static`, the target's bound ghost; `random`; `op`, the ghost this origin sent the fewest operations; `byte`, the fewest bytes. Accumulate-type operations always go to the bound ghost.",
     },
     VarSpec {
+        name: "SHIM_GHOST_DIRECT",
+        default: "on",
+        allowed: "on, off (also 1, 0, true, false, yes, no)",
+        doc: "On a ghost-served window whose processes all share one node, RMA operations are carried out by the origin itself in the node-shared memory (accumulate-type ones under a per-target lock in that memory), so that neither the target nor a ghost has to act; epochs still go through the ghosts. `off`: every operation goes through a ghost, as on windows spanning several nodes.",
+    },
+    VarSpec {
         name: "SHIM_GHOST_PLACEMENT",
         default: "last",
         allowed: "first, last, spread",
@@ -209,6 +215,8 @@ pub struct Config {
     pub ghosts: u32,
     pub ghost_placement: GhostPlacement,
     pub ghost_balance: GhostBalance,
+    /// `SHIM_GHOST_DIRECT`: single-node windows move data in shared memory.
+    pub ghost_direct: bool,
     pub ghost_windows: u32,
     pub ranks_per_node: Option<u32>,
     /// `SHIM_PACK_THREADS` (None: processors per rank of the node).
@@ -234,6 +242,7 @@ impl Default for Config {
             ghosts: 0,
             ghost_placement: GhostPlacement::Last,
             ghost_balance: GhostBalance::Static,
+            ghost_direct: true,
             ghost_windows: 4,
             ranks_per_node: None,
             pack_threads: None,
@@ -498,6 +507,12 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
             "op" => c.ghost_balance = GhostBalance::Op,
             "byte" => c.ghost_balance = GhostBalance::Byte,
             _ => l.errors.push(error("SHIM_GHOST_BALANCE", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_GHOST_DIRECT") {
+        match parse_bool(&v) {
+            Some(b) if !v.trim().is_empty() => c.ghost_direct = b,
+            _ => l.errors.push(error("SHIM_GHOST_DIRECT", &v)),
         }
     }
     if let Some(v) = get("SHIM_GHOST_WINDOWS") {
@@ -770,6 +785,21 @@ mod tests {
         ]);
         assert_eq!(bad.errors.len(), 3);
         assert!(bad.errors[0].to_string().contains("none, thread, auto"));
+    }
+
+    #[test]
+    fn ghost_direct() {
+        assert!(load(&[]).config.ghost_direct);
+        assert!(!load(&[("SHIM_GHOST_DIRECT", "off")]).config.ghost_direct);
+        assert!(load(&[("SHIM_GHOST_DIRECT", "1")]).config.ghost_direct);
+        let bad = load(&[("SHIM_GHOST_DIRECT", "sometimes")]);
+        assert_eq!(bad.errors.len(), 1);
+        let msg = bad.errors[0].to_string();
+        assert!(
+            msg.contains("SHIM_GHOST_DIRECT=\"sometimes\"") && msg.contains("on, off"),
+            "{msg}"
+        );
+        assert_eq!(load(&[("SHIM_GHOST_DIRECT", "")]).errors.len(), 1);
     }
 
     #[test]

@@ -205,9 +205,10 @@ int main(int argc, char **argv) {
         }
     }
     MPI_Win_unlock_all(win);
+    uint64_t (*direct)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "shim_rma_direct");
     if (rank == 0 && redirected)
-        fprintf(stderr, "# rma: %s: %llu operations redirected to ghosts\n", label,
-                (unsigned long long)redirected());
+        fprintf(stderr, "# rma: %s: %llu operations redirected to ghosts, %llu done directly in shared memory\n",
+                label, (unsigned long long)redirected(), direct ? (unsigned long long)direct() : 0ULL);
     MPI_Win_free(&win);
     if (rank == 0) { /* scripts/bench-rma keeps the samples if MPI_Finalize then hangs (see there) */
         printf("done,%s\n", label);

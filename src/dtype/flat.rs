@@ -369,6 +369,61 @@ impl Drop for Contents {
     }
 }
 
+/// The predefined datatype every basic component of `dt` is made of (MPI-4.0 §12.3.4: the
+/// datatypes of an accumulate-type operation), `Ok(None)` if they differ, `Err(class)` for
+/// an invalid datatype.
+pub fn element_type(dt: MPI_Datatype) -> Result<Option<MPI_Datatype>, c_int> {
+    element_type_at(dt, 0)
+}
+
+fn element_type_at(dt: MPI_Datatype, depth: usize) -> Result<Option<MPI_Datatype>, c_int> {
+    if is_predefined_datatype(dt) {
+        return Ok(Some(dt));
+    }
+    if depth > 64 || dt == MPI_DATATYPE_NULL() {
+        return Err(MPI_ERR_TYPE);
+    }
+    let (mut ni, mut na, mut nd, mut comb) = (0, 0, 0, 0);
+    // SAFETY: valid out-pointers.
+    let rc = unsafe { pmpi::PMPI_Type_get_envelope(dt, &mut ni, &mut na, &mut nd, &mut comb) };
+    if rc != MPI_SUCCESS {
+        return Err(MPI_ERR_TYPE);
+    }
+    if comb == MPI_COMBINER_NAMED {
+        return Ok(Some(dt));
+    }
+    let mut c = Contents {
+        ints: vec![0; ni.max(0) as usize],
+        addrs: vec![0; na.max(0) as usize],
+        types: vec![MPI_DATATYPE_NULL(); nd.max(0) as usize],
+    };
+    // SAFETY: arrays of exactly the sizes the envelope gave.
+    let rc = unsafe {
+        pmpi::PMPI_Type_get_contents(
+            dt,
+            ni,
+            na,
+            nd,
+            c.ints.as_mut_ptr(),
+            c.addrs.as_mut_ptr(),
+            c.types.as_mut_ptr(),
+        )
+    };
+    if rc != MPI_SUCCESS {
+        c.types.clear();
+        return Err(MPI_ERR_TYPE);
+    }
+    let mut found: Option<MPI_Datatype> = None;
+    for &t in &c.types {
+        match element_type_at(t, depth + 1)? {
+            None => return Ok(None),
+            Some(e) if found.is_some_and(|f| f != e) => return Ok(None),
+            Some(e) => found = Some(e),
+        }
+    }
+    Ok(found)
+}
+
 fn decode(dt: MPI_Datatype, depth: usize) -> Result<Node, Opaque> {
     if depth > 64 {
         return Err(Opaque::TooLarge);

@@ -500,84 +500,65 @@ pub mod hooks {
     mrecv_hook!(MPI_Imrecv, c_int);
     mrecv_hook!(MPI_Imrecv_c, MPI_Count);
 
-    pub unsafe fn MPI_Isendrecv(
-        sb: *const c_void,
-        sn: c_int,
-        stt: MPI_Datatype,
-        d: c_int,
-        sg: c_int,
-        rb: *mut c_void,
-        rn: c_int,
-        rt: MPI_Datatype,
-        s: c_int,
-        rg: c_int,
-        c: MPI_Comm,
-        r: *mut MPI_Request,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        let made = unsafe {
-            isendrecv(
-                (sb, sn as i64, stt, d, sg),
-                (rb, rn as i64, rt, s, rg),
-                c,
-                false,
-            )
+    /// `MPI_Isendrecv` and its `_c` form: a shim request holding the receive and the send.
+    macro_rules! isendrecv_hook {
+        ($name:ident, $n:ty) => {
+            pub unsafe fn $name(
+                sb: *const c_void,
+                sn: $n,
+                stt: MPI_Datatype,
+                d: c_int,
+                sg: c_int,
+                rb: *mut c_void,
+                rn: $n,
+                rt: MPI_Datatype,
+                s: c_int,
+                rg: c_int,
+                c: MPI_Comm,
+                r: *mut MPI_Request,
+                native: &dyn Fn() -> c_int,
+            ) -> c_int {
+                // SAFETY: the application's arguments.
+                let made = unsafe {
+                    isendrecv(
+                        (sb, sn as i64, stt, d, sg),
+                        (rb, rn as i64, rt, s, rg),
+                        c,
+                        false,
+                    )
+                };
+                hand_out(made, c, Fid::$name, r, native)
+            }
         };
-        hand_out(made, c, Fid::MPI_Isendrecv, r, native)
     }
-    pub unsafe fn MPI_Isendrecv_c(
-        sb: *const c_void,
-        sn: MPI_Count,
-        stt: MPI_Datatype,
-        d: c_int,
-        sg: c_int,
-        rb: *mut c_void,
-        rn: MPI_Count,
-        rt: MPI_Datatype,
-        s: c_int,
-        rg: c_int,
-        c: MPI_Comm,
-        r: *mut MPI_Request,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        let made = unsafe { isendrecv((sb, sn, stt, d, sg), (rb, rn, rt, s, rg), c, false) };
-        hand_out(made, c, Fid::MPI_Isendrecv_c, r, native)
+    isendrecv_hook!(MPI_Isendrecv, c_int);
+    isendrecv_hook!(MPI_Isendrecv_c, MPI_Count);
+
+    /// `MPI_Isendrecv_replace` and its `_c` form: the send side is packed (copied) before
+    /// the receive may overwrite the buffer.
+    macro_rules! isendrecv_replace_hook {
+        ($name:ident, $n:ty) => {
+            pub unsafe fn $name(
+                b: *mut c_void,
+                n: $n,
+                t: MPI_Datatype,
+                d: c_int,
+                sg: c_int,
+                s: c_int,
+                rg: c_int,
+                c: MPI_Comm,
+                r: *mut MPI_Request,
+                native: &dyn Fn() -> c_int,
+            ) -> c_int {
+                let n = n as i64;
+                // SAFETY: the application's arguments.
+                let made = unsafe { isendrecv((b, n, t, d, sg), (b, n, t, s, rg), c, true) };
+                hand_out(made, c, Fid::$name, r, native)
+            }
+        };
     }
-    pub unsafe fn MPI_Isendrecv_replace(
-        b: *mut c_void,
-        n: c_int,
-        t: MPI_Datatype,
-        d: c_int,
-        sg: c_int,
-        s: c_int,
-        rg: c_int,
-        c: MPI_Comm,
-        r: *mut MPI_Request,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments; the send side is packed (copied) before the
-        // receive may overwrite the buffer.
-        let made = unsafe { isendrecv((b, n as i64, t, d, sg), (b, n as i64, t, s, rg), c, true) };
-        hand_out(made, c, Fid::MPI_Isendrecv_replace, r, native)
-    }
-    pub unsafe fn MPI_Isendrecv_replace_c(
-        b: *mut c_void,
-        n: MPI_Count,
-        t: MPI_Datatype,
-        d: c_int,
-        sg: c_int,
-        s: c_int,
-        rg: c_int,
-        c: MPI_Comm,
-        r: *mut MPI_Request,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: as in MPI_Isendrecv_replace.
-        let made = unsafe { isendrecv((b, n, t, d, sg), (b, n, t, s, rg), c, true) };
-        hand_out(made, c, Fid::MPI_Isendrecv_replace_c, r, native)
-    }
+    isendrecv_replace_hook!(MPI_Isendrecv_replace, c_int);
+    isendrecv_replace_hook!(MPI_Isendrecv_replace_c, MPI_Count);
 }
 
 /// The peer a matched message counts as for `eligible`: none for the message of a probe of

@@ -16,6 +16,7 @@
 //! a window's node-shared memory is a POSIX shared-memory object that the node's ghosts
 //! map and attach on command, both local operations.
 
+pub mod direct;
 pub mod hooks;
 pub mod serve;
 pub mod win;
@@ -28,7 +29,7 @@ use crate::abi::*;
 use crate::config::{self, GhostPlacement};
 use crate::pmpi;
 
-pub use win::route;
+pub use win::{Routed, route};
 
 /// Ghosts are on (this process is a user and MPI_COMM_WORLD is mapped).
 static ON: AtomicBool = AtomicBool::new(false);
@@ -269,12 +270,14 @@ pub fn setup(c: &config::Config) {
     let ghosts: usize = lay.node_ghosts.iter().map(Vec::len).sum();
     // once per job: on the first user (ghosts never get here)
     let first_user = lay.user_world_rank.first() == Some(&crate::init::world().rank);
-    if cfg!(feature = "abi-ompi") && ghosts > 1 && first_user {
+    let direct_everywhere = config::get().ghost_direct && lay.node_ghosts.len() == 1;
+    if cfg!(feature = "abi-ompi") && ghosts > 1 && first_user && !direct_everywhere {
         // Measured with Open MPI 4.1.4 (ctests/rma_ghost, `epochs`): with two ghosts in the
         // job (two per node, or virtual nodes) flushes and unlocks on the internal windows
         // never complete under osc/pt2pt, which is what Open MPI uses for them when
-        // osc/rdma cannot run; one ghost works.
-        tracing::warn!(target: "shim::ghost", "{ghosts} ghost processes in this job: with Open MPI 4.1's osc/pt2pt component, RMA epochs over more than one ghost hang (known limitation of the Open MPI build); use SHIM_GHOSTS=1 on one node, or an osc component other than pt2pt");
+        // osc/rdma cannot run; one ghost works. On one node with SHIM_GHOST_DIRECT (every
+        // window direct, operations never reach the ghosts) any number works.
+        tracing::warn!(target: "shim::ghost", "{ghosts} ghost processes in this job on {} nodes: with Open MPI 4.1's osc/pt2pt component, RMA operations through more than one ghost hang (known limitation of the Open MPI build); use SHIM_GHOSTS=1 on one node, one node with SHIM_GHOST_DIRECT=on, or an osc component other than pt2pt", lay.node_ghosts.len());
     }
 }
 

@@ -135,6 +135,8 @@ pub static REDIRECTED: AtomicU64 = AtomicU64::new(0);
 #[derive(Clone, Debug)]
 struct Target {
     disp_unit: i64,
+    /// Its window size in bytes.
+    size: i64,
     /// Local user index on its node (its lock window).
     local: usize,
     /// World ranks of its node's ghosts, and where its memory is in each.
@@ -177,9 +179,25 @@ struct UserWin {
     sent: HashMap<i32, (u64, u64)>,
     rng: u64,
     id: usize,
+    /// `SHIM_GHOST_DIRECT` on a single-node window: every target's memory mapped here (by
+    /// comm rank), operations done in shared memory (`direct.rs`).
+    direct: Option<Vec<Peer>>,
+    /// Operations done directly.
+    direct_ops: u64,
 }
 
-// SAFETY: the raw pointer is this process's own mapping; the window is used under a Mutex.
+/// A target's memory mapped by this process (direct windows).
+#[derive(Debug)]
+struct Peer {
+    base: *mut u8,
+    map_len: usize,
+    /// Offset of its hidden bytes.
+    hidden: i64,
+    /// Mapped for this window (to be unmapped at free); false for this process's own.
+    mapped: bool,
+}
+
+// SAFETY: the raw pointers are mappings of this process; the window is used under a Mutex.
 unsafe impl Send for UserWin {}
 
 type Registry = RwLock<HashMap<MPI_Win, Arc<Mutex<UserWin>>>>;
@@ -215,6 +233,17 @@ pub struct Route {
     pub disp: MPI_Aint,
     pub win: MPI_Win,
 }
+
+/// How an operation on a ghost-served window is carried out.
+pub enum Routed {
+    /// By a ghost: the same call with the target translated.
+    Ghost(Route),
+    /// By this process, in node-shared memory (`direct.rs`).
+    Direct(super::direct::Direct),
+}
+
+/// RMA operations this process carried out directly in node-shared memory.
+pub static DIRECT: AtomicU64 = AtomicU64::new(0);
 
 impl UserWin {
     fn slot(&self) -> &'static Slot {
@@ -275,18 +304,18 @@ pub fn route(
     count: i64,
     dt: MPI_Datatype,
     fname: &str,
-) -> Result<Option<Route>, c_int> {
+) -> Result<Option<Routed>, c_int> {
     let Some(w) = lookup(win) else {
         return Ok(None);
     };
     let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
     if target == MPI_PROC_NULL {
         // a no-op, on a window that is always in an epoch
-        return Ok(Some(Route {
+        return Ok(Some(Routed::Ghost(Route {
             rank: MPI_PROC_NULL,
             disp,
             win: w.slot().global,
-        }));
+        })));
     }
     if target < 0 || target as usize >= w.targets.len() {
         return Err(raise(
@@ -302,6 +331,19 @@ pub fn route(
             &format!("{fname}: no access epoch to target {target} is open"),
         ));
     };
+    if let Some(peers) = &w.direct {
+        let (p, tg) = (&peers[target as usize], &w.targets[target as usize]);
+        let d = super::direct::Direct {
+            base: p.base,
+            size: tg.size,
+            offset: disp * tg.disp_unit,
+            lock: p.base.wrapping_offset(p.hidden as isize + 8).cast(),
+            win,
+        };
+        w.direct_ops += 1;
+        DIRECT.fetch_add(1, Ordering::Relaxed);
+        return Ok(Some(Routed::Direct(d)));
+    }
     let bytes = if config::get().ghost_balance == GhostBalance::Byte {
         let mut sz: c_int = 0;
         // SAFETY: valid out-pointer; an invalid type is reported by the real call.
@@ -317,11 +359,11 @@ pub fn route(
     e.0 += 1;
     e.1 += bytes;
     REDIRECTED.fetch_add(1, Ordering::Relaxed);
-    Ok(Some(Route {
+    Ok(Some(Routed::Ghost(Route {
         rank,
         disp: addr + disp * du,
         win: iw,
-    }))
+    })))
 }
 
 /// Reads an info value (None if unset).
@@ -428,11 +470,8 @@ pub fn allocate(
     let hidden = size.div_ceil(HIDDEN_BYTES) * HIDDEN_BYTES;
     let map_len = hidden + HIDDEN_BYTES;
     static OBJ: AtomicUsize = AtomicUsize::new(0);
-    let name = format!(
-        "/shim-{}-{}",
-        std::process::id(),
-        OBJ.fetch_add(1, Ordering::Relaxed)
-    );
+    let obj = OBJ.fetch_add(1, Ordering::Relaxed);
+    let name = object_name(std::process::id() as i64, obj as i64);
     let cname = std::ffi::CString::new(name.clone()).expect("no NUL");
     // SAFETY: a fresh shared-memory object of map_len bytes, mapped read-write; it is
     // unlinked once the node's ghosts have mapped it.
@@ -464,11 +503,22 @@ pub fn allocate(
     let uw_rank = crate::init::world().rank as usize;
     let my_ghosts = &lay.node_ghosts[lay.user_node[uw_rank]];
     let g = lay.ghosts;
-    let mut rec = vec![0i64; 2 + g];
+    // what every rank tells the others: disp_unit, size, whether it may go direct, its
+    // object's name (pid, number), and where each ghost of its node mapped the object
+    const HEAD: usize = 5;
+    let uranks = to_user_world(comm, n);
+    let one_node = uranks
+        .iter()
+        .all(|&u| lay.user_node[u as usize] == lay.user_node[uw_rank]);
+    let may_direct = config::get().ghost_direct && one_node;
+    let mut rec = vec![0i64; HEAD + g];
     rec[0] = disp_unit;
     rec[1] = size as i64;
+    rec[2] = may_direct as i64;
+    rec[3] = std::process::id() as i64;
+    rec[4] = obj as i64;
     for (j, &gh) in my_ghosts.iter().enumerate() {
-        rec[2 + j] = serve::command(
+        rec[HEAD + j] = serve::command(
             lay,
             gh,
             Cmd::Attach,
@@ -476,20 +526,22 @@ pub fn allocate(
             Some(&name),
         )[0];
     }
-    // SAFETY: the name of the object created above.
-    unsafe { libc::shm_unlink(cname.as_ptr()) };
-    let mut all = vec![0i64; (2 + g) * n as usize];
+    if !may_direct {
+        // SAFETY: the name of the object created above (the ghosts have it mapped).
+        unsafe { libc::shm_unlink(cname.as_ptr()) };
+    }
+    let mut all = vec![0i64; (HEAD + g) * n as usize];
     let mut ctl: MPI_Comm = MPI_COMM_NULL();
     let mut uwin: MPI_Win = MPI_WIN_NULL();
-    // SAFETY: (2 + g) int64 per rank into a buffer for n ranks; collective calls over the
+    // SAFETY: HEAD + g int64 per rank into a buffer for n ranks; collective calls over the
     // window's communicator in the same order on every rank.
     let rc = unsafe {
         pmpi::PMPI_Allgather(
             rec.as_ptr().cast(),
-            (2 + g) as c_int,
+            (HEAD + g) as c_int,
             MPI_INT64_T(),
             all.as_mut_ptr().cast(),
-            (2 + g) as c_int,
+            (HEAD + g) as c_int,
             MPI_INT64_T(),
             comm,
         );
@@ -506,21 +558,54 @@ pub fn allocate(
     if rc != MPI_SUCCESS {
         return Some(rc);
     }
-    let uranks = to_user_world(comm, n);
-    let targets = (0..n as usize)
+    let recs: Vec<&[i64]> = all.chunks(HEAD + g).collect();
+    let targets: Vec<Target> = (0..n as usize)
         .map(|t| {
             let u = uranks[t] as usize;
-            let r = &all[t * (2 + g)..(t + 1) * (2 + g)];
+            let r = recs[t];
             let ghosts = lay.node_ghosts[lay.user_node[u]].clone();
             Target {
                 disp_unit: r[0],
+                size: r[1],
                 local: lay.user_local[u],
                 bound: lay.user_local[u] % ghosts.len(),
                 ghosts,
-                addrs: r[2..].to_vec(),
+                addrs: r[HEAD..].to_vec(),
             }
         })
         .collect();
+    // direct only if every rank may (the same decision everywhere)
+    let direct = if recs.iter().all(|r| r[2] == 1) {
+        let peers = (0..n as usize)
+            .map(|t| {
+                let (r, me) = (recs[t], t as i32 == me);
+                let hidden = (r[1].max(0) as usize).div_ceil(HIDDEN_BYTES) * HIDDEN_BYTES;
+                let len = hidden + HIDDEN_BYTES;
+                Peer {
+                    base: if me {
+                        base.cast()
+                    } else {
+                        map_object(&object_name(r[3], r[4]), len)
+                    },
+                    map_len: len,
+                    hidden: hidden as i64,
+                    mapped: !me,
+                }
+            })
+            .collect();
+        // SAFETY: collective over the window's duplicate; then nobody opens the object.
+        unsafe {
+            pmpi::PMPI_Barrier(ctl);
+            libc::shm_unlink(cname.as_ptr());
+        }
+        Some(peers)
+    } else {
+        if may_direct {
+            // SAFETY: as above, when another rank chose not to go direct.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+        }
+        None
+    };
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let w = UserWin {
         win: uwin,
@@ -542,6 +627,8 @@ pub fn allocate(
         sent: HashMap::new(),
         rng: 0x9e37_79b9_7f4a_7c15 ^ ((uw_rank as u64 + 1) << 20) ^ id as u64,
         id,
+        direct,
+        direct_ops: 0,
     };
     WINS.write()
         .unwrap_or_else(|e| e.into_inner())
@@ -553,6 +640,42 @@ pub fn allocate(
     }
     tracing::debug!(target: "shim::ghost", "window {id}: {size} bytes in slot {slot}, {n} processes");
     Some(MPI_SUCCESS)
+}
+
+/// The POSIX shared-memory object of a window's memory.
+fn object_name(pid: i64, obj: i64) -> String {
+    format!("/shim-{pid}-{obj}")
+}
+
+/// Maps another user's window object (direct windows); aborts if it cannot (the
+/// collective allocation cannot fail on one rank alone).
+fn map_object(name: &str, len: usize) -> *mut u8 {
+    let cname = std::ffi::CString::new(name).expect("no NUL");
+    // SAFETY: an existing object of at least `len` bytes (its owner sized it), mapped
+    // read-write and shared.
+    unsafe {
+        let fd = libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0);
+        let p = if fd < 0 {
+            libc::MAP_FAILED
+        } else {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        if p == libc::MAP_FAILED {
+            tracing::error!(target: "shim::ghost", "mapping {name}: {}", std::io::Error::last_os_error());
+            std::process::abort();
+        }
+        p.cast()
+    }
 }
 
 /// `MPI_Win_free` of a ghost-served window.
@@ -590,10 +713,21 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
         }
         let rc = pmpi::PMPI_Win_free(&mut w.win);
         libc::munmap(w.base, w.map_len);
+        for p in w.direct.iter().flatten().filter(|p| p.mapped) {
+            libc::munmap(p.base.cast(), p.map_len);
+        }
         pmpi::PMPI_Comm_free(&mut w.ctl);
         *win = MPI_WIN_NULL();
         rc
     };
+    if crate::stats::enabled() && w.direct.is_some() {
+        crate::log::raw_stderr(&format!(
+            "{} window {}: {} RMA operations done directly in node-shared memory\n",
+            crate::log::prefix(),
+            w.id,
+            w.direct_ops
+        ));
+    }
     if crate::stats::enabled() && !w.sent.is_empty() {
         let mut per: Vec<_> = w.sent.iter().collect();
         per.sort();
@@ -654,9 +788,10 @@ pub fn fence(assert: c_int, win: MPI_Win) -> Option<c_int> {
                 ));
             }
             let g = w.slot().global;
+            std::sync::atomic::fence(Ordering::SeqCst);
             // SAFETY: the global window is always in the users' lock_all epoch.
             unsafe {
-                if assert & MPI_MODE_NOPRECEDE == 0 {
+                if assert & MPI_MODE_NOPRECEDE == 0 && w.direct.is_none() {
                     check(pmpi::PMPI_Win_flush_all(g)).map_err(|c| (c, "flush".into()))?;
                 }
                 pmpi::PMPI_Win_sync(g);
@@ -751,7 +886,9 @@ pub fn complete(win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         let g = w.slot().global;
         let mut done = HashSet::new();
-        for &t in &w.access {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let via_ghosts: &[i32] = if w.direct.is_some() { &[] } else { &w.access };
+        for &t in via_ghosts {
             for &gh in &w.targets[t as usize].ghosts {
                 if done.insert(gh) {
                     // SAFETY: the global window is in the lock_all epoch.
@@ -830,21 +967,19 @@ impl UserWin {
     /// one-byte Get of the hidden bytes through the bound ghost, then a flush (§4.8).
     fn force_self(&self, iw: MPI_Win) {
         let t = &self.targets[self.me as usize];
-        let (gh, addr) = (t.ghosts[t.bound], t.addrs[t.bound]);
-        let mut byte = 0u8;
-        // SAFETY: one byte into a local; the hidden bytes are never user data.
-        unsafe {
-            pmpi::PMPI_Get(
-                (&mut byte as *mut u8).cast(),
-                1,
-                MPI_BYTE(),
-                gh,
-                addr + self.hidden,
-                1,
-                MPI_BYTE(),
-                iw,
-            );
-            pmpi::PMPI_Win_flush(gh, iw);
+        force(t.ghosts[t.bound], t.addrs[t.bound] + self.hidden, iw);
+    }
+    /// On a direct window, operations never reach the ghosts, so a lock (which the MPI
+    /// library acquires lazily, at the first operation) is forced at every ghost of the
+    /// target before the lock call returns: otherwise two exclusive locks, or a shared and
+    /// an exclusive one, could both be "held" (`direct.rs`).
+    fn force_direct(&self, rank: i32, iw: MPI_Win) {
+        if self.direct.is_some() {
+            let t = &self.targets[rank as usize];
+            let hidden = (t.size.max(0) as usize).div_ceil(HIDDEN_BYTES) * HIDDEN_BYTES;
+            for (j, &gh) in t.ghosts.iter().enumerate() {
+                force(gh, t.addrs[j] + hidden as i64, iw);
+            }
         }
     }
     fn check_target(&self, rank: c_int, what: &str) -> Result<(), (c_int, String)> {
@@ -855,6 +990,26 @@ impl UserWin {
             ));
         }
         Ok(())
+    }
+}
+
+/// A one-byte Get of hidden bytes at `addr` through ghost `gh`, then a flush: the lock on
+/// `iw` at `gh` is then held.
+fn force(gh: i32, addr: i64, iw: MPI_Win) {
+    let mut byte = 0u8;
+    // SAFETY: one byte into a local; the hidden bytes are never user data.
+    unsafe {
+        pmpi::PMPI_Get(
+            (&mut byte as *mut u8).cast(),
+            1,
+            MPI_BYTE(),
+            gh,
+            addr,
+            1,
+            MPI_BYTE(),
+            iw,
+        );
+        pmpi::PMPI_Win_flush(gh, iw);
     }
 }
 
@@ -894,6 +1049,9 @@ pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> Optio
                 flushed: false,
                 self_lock: false,
             };
+            if assert & MPI_MODE_NOCHECK == 0 {
+                w.force_direct(rank, iw);
+            }
             if rank == w.me && !w.no_local_load_store {
                 if assert & MPI_MODE_NOCHECK == 0 {
                     w.force_self(iw);
@@ -921,6 +1079,7 @@ pub fn unlock(rank: c_int, win: MPI_Win) -> Option<c_int> {
             let Some(l) = w.locked.remove(&rank) else {
                 return Err(sync_err("MPI_Win_unlock: the target is not locked"));
             };
+            std::sync::atomic::fence(Ordering::SeqCst);
             let t = &w.targets[rank as usize];
             let iw = w.slot().lock[t.local];
             for &gh in &t.ghosts {
@@ -968,6 +1127,11 @@ pub fn lock_all(assert: c_int, win: MPI_Win) -> Option<c_int> {
             }
             w.lock_all = true;
             w.all_flushed.clear();
+            if assert & MPI_MODE_NOCHECK == 0 {
+                for t in 0..w.targets.len() {
+                    w.force_direct(t as i32, slot.lock[w.targets[t].local]);
+                }
+            }
             if !w.no_local_load_store && assert & MPI_MODE_NOCHECK == 0 {
                 let t = &w.targets[w.me as usize];
                 w.force_self(slot.lock[t.local]);
@@ -986,6 +1150,7 @@ pub fn unlock_all(win: MPI_Win) -> Option<c_int> {
             if !w.lock_all {
                 return Err(sync_err("MPI_Win_unlock_all: no lock_all epoch is open"));
             }
+            std::sync::atomic::fence(Ordering::SeqCst);
             let slot = w.slot();
             for t in &w.targets {
                 for &gh in &t.ghosts {
@@ -1008,6 +1173,11 @@ fn flush_target(w: &mut UserWin, rank: c_int, local: bool) -> Result<(), (c_int,
     let iw = w
         .epoch_win(rank)
         .ok_or_else(|| sync_err("MPI_Win_flush: no epoch is open to the target"))?;
+    if w.direct.is_some() {
+        // the operations completed when they were issued (`direct.rs`)
+        std::sync::atomic::fence(Ordering::SeqCst);
+        return Ok(());
+    }
     for &gh in &w.targets[rank as usize].ghosts {
         // SAFETY: `iw` is in a passive epoch to `gh` (a lock or the standing lock_all).
         let rc = unsafe {

@@ -170,12 +170,38 @@ fn send_packed(
 /// # Safety
 /// `user` is the application's receive buffer for the counted elements.
 unsafe fn recv_packed(
-    mut inc: crate::dtype::p2p::PackedBuf,
+    inc: crate::dtype::p2p::PackedBuf,
     user: *mut c_void,
     s: c_int,
     g: c_int,
     c: MPI_Comm,
     st: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: our buffer (b, n) and a status we can read back.
+    unsafe {
+        packed_receive(
+            inc,
+            user,
+            st,
+            |b, n, stp| pmpi::PMPI_Recv_c(b, n, MPI_PACKED(), s, g, c, stp),
+            |b, n, r| pmpi::PMPI_Irecv_c(b, n, MPI_PACKED(), s, g, c, r),
+        )
+    }
+}
+
+/// A receive of packed bytes by `blocking(buf, bytes, status)` or, with schedules
+/// outstanding, `start(buf, bytes, request)` plus polling; then what arrived is unpacked
+/// into `user` and the status (the caller's, or a local one for `MPI_STATUS_IGNORE`) kept.
+///
+/// # Safety
+/// `user` is the application's receive buffer for the counted elements; the two calls
+/// receive into the buffer they are given.
+unsafe fn packed_receive(
+    mut inc: crate::dtype::p2p::PackedBuf,
+    user: *mut c_void,
+    st: *mut MPI_Status,
+    blocking: impl Fn(*mut c_void, MPI_Count, *mut MPI_Status) -> c_int,
+    start: impl Fn(*mut c_void, MPI_Count, *mut MPI_Request) -> c_int,
 ) -> c_int {
     let mut local = MPI_Status::default();
     let stp = if st == IGNORE || st.is_null() {
@@ -184,12 +210,7 @@ unsafe fn recv_packed(
         st
     };
     let (b, n) = (inc.ptr(), inc.len());
-    // SAFETY: our buffer and a status we can read back.
-    let rc = via(
-        &|| unsafe { pmpi::PMPI_Recv_c(b, n, MPI_PACKED(), s, g, c, stp) },
-        stp,
-        |r| unsafe { pmpi::PMPI_Irecv_c(b, n, MPI_PACKED(), s, g, c, r) },
-    );
+    let rc = via(&|| blocking(b, n, stp), stp, |r| start(b, n, r));
     if rc == MPI_SUCCESS {
         // SAFETY: the completed status; the caller's buffer.
         unsafe { inc.finish(user, stp) };
@@ -274,25 +295,17 @@ unsafe fn mrecv_packed(
     st: *mut MPI_Status,
 ) -> Option<c_int> {
     // SAFETY: the application's message handle.
-    let mut inc = crate::dtype::p2p::incoming(n, t, unsafe { crate::dtype::p2p::message_peer(m) })?;
-    let mut local = MPI_Status::default();
-    let stp = if st == IGNORE || st.is_null() {
-        &mut local as *mut MPI_Status
-    } else {
-        st
-    };
-    let (pb, pn) = (inc.ptr(), inc.len());
-    // SAFETY: our buffer, the application's message, a status we can read back.
-    let rc = via(
-        &|| unsafe { pmpi::PMPI_Mrecv_c(pb, pn, MPI_PACKED(), m, stp) },
-        stp,
-        |r| unsafe { pmpi::PMPI_Imrecv_c(pb, pn, MPI_PACKED(), m, r) },
-    );
-    if rc == MPI_SUCCESS {
-        // SAFETY: the completed status; the application's buffer.
-        unsafe { inc.finish(b, stp) };
-    }
-    Some(rc)
+    let inc = crate::dtype::p2p::incoming(n, t, unsafe { crate::dtype::p2p::message_peer(m) })?;
+    // SAFETY: our buffer, the application's message and buffer, a status we can read back.
+    Some(unsafe {
+        packed_receive(
+            inc,
+            b,
+            st,
+            |pb, pn, stp| pmpi::PMPI_Mrecv_c(pb, pn, MPI_PACKED(), m, stp),
+            |pb, pn, r| pmpi::PMPI_Imrecv_c(pb, pn, MPI_PACKED(), m, r),
+        )
+    })
 }
 
 const IGNORE: *mut MPI_Status = MPI_STATUS_IGNORE;
@@ -303,143 +316,86 @@ const IGNORE: *mut MPI_Status = MPI_STATUS_IGNORE;
 pub mod hooks {
     use super::*;
 
-    pub unsafe fn MPI_Send(
-        b: *const c_void,
-        n: c_int,
-        t: MPI_Datatype,
-        d: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's buffer for n elements of t.
-        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
-            return send_packed(&p, pmpi::PMPI_Send_c, pmpi::PMPI_Isend_c, d, g, c);
-        }
-        via(native, IGNORE, |r| unsafe {
-            pmpi::PMPI_Isend(b, n, t, d, g, c, r)
-        })
+    /// A blocking send: packed by the shim when the datatype qualifies (`$blk`/`$nb` send
+    /// the packed bytes), else the system MPI's call, or with schedules outstanding its
+    /// non-blocking form (`$nbn`) plus polling. For buffered sends the packed bytes fit the
+    /// attached buffer: they are no more than `MPI_Pack_size` of the application's message.
+    macro_rules! send_hook {
+        ($name:ident, $n:ty, $blk:path, $nb:path, $nbn:path) => {
+            pub unsafe fn $name(
+                b: *const c_void,
+                n: $n,
+                t: MPI_Datatype,
+                d: c_int,
+                g: c_int,
+                c: MPI_Comm,
+                native: &dyn Fn() -> c_int,
+            ) -> c_int {
+                // SAFETY: the application's buffer for n elements of t.
+                if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
+                    return send_packed(&p, $blk, $nb, d, g, c);
+                }
+                // SAFETY: the application's arguments, unchanged.
+                via(native, IGNORE, |r| unsafe { $nbn(b, n, t, d, g, c, r) })
+            }
+        };
     }
-    pub unsafe fn MPI_Send_c(
-        b: *const c_void,
-        n: MPI_Count,
-        t: MPI_Datatype,
-        d: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's buffer for n elements of t.
-        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n, t, d) } {
-            return send_packed(&p, pmpi::PMPI_Send_c, pmpi::PMPI_Isend_c, d, g, c);
-        }
-        via(native, IGNORE, |r| unsafe {
-            pmpi::PMPI_Isend_c(b, n, t, d, g, c, r)
-        })
-    }
-    pub unsafe fn MPI_Ssend(
-        b: *const c_void,
-        n: c_int,
-        t: MPI_Datatype,
-        d: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's buffer for n elements of t.
-        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
-            return send_packed(&p, pmpi::PMPI_Ssend_c, pmpi::PMPI_Issend_c, d, g, c);
-        }
-        via(native, IGNORE, |r| unsafe {
-            pmpi::PMPI_Issend(b, n, t, d, g, c, r)
-        })
-    }
-    pub unsafe fn MPI_Ssend_c(
-        b: *const c_void,
-        n: MPI_Count,
-        t: MPI_Datatype,
-        d: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's buffer for n elements of t.
-        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n, t, d) } {
-            return send_packed(&p, pmpi::PMPI_Ssend_c, pmpi::PMPI_Issend_c, d, g, c);
-        }
-        via(native, IGNORE, |r| unsafe {
-            pmpi::PMPI_Issend_c(b, n, t, d, g, c, r)
-        })
-    }
-    pub unsafe fn MPI_Rsend(
-        b: *const c_void,
-        n: c_int,
-        t: MPI_Datatype,
-        d: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's buffer for n elements of t.
-        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
-            return send_packed(&p, pmpi::PMPI_Rsend_c, pmpi::PMPI_Irsend_c, d, g, c);
-        }
-        via(native, IGNORE, |r| unsafe {
-            pmpi::PMPI_Irsend(b, n, t, d, g, c, r)
-        })
-    }
-    pub unsafe fn MPI_Rsend_c(
-        b: *const c_void,
-        n: MPI_Count,
-        t: MPI_Datatype,
-        d: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's buffer for n elements of t.
-        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n, t, d) } {
-            return send_packed(&p, pmpi::PMPI_Rsend_c, pmpi::PMPI_Irsend_c, d, g, c);
-        }
-        via(native, IGNORE, |r| unsafe {
-            pmpi::PMPI_Irsend_c(b, n, t, d, g, c, r)
-        })
-    }
-    pub unsafe fn MPI_Bsend(
-        b: *const c_void,
-        n: c_int,
-        t: MPI_Datatype,
-        d: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's buffer for n elements of t; the packed bytes fit the
-        // attached buffer (no more than MPI_Pack_size of the application's message).
-        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
-            return send_packed(&p, pmpi::PMPI_Bsend_c, pmpi::PMPI_Ibsend_c, d, g, c);
-        }
-        via(native, IGNORE, |r| unsafe {
-            pmpi::PMPI_Ibsend(b, n, t, d, g, c, r)
-        })
-    }
-    pub unsafe fn MPI_Bsend_c(
-        b: *const c_void,
-        n: MPI_Count,
-        t: MPI_Datatype,
-        d: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: as in MPI_Bsend.
-        if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n, t, d) } {
-            return send_packed(&p, pmpi::PMPI_Bsend_c, pmpi::PMPI_Ibsend_c, d, g, c);
-        }
-        via(native, IGNORE, |r| unsafe {
-            pmpi::PMPI_Ibsend_c(b, n, t, d, g, c, r)
-        })
-    }
+    send_hook!(
+        MPI_Send,
+        c_int,
+        pmpi::PMPI_Send_c,
+        pmpi::PMPI_Isend_c,
+        pmpi::PMPI_Isend
+    );
+    send_hook!(
+        MPI_Send_c,
+        MPI_Count,
+        pmpi::PMPI_Send_c,
+        pmpi::PMPI_Isend_c,
+        pmpi::PMPI_Isend_c
+    );
+    send_hook!(
+        MPI_Ssend,
+        c_int,
+        pmpi::PMPI_Ssend_c,
+        pmpi::PMPI_Issend_c,
+        pmpi::PMPI_Issend
+    );
+    send_hook!(
+        MPI_Ssend_c,
+        MPI_Count,
+        pmpi::PMPI_Ssend_c,
+        pmpi::PMPI_Issend_c,
+        pmpi::PMPI_Issend_c
+    );
+    send_hook!(
+        MPI_Rsend,
+        c_int,
+        pmpi::PMPI_Rsend_c,
+        pmpi::PMPI_Irsend_c,
+        pmpi::PMPI_Irsend
+    );
+    send_hook!(
+        MPI_Rsend_c,
+        MPI_Count,
+        pmpi::PMPI_Rsend_c,
+        pmpi::PMPI_Irsend_c,
+        pmpi::PMPI_Irsend_c
+    );
+    send_hook!(
+        MPI_Bsend,
+        c_int,
+        pmpi::PMPI_Bsend_c,
+        pmpi::PMPI_Ibsend_c,
+        pmpi::PMPI_Ibsend
+    );
+    send_hook!(
+        MPI_Bsend_c,
+        MPI_Count,
+        pmpi::PMPI_Bsend_c,
+        pmpi::PMPI_Ibsend_c,
+        pmpi::PMPI_Ibsend_c
+    );
     pub unsafe fn MPI_Recv(
         b: *mut c_void,
         n: c_int,

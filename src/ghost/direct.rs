@@ -1,0 +1,440 @@
+//! RMA carried out by the origin itself in node-shared memory (`SHIM_GHOST_DIRECT`).
+//!
+//! A ghost exists to act for a target that does not call MPI. When every process of a
+//! window shares one node, no process has to act at all: the window's memory is a POSIX
+//! shared-memory object that each user of the node maps too (`win::allocate`), so the
+//! origin copies the data itself, in any datatype, with the shim's datatype engine. This is
+//! what MPI shared-memory windows do, and the Casper thesis notes that on one node
+//! redirection through ghosts is pure cost (§5.6.2.2, lessons in the design digest).
+//!
+//! What stays as with ghosts: the epochs. Locks are still taken at the target's ghosts
+//! (and forced to be acquired before the lock call returns, since the MPI library would
+//! otherwise acquire them lazily at the first operation, which never comes), fences and
+//! post/start/complete/wait still synchronize the users, and an operation outside an epoch
+//! is still an `MPI_ERR_RMA_SYNC` error.
+//!
+//! Atomicity (MPI-4.0 §12.7): accumulate-type operations to one target apply under that
+//! target's lock word in its hidden bytes, taken by every origin, so concurrent
+//! accumulates are element-wise atomic and those of one origin apply in program order.
+//! A window goes direct only if all its processes are on one node and all of them chose it
+//! (every accumulate to a target then takes this path, never mixed with a ghost applying
+//! another origin's accumulate). Put and Get copy without the lock, as MPI allows (a
+//! concurrent conflicting Put is erroneous).
+//!
+//! Completion: an operation is complete at the target when the call returns; flushes,
+//! unlocks and epoch ends issue a memory fence. The request-based forms return a
+//! generalized request that is already complete.
+
+use core::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::abi::*;
+use crate::dtype::{self, TypeInfo};
+use crate::pmpi;
+
+/// Where a direct operation lands (from `win::route`).
+#[derive(Clone, Copy, Debug)]
+pub struct Direct {
+    /// Start of the target's window memory, in this process's mapping.
+    pub base: *mut u8,
+    /// The target's window size in bytes.
+    pub size: i64,
+    /// The operation's byte displacement (target_disp * the target's disp_unit).
+    pub offset: i64,
+    /// The target's accumulate lock word, in its hidden bytes.
+    pub lock: *const AtomicU32,
+    /// The user window, for error reports.
+    pub win: MPI_Win,
+}
+
+impl Direct {
+    fn fail(&self, class: c_int, what: &str, why: &str) -> c_int {
+        crate::errors::raise_win(self.win, class, &format!("{what}: {why}"))
+    }
+
+    /// The target address of `count` elements of `dt`, after checking that they lie in the
+    /// target's window (MPI-4.0 §12.3: `MPI_ERR_RMA_RANGE`).
+    fn target(&self, count: i64, dt: MPI_Datatype, what: &str) -> Result<*mut u8, c_int> {
+        let ti =
+            dtype::check_usable(dt).map_err(|c| self.fail(c, what, "invalid target datatype"))?;
+        if count < 0 {
+            return Err(self.fail(MPI_ERR_COUNT, what, "negative target count"));
+        }
+        if count > 0 && ti.size > 0 {
+            let (lo, hi) = span(&ti, count);
+            if self.offset + lo < 0 || self.offset + hi > self.size {
+                return Err(self.fail(
+                    MPI_ERR_RMA_RANGE,
+                    what,
+                    &format!(
+                        "bytes {}..{} are outside the target's window of {} bytes",
+                        self.offset + lo,
+                        self.offset + hi,
+                        self.size
+                    ),
+                ));
+            }
+        }
+        Ok(self.base.wrapping_offset(self.offset as isize))
+    }
+
+    /// Holds the target's accumulate lock until dropped.
+    fn locked(&self) -> Guard {
+        // SAFETY: the lock word lives in the target's mapped hidden bytes for the window's
+        // life, 4-byte aligned (hidden bytes start at a multiple of 64).
+        let l = unsafe { &*self.lock };
+        let mut spins = 0u32;
+        while l
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 100 {
+                core::hint::spin_loop();
+            } else {
+                // the holder may be descheduled on an oversubscribed node
+                std::thread::yield_now();
+            }
+        }
+        Guard(l)
+    }
+}
+
+struct Guard(&'static AtomicU32);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+/// Lowest and one-past-highest byte of `count` elements of a type, relative to the buffer.
+fn span(ti: &TypeInfo, count: i64) -> (i64, i64) {
+    let (lo, hi) = (ti.true_lb, ti.true_lb + ti.true_extent);
+    let shift = (count - 1) * ti.extent;
+    (lo.min(lo + shift), hi.max(hi + shift))
+}
+
+/// A scratch buffer of `bytes`, aligned for any predefined type (the reduction kernels
+/// want natural alignment).
+fn scratch(bytes: usize) -> Vec<u128> {
+    vec![0u128; bytes.div_ceil(16).max(1)]
+}
+
+/// `MPI_Put` (and `MPI_Rput`'s work): origin elements into the target's layout.
+///
+/// # Safety
+/// The application's origin buffer for `oc` elements of `ot`.
+pub unsafe fn put(
+    d: Direct,
+    o: *const c_void,
+    oc: i64,
+    ot: MPI_Datatype,
+    tc: i64,
+    tt: MPI_Datatype,
+) -> c_int {
+    // SAFETY: the caller's origin buffer.
+    unsafe { transfer(d, o.cast_mut(), (oc, ot), (tc, tt), true) }
+}
+
+/// `MPI_Get`: target elements into the origin's layout.
+///
+/// # Safety
+/// The application's origin buffer for `oc` elements of `ot`.
+pub unsafe fn get(
+    d: Direct,
+    o: *mut c_void,
+    oc: i64,
+    ot: MPI_Datatype,
+    tc: i64,
+    tt: MPI_Datatype,
+) -> c_int {
+    // SAFETY: the caller's origin buffer.
+    unsafe { transfer(d, o, (oc, ot), (tc, tt), false) }
+}
+
+/// Put (`to_target`) or Get: a typed copy between the origin and the checked target range.
+///
+/// # Safety
+/// The origin buffer for `oc` elements of `ot` (only read for a Put).
+unsafe fn transfer(
+    d: Direct,
+    o: *mut c_void,
+    (oc, ot): (i64, MPI_Datatype),
+    (tc, tt): (i64, MPI_Datatype),
+    to_target: bool,
+) -> c_int {
+    let what = if to_target { "MPI_Put" } else { "MPI_Get" };
+    let t = match d.target(tc, tt, what) {
+        Ok(t) => t.cast::<c_void>(),
+        Err(rc) => return rc,
+    };
+    // SAFETY: the origin per the caller; the target range checked above.
+    let rc = unsafe {
+        if to_target {
+            dtype::copy(o, oc, ot, t, tc, tt)
+        } else {
+            dtype::copy(t, tc, tt, o, oc, ot)
+        }
+    };
+    done(d, rc, what)
+}
+
+fn done(d: Direct, rc: c_int, what: &str) -> c_int {
+    if rc == MPI_SUCCESS {
+        MPI_SUCCESS
+    } else {
+        d.fail(rc, what, "the data could not be copied")
+    }
+}
+
+/// `MPI_Accumulate`.
+///
+/// # Safety
+/// As for [`put`].
+pub unsafe fn accumulate(
+    d: Direct,
+    o: *const c_void,
+    oc: i64,
+    ot: MPI_Datatype,
+    tc: i64,
+    tt: MPI_Datatype,
+    op: MPI_Op,
+) -> c_int {
+    // SAFETY: the caller's buffers.
+    unsafe { apply(d, (o, oc, ot), None, (tc, tt), op, "MPI_Accumulate") }
+}
+
+/// `MPI_Get_accumulate`.
+///
+/// # Safety
+/// As for [`put`], and the result buffer for `rc` elements of `rt`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn get_accumulate(
+    d: Direct,
+    o: *const c_void,
+    oc: i64,
+    ot: MPI_Datatype,
+    r: *mut c_void,
+    rc: i64,
+    rt: MPI_Datatype,
+    tc: i64,
+    tt: MPI_Datatype,
+    op: MPI_Op,
+) -> c_int {
+    // SAFETY: the caller's buffers.
+    unsafe {
+        apply(
+            d,
+            (o, oc, ot),
+            Some((r, rc, rt)),
+            (tc, tt),
+            op,
+            "MPI_Get_accumulate",
+        )
+    }
+}
+
+/// `MPI_Fetch_and_op`: `MPI_Get_accumulate` of one element.
+///
+/// # Safety
+/// One element of `dt` at `o` and at `r`.
+pub unsafe fn fetch_and_op(
+    d: Direct,
+    o: *const c_void,
+    r: *mut c_void,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+) -> c_int {
+    // SAFETY: the caller's buffers.
+    unsafe {
+        apply(
+            d,
+            (o, 1, dt),
+            Some((r, 1, dt)),
+            (1, dt),
+            op,
+            "MPI_Fetch_and_op",
+        )
+    }
+}
+
+/// The accumulate-type operations: under the target's lock, the target elements are read
+/// into a scratch buffer (returned in `result` if asked for), combined with the origin's
+/// (`target = origin op target`; `MPI_REPLACE` stores the origin's, `MPI_NO_OP` nothing)
+/// and written back.
+///
+/// # Safety
+/// The application's origin and result buffers for their counts and datatypes.
+unsafe fn apply(
+    d: Direct,
+    (o, oc, ot): (*const c_void, i64, MPI_Datatype),
+    result: Option<(*mut c_void, i64, MPI_Datatype)>,
+    (tc, tt): (i64, MPI_Datatype),
+    op: MPI_Op,
+    what: &str,
+) -> c_int {
+    let t = match d.target(tc, tt, what) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    let elem = match dtype::flat::element_type(tt) {
+        Ok(Some(e)) => e,
+        Ok(None) => {
+            return d.fail(
+                MPI_ERR_TYPE,
+                what,
+                "the target datatype mixes predefined types",
+            );
+        }
+        Err(c) => return d.fail(c, what, "invalid target datatype"),
+    };
+    let no_op = op == MPI_NO_OP();
+    if !no_op && op != MPI_REPLACE() {
+        if !is_builtin_op(op) {
+            return d.fail(
+                MPI_ERR_OP,
+                what,
+                "only predefined operations apply to RMA (MPI-4.0 §12.3.4)",
+            );
+        }
+        if let Err(c) = crate::ops::check(op, elem) {
+            return d.fail(c, what, "the operation is not defined for the datatype");
+        }
+    }
+    let Some(es) = dtype::size_of(elem).filter(|&s| s > 0) else {
+        return d.fail(MPI_ERR_TYPE, what, "an empty element type");
+    };
+    let tsize = match dtype::info(tt) {
+        Ok(i) => i.size * tc,
+        Err(c) => return d.fail(c, what, "invalid target datatype"),
+    };
+    let n = tsize / es as i64;
+    let bytes = n as usize * es;
+    let mut a = scratch(bytes);
+    let ap = a.as_mut_ptr().cast::<c_void>();
+    if !no_op {
+        // SAFETY: the origin per the caller; `a` holds n elements.
+        let rc = unsafe { dtype::copy(o, oc, ot, ap, n, elem) };
+        if rc != MPI_SUCCESS {
+            return d.fail(rc, what, "the origin data could not be read");
+        }
+    }
+    let mut b = scratch(bytes);
+    let bp = b.as_mut_ptr().cast::<c_void>();
+    let _g = d.locked();
+    let read = result.is_some() || !(no_op || op == MPI_REPLACE());
+    // SAFETY (below): the target range was checked; the scratch buffers hold n elements;
+    // the result buffer per the caller.
+    unsafe {
+        if read {
+            let rc = dtype::copy(t.cast(), tc, tt, bp, n, elem);
+            if rc != MPI_SUCCESS {
+                return d.fail(rc, what, "the target data could not be read");
+            }
+        }
+        if let Some((r, rn, rt)) = result {
+            let rc = dtype::copy(bp, n, elem, r, rn, rt);
+            if rc != MPI_SUCCESS {
+                return d.fail(rc, what, "the result could not be stored");
+            }
+        }
+        let src = if no_op {
+            return MPI_SUCCESS;
+        } else if op == MPI_REPLACE() {
+            ap
+        } else {
+            let rc = crate::ops::reduce_local(ap, bp, n, elem, op);
+            if rc != MPI_SUCCESS {
+                return d.fail(rc, what, "the reduction failed");
+            }
+            bp
+        };
+        done(d, dtype::copy(src, n, elem, t.cast(), tc, tt), what)
+    }
+}
+
+/// `MPI_Compare_and_swap`: under the target's lock, the old value goes to `r` and is
+/// replaced by `o` if its bytes equal `cmp`'s.
+///
+/// # Safety
+/// One element of `dt` at each of `o`, `cmp` and `r`.
+pub unsafe fn compare_and_swap(
+    d: Direct,
+    o: *const c_void,
+    cmp: *const c_void,
+    r: *mut c_void,
+    dt: MPI_Datatype,
+) -> c_int {
+    let what = "MPI_Compare_and_swap";
+    let t = match d.target(1, dt, what) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    if !is_predefined_datatype(dt) {
+        return d.fail(MPI_ERR_TYPE, what, "the datatype must be predefined");
+    }
+    let Some(n) = dtype::size_of(dt) else {
+        return d.fail(MPI_ERR_TYPE, what, "invalid datatype");
+    };
+    let _g = d.locked();
+    // SAFETY: n bytes at each of the caller's buffers and at the checked target.
+    unsafe {
+        let old = core::slice::from_raw_parts(t, n).to_vec();
+        core::ptr::copy_nonoverlapping(old.as_ptr(), r.cast::<u8>(), n);
+        if old.as_slice() == core::slice::from_raw_parts(cmp.cast::<u8>(), n) {
+            core::ptr::copy_nonoverlapping(o.cast::<u8>(), t, n);
+        }
+    }
+    MPI_SUCCESS
+}
+
+/// Generalized-request callbacks of an operation that completed when it was issued.
+unsafe extern "C" fn query(_extra: *mut c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the status MPI hands us; an RMA request reports no data (MPI-4.0 §12.3.5).
+    unsafe {
+        pmpi::PMPI_Status_set_elements(status, MPI_BYTE(), 0);
+        pmpi::PMPI_Status_set_cancelled(status, 0);
+        (*status).MPI_SOURCE = MPI_UNDEFINED;
+        (*status).MPI_TAG = MPI_UNDEFINED;
+    }
+    MPI_SUCCESS
+}
+unsafe extern "C" fn free_fn(_extra: *mut c_void) -> c_int {
+    MPI_SUCCESS
+}
+unsafe extern "C" fn cancel_fn(_extra: *mut c_void, _complete: c_int) -> c_int {
+    MPI_SUCCESS
+}
+
+/// Stores a complete request in `*req` after the operation `rc` (the request-based forms).
+///
+/// # Safety
+/// `req` is the application's request out-pointer.
+pub unsafe fn completed(rc: c_int, req: *mut MPI_Request) -> c_int {
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    if req.is_null() {
+        return MPI_ERR_REQUEST;
+    }
+    type Q = unsafe extern "C" fn(*mut c_void, *mut MPI_Status) -> c_int;
+    type F = unsafe extern "C" fn(*mut c_void) -> c_int;
+    type C = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+    let (q, f, c): (Q, F, C) = (query, free_fn, cancel_fn);
+    // SAFETY: callbacks with the MPI signatures, no extra state; the request is ours to
+    // complete at once.
+    unsafe {
+        let rc = pmpi::PMPI_Grequest_start(
+            q as *mut c_void,
+            f as *mut c_void,
+            c as *mut c_void,
+            core::ptr::null_mut(),
+            req,
+        );
+        if rc != MPI_SUCCESS {
+            return rc;
+        }
+        pmpi::PMPI_Grequest_complete(*req)
+    }
+}
