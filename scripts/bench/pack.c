@@ -101,8 +101,9 @@ static void bench_pack(const char *fam, long bytes) {
     double *tp[3][2];
     for (int v = 0; v < 3; v++)
         for (int o = 0; o < 2; o++) tp[v][o] = malloc(sizeof(double) * reps);
-    /* inner repetitions so that one sample takes at least ~2 ms */
-    int inner = (int)(4e6 / (sz + 1)) + 1;
+    /* inner repetitions so that one sample moves about 40 MB (PACK_INNER_BYTES): the
+     * packing threads then run in steady state, not mostly waking up */
+    int inner = (int)(getenv("PACK_INNER_BYTES") ? atof(getenv("PACK_INNER_BYTES")) : 4e7) / (sz + 1) + 1;
     for (int r = 0; r < reps; r++) {
         for (int v0 = 0; v0 < 3; v0++) {
             int v = (v0 + r) % 3; /* rotate the order per repetition */
