@@ -136,6 +136,12 @@ pub static VARS: &[VarSpec] = &[
         doc: "The progress thread's sleep, in microseconds, when a poll completes nothing; it doubles twice (to 4x) while nothing happens and resets when something completes.",
     },
     VarSpec {
+        name: "SHIM_PROGRESS_MIN_BYTES",
+        default: "64K",
+        allowed: "a size in bytes, with an optional K, M or G suffix",
+        doc: "The progress thread takes on a non-blocking collective only if one of its messages is larger than this, or if a message must wait for another (a second round); a single round of smaller messages is posted when the collective starts and completes inside the application's MPI calls without help, so the thread stays asleep. 0: the thread takes on every collective.",
+    },
+    VarSpec {
         name: "SHIM_RANKS_PER_NODE",
         default: "(the real nodes)",
         allowed: "a positive integer",
@@ -207,6 +213,8 @@ pub struct Config {
     pub sched_cache: usize,
     pub progress: ProgressMode,
     pub progress_interval_us: u64,
+    /// `SHIM_PROGRESS_MIN_BYTES`.
+    pub progress_min_bytes: u64,
     pub progress_cpus: Vec<usize>,
     /// Forced algorithms and parameters per collective (`SHIM_<COLL>_*`), by `Coll - 1`.
     pub algorithms: [crate::coll::select::Forced; 22],
@@ -235,6 +243,7 @@ impl Default for Config {
             sched_cache: 32,
             progress: ProgressMode::Auto,
             progress_interval_us: 100,
+            progress_min_bytes: 64 * 1024,
             progress_cpus: Vec::new(),
             algorithms: Default::default(),
             tuning_file: None,
@@ -452,6 +461,12 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
         match v.trim().parse::<u64>() {
             Ok(n) if (1..=1_000_000).contains(&n) => c.progress_interval_us = n,
             _ => l.errors.push(error("SHIM_PROGRESS_INTERVAL_US", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_PROGRESS_MIN_BYTES") {
+        match parse_size(&v) {
+            Some(n) => c.progress_min_bytes = n,
+            None => l.errors.push(error("SHIM_PROGRESS_MIN_BYTES", &v)),
         }
     }
     if let Some(v) = get("SHIM_PROGRESS_CPU") {
@@ -778,6 +793,14 @@ mod tests {
         assert_eq!(l.config.progress, ProgressMode::Thread);
         assert_eq!(l.config.progress_interval_us, 50);
         assert_eq!(l.config.progress_cpus, vec![1, 3]);
+        assert_eq!(load(&[]).config.progress_min_bytes, 64 * 1024);
+        assert_eq!(
+            load(&[("SHIM_PROGRESS_MIN_BYTES", "1M")])
+                .config
+                .progress_min_bytes,
+            1 << 20
+        );
+        assert_eq!(load(&[("SHIM_PROGRESS_MIN_BYTES", "big")]).errors.len(), 1);
         let bad = load(&[
             ("SHIM_PROGRESS", "threads"),
             ("SHIM_PROGRESS_INTERVAL_US", "0"),

@@ -30,14 +30,20 @@ pub struct RunCell {
     run: Mutex<Run>,
     done: AtomicBool,
     error: AtomicI32,
+    /// The progress thread takes this run on (`Schedule::needs_progress`).
+    for_thread: bool,
 }
 
 impl RunCell {
     pub fn new(run: Run) -> Arc<RunCell> {
+        let for_thread = run
+            .schedule()
+            .needs_progress(crate::config::get().progress_min_bytes as i64);
         Arc::new(RunCell {
             run: Mutex::new(run),
             done: AtomicBool::new(false),
             error: AtomicI32::new(MPI_SUCCESS),
+            for_thread,
         })
     }
 
@@ -84,6 +90,8 @@ impl RunCell {
 
 static ACTIVE: Mutex<Vec<Arc<RunCell>>> = Mutex::new(Vec::new());
 static N_ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// Outstanding runs the progress thread takes on.
+static N_FOR_THREAD: AtomicUsize = AtomicUsize::new(0);
 /// Application threads currently waiting (and advancing schedules) in an MPI call.
 static WAITERS: AtomicUsize = AtomicUsize::new(0);
 
@@ -101,6 +109,19 @@ pub fn any_active() -> bool {
     N_ACTIVE.load(Ordering::Relaxed) > 0
 }
 
+/// Whether any outstanding run needs the progress thread (the others complete inside the
+/// application's MPI calls: waking a thread for them only takes processor time from the
+/// application; in a virtual machine each timed wake-up costs 15-25 µs of CPU).
+#[inline]
+pub fn thread_work() -> bool {
+    N_FOR_THREAD.load(Ordering::Relaxed) > 0
+}
+
+fn recount(a: &[Arc<RunCell>]) {
+    N_ACTIVE.store(a.len(), Ordering::Relaxed);
+    N_FOR_THREAD.store(a.iter().filter(|c| c.for_thread).count(), Ordering::Relaxed);
+}
+
 /// Starts a run that completes later (non-blocking and persistent collectives).
 pub fn submit(cell: &Arc<RunCell>) {
     if cell.poke() {
@@ -109,9 +130,11 @@ pub fn submit(cell: &Arc<RunCell>) {
     {
         let mut a = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
         a.push(Arc::clone(cell));
-        N_ACTIVE.store(a.len(), Ordering::Relaxed);
+        recount(&a);
     }
-    thread::notify();
+    if cell.for_thread {
+        thread::notify();
+    }
 }
 
 /// Advances every outstanding run once and forgets the finished ones; also completes
@@ -149,7 +172,7 @@ pub fn progress_all_counting() -> bool {
         if finished {
             let mut a = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
             a.retain(|c| !c.is_done());
-            N_ACTIVE.store(a.len(), Ordering::Relaxed);
+            recount(&a);
         }
         progressed
     })

@@ -128,9 +128,9 @@ fn main_loop(interval_us: u64, cpu: Option<usize>) {
     let cpu0 = thread_cpu_ns();
     while !STOP.load(Ordering::Acquire) {
         CPU_NS.store(thread_cpu_ns() - cpu0, Ordering::Relaxed);
-        if !super::any_active() {
+        if !super::thread_work() {
             let g = WAKE.0.lock().unwrap_or_else(|e| e.into_inner());
-            if !super::any_active() && !STOP.load(Ordering::Acquire) {
+            if !super::thread_work() && !STOP.load(Ordering::Acquire) {
                 let (g, t) = WAKE
                     .1
                     .wait_timeout(g, Duration::from_millis(50))

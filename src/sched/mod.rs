@@ -193,6 +193,36 @@ impl Schedule {
     pub fn is_empty(&self) -> bool {
         self.actions.is_empty()
     }
+
+    /// Whether a run of this schedule needs someone to act between MPI calls to finish
+    /// (`SHIM_PROGRESS_MIN_BYTES`): a message that waits for another action (a second
+    /// round), or a message larger than `min_bytes` (the MPI library's rendezvous wants the
+    /// peers to take part). A single round of small messages is posted when the collective
+    /// starts and completes without help.
+    pub fn needs_progress(&self, min_bytes: i64) -> bool {
+        self.actions.iter().enumerate().any(|(v, a)| match a {
+            Action::Send { data, .. } | Action::Recv { data, .. } => {
+                self.indeg[v] > 0 || self.message_bytes(data) > min_bytes
+            }
+            _ => false,
+        })
+    }
+
+    /// Bytes of one message (a composite message: the sum of its blocks).
+    fn message_bytes(&self, d: &Data) -> i64 {
+        let size = |count: i64, dt: MPI_Datatype| {
+            crate::dtype::info(dt).map_or(i64::MAX, |i| count.saturating_mul(i.size))
+        };
+        match composite_index(d.dt) {
+            Some(k) => self.composites[k]
+                .iter()
+                .map(|p| size(p.count, p.dt))
+                .fold(0i64, i64::saturating_add)
+                .saturating_mul(d.count),
+            _ => size(d.count, d.dt),
+        }
+    }
+
     pub fn successors(&self, v: V) -> &[u32] {
         &self.succ[self.succ_start[v as usize] as usize..self.succ_start[v as usize + 1] as usize]
     }
