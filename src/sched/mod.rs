@@ -195,17 +195,34 @@ impl Schedule {
     }
 
     /// Whether a run of this schedule needs someone to act between MPI calls to finish
-    /// (`SHIM_PROGRESS_MIN_BYTES`): a message that waits for another action (a second
+    /// (`SHIM_PROGRESS_MIN_BYTES`): a message that waits for another message (a second
     /// round), or a message larger than `min_bytes` (the MPI library's rendezvous wants the
     /// peers to take part). A single round of small messages is posted when the collective
-    /// starts and completes without help.
+    /// starts (local copies ahead of it run then too) and completes without help.
     pub fn needs_progress(&self, min_bytes: i64) -> bool {
-        self.actions.iter().enumerate().any(|(v, a)| match a {
-            Action::Send { data, .. } | Action::Recv { data, .. } => {
-                self.indeg[v] > 0 || self.message_bytes(data) > min_bytes
+        if min_bytes == 0 {
+            return true;
+        }
+        // after_msg[v]: some message precedes action v (builders add an action after its
+        // dependencies, so index order is a topological order)
+        let mut after_msg = vec![false; self.actions.len()];
+        for (v, a) in self.actions.iter().enumerate() {
+            let msg = match a {
+                Action::Send { data, .. } | Action::Recv { data, .. } => {
+                    if after_msg[v] || self.message_bytes(data) > min_bytes {
+                        return true;
+                    }
+                    true
+                }
+                _ => false,
+            };
+            if msg || after_msg[v] {
+                for &s in self.successors(v as V) {
+                    after_msg[s as usize] = true;
+                }
             }
-            _ => false,
-        })
+        }
+        false
     }
 
     /// Bytes of one message (a composite message: the sum of its blocks).
@@ -492,6 +509,31 @@ mod tests {
         assert_eq!(sch.next_on_channel(r0), Some(r1));
         assert_eq!(sch.has_prev_on_channel(r1), Some(r0));
         assert_eq!(sch.has_prev_on_channel(s), None);
+    }
+
+    #[test]
+    fn which_schedules_need_the_progress_thread() {
+        let small = Data::new(Addr::recv(0), 4, MPI_INT());
+        // one round, local work ahead of and after it: no
+        let mut b = Builder::new("test");
+        let c = b.copy(small, Data::new(Addr::scratch(0), 4, MPI_INT()), &[]);
+        let s = b.send(small, 1, &[c]);
+        let r = b.recv(small, 1, &[]);
+        b.nop(&[s, r]);
+        assert!(!b.finish().needs_progress(1024));
+        // a second round: yes
+        let mut b = Builder::new("test");
+        let r = b.recv(small, 1, &[]);
+        let c = b.copy(small, Data::new(Addr::scratch(0), 4, MPI_INT()), &[r]);
+        b.send(small, 2, &[c]);
+        assert!(b.finish().needs_progress(1024));
+        // a message above the size: yes (and with size 0, every message is)
+        let mut b = Builder::new("test");
+        b.send(Data::new(Addr::send(0), 1000, MPI_INT()), 1, &[]);
+        let sch = b.finish();
+        assert!(sch.needs_progress(1024));
+        assert!(!sch.needs_progress(4000));
+        assert!(sch.needs_progress(0));
     }
 
     #[test]
