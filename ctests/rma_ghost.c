@@ -641,6 +641,14 @@ static void t_typed(void) {
         rc = MPI_Accumulate(&x, 1, MPI_DOUBLE, 0, -1, 1, MPI_DOUBLE, MPI_SUM, w.win);
         MPI_Error_class(rc, &cls);
         CHECK(cls == MPI_ERR_RMA_RANGE, "Accumulate before the window: error class %d", cls);
+        double two[2] = {1.0, 2.0};
+        rc = MPI_Accumulate(two, 2, MPI_DOUBLE, 0, 4, 1, MPI_DOUBLE, MPI_SUM, w.win);
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_TYPE, "Accumulate of 2 elements into 1: error class %d", cls);
+        int i1 = 1;
+        rc = MPI_Accumulate(&i1, 1, MPI_INT, 0, 4, 1, MPI_DOUBLE, MPI_SUM, w.win);
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_TYPE, "Accumulate of an int into a double: error class %d", cls);
         MPI_OK(MPI_Win_unlock(0, w.win));
         MPI_Win_set_errhandler(w.win, MPI_ERRORS_ARE_FATAL);
     }

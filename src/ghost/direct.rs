@@ -310,6 +310,28 @@ unsafe fn apply(
         Err(c) => return d.fail(c, what, "invalid target datatype"),
     };
     let n = tsize / es as i64;
+    // the origin (and the result) must carry the same elements (MPI-4.0 §12.3.4): a shorter
+    // origin would be combined with zeros
+    let same = |count: i64, dt: MPI_Datatype| {
+        dtype::flat::element_type(dt).ok().flatten() == Some(elem)
+            && dtype::info(dt).is_ok_and(|i| i.size * count == tsize)
+    };
+    if !no_op && !same(oc, ot) {
+        return d.fail(
+            MPI_ERR_TYPE,
+            what,
+            "the origin data does not match the target's elements",
+        );
+    }
+    if let Some((_, rn, rt)) = result {
+        if !same(rn, rt) {
+            return d.fail(
+                MPI_ERR_TYPE,
+                what,
+                "the result buffer does not match the target's elements",
+            );
+        }
+    }
     let bytes = n as usize * es;
     let mut a = scratch(bytes);
     let ap = a.as_mut_ptr().cast::<c_void>();
