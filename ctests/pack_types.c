@@ -288,6 +288,18 @@ static void check_p2p(void) {
     free(bl), free(dp), free(src), free(dst);
 }
 
+/* The pair the point-to-point checks use: a vector of n blocks of 3 doubles with stride
+ * 5, and an indexed type with the same signature (blocks of 3, stride 4). */
+static void vec_and_indexed(int n, MPI_Datatype *vec, MPI_Datatype *idx) {
+    MPI_Type_vector(n, 3, 5, MPI_DOUBLE, vec);
+    MPI_Type_commit(vec);
+    int *bl = malloc(sizeof(int) * n), *dp = malloc(sizeof(int) * n);
+    for (int i = 0; i < n; i++) bl[i] = 3, dp[i] = 4 * i;
+    MPI_Type_indexed(n, bl, dp, MPI_DOUBLE, idx);
+    MPI_Type_commit(idx);
+    free(bl), free(dp);
+}
+
 /* Non-blocking and persistent point-to-point with derived types (the shim packs them
  * into its own requests): mixed with native requests in Waitall/Waitany/Testsome,
  * persistent requests restarted with new contents, a freed active send, a cancelled
@@ -295,12 +307,7 @@ static void check_p2p(void) {
 static void check_nonblocking(void) {
     const int n = 12000;
     MPI_Datatype vec, idx;
-    MPI_Type_vector(n, 3, 5, MPI_DOUBLE, &vec);
-    MPI_Type_commit(&vec);
-    int *bl = malloc(sizeof(int) * n), *dp = malloc(sizeof(int) * n);
-    for (int i = 0; i < n; i++) bl[i] = 3, dp[i] = 4 * i;
-    MPI_Type_indexed(n, bl, dp, MPI_DOUBLE, &idx);
-    MPI_Type_commit(&idx);
+    vec_and_indexed(n, &vec, &idx);
     double *src = malloc(sizeof(double) * 5 * n), *dst = malloc(sizeof(double) * 4 * n);
     double *flat = malloc(sizeof(double) * 3 * n);
     int partner = g_rank ^ 1;
@@ -418,7 +425,7 @@ static void check_nonblocking(void) {
 #undef CHECK_IDX
     MPI_Type_free(&vec);
     MPI_Type_free(&idx);
-    free(bl), free(dp), free(src), free(dst), free(flat);
+    free(src), free(dst), free(flat);
 }
 
 /* The other point-to-point forms with a derived datatype (issue 8): Sendrecv_replace
@@ -429,12 +436,7 @@ static void check_nonblocking(void) {
 static void check_other_p2p(void) {
     const int n = 12000;
     MPI_Datatype vec, idx;
-    MPI_Type_vector(n, 3, 5, MPI_DOUBLE, &vec);
-    MPI_Type_commit(&vec);
-    int *bl = malloc(sizeof(int) * n), *dp = malloc(sizeof(int) * n);
-    for (int i = 0; i < n; i++) bl[i] = 3, dp[i] = 4 * i;
-    MPI_Type_indexed(n, bl, dp, MPI_DOUBLE, &idx);
-    MPI_Type_commit(&idx);
+    vec_and_indexed(n, &vec, &idx);
     double *src = malloc(sizeof(double) * 5 * n), *dst = malloc(sizeof(double) * 4 * n);
     int partner = g_rank ^ 1;
     if (partner >= g_size) partner = g_rank;
@@ -578,7 +580,7 @@ static void check_other_p2p(void) {
 #undef CHECK_REPLACED
     MPI_Type_free(&vec);
     MPI_Type_free(&idx);
-    free(bl), free(dp), free(src), free(dst), free(rep);
+    free(src), free(dst), free(rep);
 }
 
 int main(int argc, char **argv) {
