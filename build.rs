@@ -326,6 +326,9 @@ fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<Str
         let n = &p.name;
         match (p.rtype.as_str(), b.rtype.as_str()) {
             (x, y) if x == y => call.push(n.clone()),
+            // MPI_Aint and MPI_Count are both 64-bit in the ABIs the shim serves
+            ("MPI_Count", "MPI_Aint") => call.push(format!("{n} as MPI_Aint")),
+            ("*mut MPI_Count", "*mut MPI_Aint") => call.push(format!("{n} as *mut MPI_Aint")),
             ("MPI_Count", "c_int") => {
                 writeln!(pre, "            let Ok({n}) = c_int::try_from({n}) else {{ return crate::abi::MPI_ERR_COUNT }};").unwrap();
                 call.push(n.clone());

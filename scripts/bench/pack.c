@@ -16,6 +16,9 @@
  * subarray datatypes and MPI_Sendrecv), system (PMPI_Sendrecv) against shim
  * (MPI_Sendrecv) at 1 and 2 threads; median time per exchange.
  *
+ * With BENCH_EXTERNAL=1, Part 1 measures MPI_Pack_external / MPI_Unpack_external
+ * ("external32", big-endian) instead (not for struct, which Debian's MPICH cannot pack).
+ *
  * Output lines (CSV): pack,<type>,<bytes>,<variant>,<op>,<GBps>
  *                     halo,<n>,<bytes per exchange>,<variant>,<usec> */
 #include <math.h>
@@ -26,6 +29,7 @@
 #include <dlfcn.h>
 
 static void (*set_threads)(int);
+static int external; /* BENCH_EXTERNAL=1: MPI_Pack_external/MPI_Unpack_external instead */
 static int reps = 7;
 
 static int cmp(const void *a, const void *b) {
@@ -112,7 +116,16 @@ static void bench_pack(const char *fam, long bytes) {
                 double t0 = MPI_Wtime();
                 for (int i = 0; i < inner; i++) {
                     int pos = 0;
-                    if (o == 0) {
+                    MPI_Aint xpos = 0;
+                    if (external) { /* "external32" (BENCH_EXTERNAL=1) */
+                        if (o == 0) {
+                            if (v == 0) PMPI_Pack_external("external32", src, 1, t, buf, sz, &xpos);
+                            else MPI_Pack_external("external32", src, 1, t, buf, sz, &xpos);
+                        } else {
+                            if (v == 0) PMPI_Unpack_external("external32", buf, sz, &xpos, src, 1, t);
+                            else MPI_Unpack_external("external32", buf, sz, &xpos, src, 1, t);
+                        }
+                    } else if (o == 0) {
                         if (v == 0) PMPI_Pack(src, 1, t, buf, sz, &pos, MPI_COMM_SELF);
                         else MPI_Pack(src, 1, t, buf, sz, &pos, MPI_COMM_SELF);
                     } else {
@@ -196,6 +209,7 @@ int main(int argc, char **argv) {
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     set_threads = (void (*)(int))dlsym(RTLD_DEFAULT, "shim_set_pack_threads");
+    external = getenv("BENCH_EXTERNAL") != NULL && atoi(getenv("BENCH_EXTERNAL")) != 0;
     if (!set_threads && rank == 0) fprintf(stderr, "warning: libshim is not loaded; shim columns are the system MPI\n");
     if (getenv("BENCH_REPS")) reps = atoi(getenv("BENCH_REPS"));
     long lo = getenv("BENCH_MIN") ? atol(getenv("BENCH_MIN")) : 65536;

@@ -280,6 +280,7 @@ pub mod pool;
 #[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 pub mod hooks {
     use super::*;
+    use core::ffi::{CStr, c_char};
     use pack::Dir;
 
     /// The packer's share of one Pack/Unpack call: `Some(bytes)` when it takes it.
@@ -435,6 +436,265 @@ pub mod hooks {
             at_position(position, comm, native, |p| {
                 unpack_at(inbuf, insize, p, outbuf, outcount, dt)
             })
+        }
+    }
+
+    /// The byte-swap unit of `dt` in the "external32" representation (MPI-4.0 §14.5.2:
+    /// big-endian IEEE and two's complement), when that representation is the native bytes
+    /// with every unit reversed: all basic elements one predefined integer, logical,
+    /// character or IEEE float type (complex: two floats), for which the system MPI's own
+    /// `PMPI_Pack_external` of one element gives exactly those bytes (probed once per
+    /// type). Others are the system MPI's to convert: mixed structs; `MPI_LONG` and
+    /// `MPI_WCHAR`, which MPICH narrows to 4 and 2 bytes (Open MPI 4.1 narrows `MPI_LONG`
+    /// too, though its `MPI_Pack_external_size` says 8); long double and REAL16, whose
+    /// formats differ; pair types.
+    fn external32_unit(dt: MPI_Datatype) -> Option<usize> {
+        use crate::abi::Dt::*;
+        use std::sync::atomic::{AtomicU8, Ordering};
+        /// Per predefined type: 0 not probed, 1 not taken, 2 + unit taken.
+        static PROBED: [AtomicU8; 64] = [const { AtomicU8::new(0) }; 64];
+        const _: () = assert!(crate::abi::Dt::ALL.len() <= 64);
+        let e = flat::element_type(dt).ok()??;
+        let d = crate::abi::Dt::of(e)?;
+        let slot = PROBED.get(d as usize)?;
+        match slot.load(Ordering::Relaxed) {
+            0 => {}
+            1 => return None,
+            v => return Some(v as usize - 2),
+        }
+        let native = size_of(e)?;
+        let unit = match d {
+            CHAR | SIGNED_CHAR | UNSIGNED_CHAR | CHARACTER | BYTE | C_BOOL | CXX_BOOL | INT8_T
+            | UINT8_T | INTEGER1 => 1,
+            SHORT | UNSIGNED_SHORT | INT | UNSIGNED | LONG | UNSIGNED_LONG | LONG_LONG
+            | UNSIGNED_LONG_LONG | INT16_T | INT32_T | INT64_T | UINT16_T | UINT32_T | UINT64_T
+            | INTEGER | INTEGER2 | INTEGER4 | INTEGER8 | AINT | OFFSET | COUNT | FLOAT | DOUBLE
+            | REAL | DOUBLE_PRECISION | REAL4 | REAL8 | LOGICAL => native,
+            COMPLEX | DOUBLE_COMPLEX | C_FLOAT_COMPLEX | C_DOUBLE_COMPLEX | CXX_FLOAT_COMPLEX
+            | CXX_DOUBLE_COMPLEX | COMPLEX8 | COMPLEX16 => native / 2,
+            _ => 0,
+        };
+        let taken = unit > 0 && native <= 16 && native % unit == 0 && {
+            // one element of bytes 1, 2, ..., through the system MPI
+            let src: [u8; 16] = core::array::from_fn(|i| i as u8 + 1);
+            let mut out = [0u8; 32];
+            let mut pos: MPI_Aint = 0;
+            // SAFETY: one element of at most 16 bytes read, at most 32 written.
+            let rc = unsafe {
+                crate::pmpi::PMPI_Pack_external(
+                    c"external32".as_ptr(),
+                    src.as_ptr().cast(),
+                    1,
+                    e,
+                    out.as_mut_ptr().cast(),
+                    32,
+                    &mut pos,
+                )
+            };
+            let mut want = src;
+            want[..native].chunks_mut(unit).for_each(<[u8]>::reverse);
+            rc == MPI_SUCCESS && pos == native as MPI_Aint && out[..native] == want[..native]
+        };
+        slot.store(if taken { 2 + unit as u8 } else { 1 }, Ordering::Relaxed);
+        taken.then_some(unit)
+    }
+
+    /// The packer's share of one external32 call: the layout, the bytes and the unit.
+    unsafe fn external_plan(
+        datarep: *const c_char,
+        count: i64,
+        dt: MPI_Datatype,
+        position: i64,
+        size: i64,
+    ) -> Option<(std::sync::Arc<flat::Flat>, i64, usize)> {
+        // SAFETY: the application's NUL-terminated representation name.
+        if datarep.is_null() || unsafe { CStr::from_ptr(datarep) }.to_bytes() != b"external32" {
+            return None;
+        }
+        if count < 0 || position < 0 {
+            return None;
+        }
+        check_usable(dt).ok()?;
+        let unit = external32_unit(dt)?;
+        let f = flat::get(dt).ok()?;
+        let bytes = count.checked_mul(f.size)?;
+        (position.checked_add(bytes)? <= size).then_some((f, bytes, unit))
+    }
+
+    /// `MPI_Pack_external`/`_c` (MPI-4.0 §5.2.3) on the shim's packer, swapping to
+    /// big-endian as it packs; anything it does not take is forwarded.
+    unsafe fn pack_external_at(
+        datarep: *const c_char,
+        inbuf: *const c_void,
+        incount: i64,
+        dt: MPI_Datatype,
+        outbuf: *mut c_void,
+        outsize: i64,
+        position: i64,
+    ) -> Option<i64> {
+        // SAFETY: the application's name.
+        if incount == 0 && position >= 0 && unsafe { external_size(datarep, 0, dt) } == Some(0) {
+            return Some(position);
+        }
+        // SAFETY: as above.
+        let (f, bytes, unit) = unsafe { external_plan(datarep, incount, dt, position, outsize) }?;
+        // SAFETY: the application's buffers; the packed range fits in outsize.
+        unsafe {
+            let out = (outbuf as *mut u8).add(position as usize);
+            pack::run_swapped(&f, incount, inbuf as *mut u8, out, Dir::Pack, unit)
+        };
+        Some(position + bytes)
+    }
+
+    unsafe fn unpack_external_at(
+        datarep: *const c_char,
+        inbuf: *const c_void,
+        insize: i64,
+        position: i64,
+        outbuf: *mut c_void,
+        outcount: i64,
+        dt: MPI_Datatype,
+    ) -> Option<i64> {
+        // SAFETY: the application's name.
+        if outcount == 0 && position >= 0 && unsafe { external_size(datarep, 0, dt) } == Some(0) {
+            return Some(position);
+        }
+        // SAFETY: as above.
+        let (f, bytes, unit) = unsafe { external_plan(datarep, outcount, dt, position, insize) }?;
+        // SAFETY: the application's buffers; the packed range lies within insize and is
+        // only read (swapped through the packer's own scratch).
+        unsafe {
+            let inp = (inbuf as *mut u8).add(position as usize);
+            pack::run_swapped(&f, outcount, outbuf as *mut u8, inp, Dir::Unpack, unit)
+        };
+        Some(position + bytes)
+    }
+
+    pub unsafe fn MPI_Pack_external(
+        datarep: *const c_char,
+        inbuf: *const c_void,
+        incount: c_int,
+        dt: MPI_Datatype,
+        outbuf: *mut c_void,
+        outsize: MPI_Aint,
+        position: *mut MPI_Aint,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: the application's buffers.
+        unsafe {
+            at_position(position, MPI_COMM_SELF(), native, |p| {
+                pack_external_at(datarep, inbuf, incount.into(), dt, outbuf, outsize, p)
+            })
+        }
+    }
+
+    pub unsafe fn MPI_Pack_external_c(
+        datarep: *const c_char,
+        inbuf: *const c_void,
+        incount: MPI_Count,
+        dt: MPI_Datatype,
+        outbuf: *mut c_void,
+        outsize: MPI_Count,
+        position: *mut MPI_Count,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: the application's buffers.
+        unsafe {
+            at_position(position, MPI_COMM_SELF(), native, |p| {
+                pack_external_at(datarep, inbuf, incount, dt, outbuf, outsize, p)
+            })
+        }
+    }
+
+    pub unsafe fn MPI_Unpack_external(
+        datarep: *const c_char,
+        inbuf: *const c_void,
+        insize: MPI_Aint,
+        position: *mut MPI_Aint,
+        outbuf: *mut c_void,
+        outcount: c_int,
+        dt: MPI_Datatype,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: the application's buffers.
+        unsafe {
+            at_position(position, MPI_COMM_SELF(), native, |p| {
+                unpack_external_at(datarep, inbuf, insize, p, outbuf, outcount.into(), dt)
+            })
+        }
+    }
+
+    pub unsafe fn MPI_Unpack_external_c(
+        datarep: *const c_char,
+        inbuf: *const c_void,
+        insize: MPI_Count,
+        position: *mut MPI_Count,
+        outbuf: *mut c_void,
+        outcount: MPI_Count,
+        dt: MPI_Datatype,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: the application's buffers.
+        unsafe {
+            at_position(position, MPI_COMM_SELF(), native, |p| {
+                unpack_external_at(datarep, inbuf, insize, p, outbuf, outcount, dt)
+            })
+        }
+    }
+
+    /// `MPI_Pack_external_size`: for the types the packer converts, external32 is as long
+    /// as the native type size; a zero count is zero bytes for any valid type (Debian's
+    /// MPICH 4.0.2 stops with SIGILL on zero counts of some derived types). Otherwise, and
+    /// for other representations, the system MPI answers.
+    unsafe fn external_size(datarep: *const c_char, count: i64, dt: MPI_Datatype) -> Option<i64> {
+        // SAFETY: the application's NUL-terminated representation name.
+        if datarep.is_null()
+            || unsafe { CStr::from_ptr(datarep) }.to_bytes() != b"external32"
+            || count < 0
+        {
+            return None;
+        }
+        let info = check_usable(dt).ok()?;
+        if count == 0 {
+            return Some(0);
+        }
+        external32_unit(dt)?;
+        count.checked_mul(info.size)
+    }
+
+    pub unsafe fn MPI_Pack_external_size(
+        datarep: *const c_char,
+        incount: c_int,
+        dt: MPI_Datatype,
+        size: *mut MPI_Aint,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: the application's name and out-pointer.
+        match unsafe { external_size(datarep, incount.into(), dt) } {
+            Some(n) if !size.is_null() => {
+                // SAFETY: as above.
+                unsafe { *size = n };
+                MPI_SUCCESS
+            }
+            _ => native(),
+        }
+    }
+
+    pub unsafe fn MPI_Pack_external_size_c(
+        datarep: *const c_char,
+        incount: MPI_Count,
+        dt: MPI_Datatype,
+        size: *mut MPI_Count,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: the application's name and out-pointer.
+        match unsafe { external_size(datarep, incount, dt) } {
+            Some(n) if !size.is_null() => {
+                // SAFETY: as above.
+                unsafe { *size = n };
+                MPI_SUCCESS
+            }
+            _ => native(),
         }
     }
 }

@@ -77,34 +77,90 @@ pub unsafe fn run_bytes(
     total: i64,
     dir: Dir,
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { run_job(f, count, user, packed, total, dir, 1) }
+}
+
+/// Like `run`, with every `swap`-byte unit of the packed stream in reversed byte order:
+/// the big-endian "external32" representation (MPI-4.0 §5.2.3, §14.5.2) of types whose
+/// basic elements are `swap`-byte integers or IEEE floats (or pairs of them, for complex
+/// types). Every leaf copy of the layout walk swaps as it copies; an unpack reads
+/// the application's packed bytes and writes swapped units to its buffer: one pass either way.
+///
+/// # Safety
+/// As for `run`; `swap` divides the type size.
+pub unsafe fn run_swapped(
+    f: &Flat,
+    count: i64,
+    user: *mut u8,
+    packed: *mut u8,
+    dir: Dir,
+    swap: usize,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { run_job(f, count, user, packed, count * f.size, dir, swap) }
+}
+
+unsafe fn run_job(
+    f: &Flat,
+    count: i64,
+    user: *mut u8,
+    packed: *mut u8,
+    total: i64,
+    dir: Dir,
+    swap: usize,
+) {
     if total <= 0 {
         return;
     }
     let t0 = crate::stats::enabled().then(Instant::now);
-    if let Some(lb) = f.contiguous {
+    let b = Bufs { user, packed };
+    if swap <= 1 && f.contiguous.is_some() {
         // one run from the lower bound, elements back to back: a single copy
+        let lb = f.contiguous.unwrap_or(0);
         // SAFETY: the caller's contract; `total` bytes from `user + lb`.
-        unsafe {
-            let u = user.wrapping_offset(lb as isize);
-            copy_split(u, packed, total, dir);
-        }
+        unsafe { copy_split(user.wrapping_offset(lb as isize), packed, total, dir) };
     } else {
         let node = f.of_count(count);
         let threads = super::pool::threads_for(total);
-        let b = Bufs { user, packed };
         if threads > 1 {
             PARALLEL_CALLS.fetch_add(1, Ordering::Relaxed);
             super::pool::MAX_USED.fetch_max(threads, Ordering::Relaxed);
         }
-        let node = &node;
+        let (node, contiguous) = (&node, f.contiguous);
         let parts = parts_for(total, threads);
+        let unit = swap.max(1) as i64;
         super::pool::run_parts(threads, parts, &move |k| {
             let b = b;
-            let lo = total * k as i64 / parts as i64;
-            let hi = total * (k as i64 + 1) / parts as i64;
-            let mut w = Walker { b, pos: lo, dir };
+            // part boundaries on whole swap units (`total` is a multiple of the unit)
+            let lo = total * k as i64 / parts as i64 / unit * unit;
+            let hi = if k + 1 == parts {
+                total
+            } else {
+                total * (k as i64 + 1) / parts as i64 / unit * unit
+            };
             // SAFETY: the caller's contract; parts cover disjoint packed ranges.
-            unsafe { w.range(node, 0, lo, hi) };
+            unsafe {
+                match contiguous {
+                    Some(lb) if swap > 1 => {
+                        // one run: swap while copying
+                        let u = b.user.wrapping_offset((lb + lo) as isize);
+                        let p = b.packed.add(lo as usize);
+                        let n = (hi - lo) as usize;
+                        match dir {
+                            Dir::Pack => swap_units(u, p, n, swap),
+                            Dir::Unpack => swap_units(p, u, n, swap),
+                        }
+                    }
+                    _ => Walker {
+                        b,
+                        pos: lo,
+                        dir,
+                        swap,
+                    }
+                    .range(node, 0, lo, hi),
+                }
+            }
         });
     }
     CALLS.fetch_add(1, Ordering::Relaxed);
@@ -114,6 +170,54 @@ pub unsafe fn run_bytes(
     };
     if let Some(t0) = t0 {
         TIME_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The integer types a swap unit is moved as.
+trait SwapUnit: Copy {
+    fn swapped(self) -> Self;
+}
+macro_rules! swap_unit {
+    ($($t:ty),*) => {$(impl SwapUnit for $t {
+        #[inline(always)]
+        fn swapped(self) -> Self {
+            self.swap_bytes()
+        }
+    })*};
+}
+swap_unit!(u16, u32, u64);
+
+/// Copies `n` bytes from `src` to `dst` reversing the byte order of every `w`-byte unit;
+/// `src == dst` swaps in place.
+///
+/// # Safety
+/// `n` bytes readable at `src` and writable at `dst`, either the same or disjoint; `w`
+/// divides `n`.
+#[inline]
+pub unsafe fn swap_units(src: *const u8, dst: *mut u8, n: usize, w: usize) {
+    macro_rules! units {
+        ($t:ty) => {{
+            let k = core::mem::size_of::<$t>();
+            for i in 0..n / k {
+                // SAFETY: the caller's contract; unaligned accesses within the n bytes.
+                unsafe {
+                    let v = (src.add(i * k) as *const $t).read_unaligned();
+                    (dst.add(i * k) as *mut $t).write_unaligned(v.swap_bytes());
+                }
+            }
+        }};
+    }
+    match w {
+        2 => units!(u16),
+        4 => units!(u32),
+        8 => units!(u64),
+        16 => units!(u128),
+        _ => {
+            if !core::ptr::eq(src, dst) {
+                // SAFETY: the caller's contract (disjoint).
+                unsafe { core::ptr::copy_nonoverlapping(src, dst, n) };
+            }
+        }
     }
 }
 
@@ -152,6 +256,9 @@ struct Walker {
     /// Next packed byte to produce.
     pos: i64,
     dir: Dir,
+    /// Byte-swap unit of the packed stream (`run_swapped`); 1: plain copies. Runs hold
+    /// whole elements of one basic type, so every run starts on a unit in both buffers.
+    swap: usize,
 }
 
 impl Walker {
@@ -265,9 +372,11 @@ impl Walker {
         unsafe {
             let u = self.b.user.wrapping_offset(user_off as isize);
             let p = self.b.packed.add(self.pos as usize);
-            match self.dir {
-                Dir::Pack => small_copy(u, p, len as usize),
-                Dir::Unpack => small_copy(p, u, len as usize),
+            match (self.dir, self.swap > 1) {
+                (Dir::Pack, false) => small_copy(u, p, len as usize),
+                (Dir::Unpack, false) => small_copy(p, u, len as usize),
+                (Dir::Pack, true) => swap_units(u, p, len as usize, self.swap),
+                (Dir::Unpack, true) => swap_units(p, u, len as usize, self.swap),
             }
         }
         self.pos += len;
@@ -280,6 +389,21 @@ impl Walker {
         let u = self.b.user.wrapping_offset(base as isize);
         let p = self.b.packed.wrapping_offset((self.pos - start) as isize);
         let mut s = start;
+        if self.swap > 1 {
+            for (&o, &e) in offs.iter().zip(ends) {
+                let (uo, n) = (u.wrapping_offset(o as isize), (e - s) as usize);
+                // SAFETY: as below.
+                unsafe {
+                    match self.dir {
+                        Dir::Pack => swap_units(uo, p.add(s as usize), n, self.swap),
+                        Dir::Unpack => swap_units(p.add(s as usize), uo, n, self.swap),
+                    }
+                }
+                s = e;
+            }
+            self.pos += s - start;
+            return;
+        }
         // SAFETY: the caller's contract: the runs are in the type map, their packed bytes
         // in the buffer.
         unsafe {
@@ -309,12 +433,62 @@ impl Walker {
         self.pos += s - start;
     }
 
+    /// `n` single units of type `T`, `stride` apart, byte-swapped as they are copied.
+    #[inline(always)]
+    unsafe fn swapped_kernel<T: SwapUnit>(&mut self, u: *mut u8, p: *mut u8, stride: i64, n: i64) {
+        let k = core::mem::size_of::<T>();
+        // SAFETY: the caller's contract: n units, stride apart, and n * k packed bytes.
+        unsafe {
+            match self.dir {
+                Dir::Pack => {
+                    for i in 0..n {
+                        let v =
+                            (u.wrapping_offset((i * stride) as isize) as *const T).read_unaligned();
+                        (p.add(i as usize * k) as *mut T).write_unaligned(v.swapped());
+                    }
+                }
+                Dir::Unpack => {
+                    for i in 0..n {
+                        let v = (p.add(i as usize * k) as *const T).read_unaligned();
+                        (u.wrapping_offset((i * stride) as isize) as *mut T)
+                            .write_unaligned(v.swapped());
+                    }
+                }
+            }
+        }
+        self.pos += k as i64 * n;
+    }
+
     /// `n` runs of `len` bytes, `stride` apart, from user offset `off`.
     #[inline]
     unsafe fn strided(&mut self, off: i64, stride: i64, len: i64, n: i64) {
         let u = self.b.user.wrapping_offset(off as isize);
         // SAFETY: the caller's contract.
         let p = unsafe { self.b.packed.add(self.pos as usize) };
+        if self.swap > 1 {
+            // SAFETY: as above: blocks of one unit each get a fixed-size kernel
+            unsafe {
+                match (len as usize == self.swap, len) {
+                    (true, 2) => return self.swapped_kernel::<u16>(u, p, stride, n),
+                    (true, 4) => return self.swapped_kernel::<u32>(u, p, stride, n),
+                    (true, 8) => return self.swapped_kernel::<u64>(u, p, stride, n),
+                    _ => {}
+                }
+            }
+            for i in 0..n {
+                let ui = u.wrapping_offset((i * stride) as isize);
+                // SAFETY: as above, block by block.
+                unsafe {
+                    let pi = p.add((i * len) as usize);
+                    match self.dir {
+                        Dir::Pack => swap_units(ui, pi, len as usize, self.swap),
+                        Dir::Unpack => swap_units(pi, ui, len as usize, self.swap),
+                    }
+                }
+            }
+            self.pos += len * n;
+            return;
+        }
         // SAFETY: as above, for each of the fixed-size kernels.
         unsafe {
             match len {
@@ -456,6 +630,7 @@ mod tests {
                     },
                     pos: lo,
                     dir: Dir::Pack,
+                    swap: 1,
                 };
                 unsafe { w.range(t, 0, lo, hi) };
                 assert_eq!(w.pos, hi);
@@ -466,5 +641,68 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Swapped walks (external32): every unit-aligned sub-range, packed on its own with
+    /// 4-byte units (all four leaf kinds: long runs, strided blocks, compact run lists,
+    /// contiguous), equals the reference stream with every unit reversed; unpacking it
+    /// gives the user bytes back.
+    #[test]
+    fn swapped_ranges_reverse_units() {
+        let r = |off, len| Node::Run { off, len };
+        let runs = seq(vec![r(4, 8), r(16, 4), r(24, 12), r(40, 4)]);
+        assert!(matches!(runs, Node::Runs { .. }));
+        let t = seq(vec![
+            r(0, 4),
+            repeat(100, 6, 12, r(0, 4)),
+            repeat(200, 3, 20, r(0, 8)),
+            runs.shifted(300),
+            r(400, 96),
+        ]);
+        let user: Vec<u8> = (0..600).map(|i| (i * 7 + 3) as u8).collect();
+        let mut want = Vec::new();
+        reference(&t, &user, &mut want);
+        for u in want.chunks_mut(4) {
+            u.reverse();
+        }
+        let total = t.size();
+        for lo in (0..total).step_by(4) {
+            for hi in (lo..=total).step_by(4) {
+                let mut got = vec![0u8; total as usize];
+                let b = Bufs {
+                    user: user.as_ptr() as *mut u8,
+                    packed: got.as_mut_ptr(),
+                };
+                let mut w = Walker {
+                    b,
+                    pos: lo,
+                    dir: Dir::Pack,
+                    swap: 4,
+                };
+                unsafe { w.range(&t, 0, lo, hi) };
+                assert_eq!(
+                    &got[lo as usize..hi as usize],
+                    &want[lo as usize..hi as usize],
+                    "{lo}..{hi}"
+                );
+            }
+        }
+        let mut back = vec![0u8; 600];
+        let b = Bufs {
+            user: back.as_mut_ptr(),
+            packed: want.as_mut_ptr(),
+        };
+        let mut w = Walker {
+            b,
+            pos: 0,
+            dir: Dir::Unpack,
+            swap: 4,
+        };
+        unsafe { w.range(&t, 0, 0, total) };
+        let mut want_user = Vec::new();
+        reference(&t, &back, &mut want_user);
+        let mut orig = Vec::new();
+        reference(&t, &user, &mut orig);
+        assert_eq!(want_user, orig);
     }
 }
