@@ -437,21 +437,26 @@ impl Walker {
     #[inline(always)]
     unsafe fn swapped_kernel<T: SwapUnit>(&mut self, u: *mut u8, p: *mut u8, stride: i64, n: i64) {
         let k = core::mem::size_of::<T>();
-        // SAFETY: the caller's contract: n units, stride apart, and n * k packed bytes.
+        let (mut us, mut ps) = (u, p);
+        let end = p.wrapping_add(n.max(0) as usize * k);
+        // SAFETY: the caller's contract: n units, stride apart, and n * k packed bytes
+        // (pointer bumps as in `kernel`).
         unsafe {
             match self.dir {
                 Dir::Pack => {
-                    for i in 0..n {
-                        let v =
-                            (u.wrapping_offset((i * stride) as isize) as *const T).read_unaligned();
-                        (p.add(i as usize * k) as *mut T).write_unaligned(v.swapped());
+                    while ps != end {
+                        let v = (us as *const T).read_unaligned();
+                        (ps as *mut T).write_unaligned(v.swapped());
+                        us = us.wrapping_offset(stride as isize);
+                        ps = ps.add(k);
                     }
                 }
                 Dir::Unpack => {
-                    for i in 0..n {
-                        let v = (p.add(i as usize * k) as *const T).read_unaligned();
-                        (u.wrapping_offset((i * stride) as isize) as *mut T)
-                            .write_unaligned(v.swapped());
+                    while ps != end {
+                        let v = (ps as *const T).read_unaligned();
+                        (us as *mut T).write_unaligned(v.swapped());
+                        us = us.wrapping_offset(stride as isize);
+                        ps = ps.add(k);
                     }
                 }
             }
@@ -556,21 +561,25 @@ unsafe fn small_copy(s: *const u8, d: *mut u8, n: usize) {
 /// `n` blocks of `L` bytes: constant-size copies the compiler turns into plain moves.
 #[inline(always)]
 unsafe fn kernel<const L: usize>(u: *mut u8, p: *mut u8, stride: i64, n: i64, dir: Dir) {
+    // Both sides advance by pointer bumps, so every access is a plain base address: an
+    // indexed store (`mov %r, (base,i,8)`) costs the 8-byte vector pack about 20% here.
+    let (mut us, mut ps) = (u, p);
+    let end = p.wrapping_add(n.max(0) as usize * L);
     // SAFETY: the caller's contract: n blocks of L bytes, stride apart, and n * L packed.
     unsafe {
         match dir {
             Dir::Pack => {
-                for i in 0..n {
-                    let s = u.wrapping_offset((i * stride) as isize) as *const [u8; L];
-                    let d = p.add(i as usize * L) as *mut [u8; L];
-                    d.write_unaligned(s.read_unaligned());
+                while ps != end {
+                    (ps as *mut [u8; L]).write_unaligned((us as *const [u8; L]).read_unaligned());
+                    us = us.wrapping_offset(stride as isize);
+                    ps = ps.add(L);
                 }
             }
             Dir::Unpack => {
-                for i in 0..n {
-                    let d = u.wrapping_offset((i * stride) as isize) as *mut [u8; L];
-                    let s = p.add(i as usize * L) as *const [u8; L];
-                    d.write_unaligned(s.read_unaligned());
+                while ps != end {
+                    (us as *mut [u8; L]).write_unaligned((ps as *const [u8; L]).read_unaligned());
+                    us = us.wrapping_offset(stride as isize);
+                    ps = ps.add(L);
                 }
             }
         }
