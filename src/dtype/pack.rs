@@ -386,24 +386,13 @@ impl Walker {
     /// direction, so the per-run work is two loads and a short copy.
     #[inline]
     unsafe fn whole_runs(&mut self, base: i64, offs: &[i64], ends: &[i64], start: i64) {
+        if self.swap > 1 {
+            // SAFETY: the caller's contract.
+            return unsafe { self.whole_runs_swapped(base, offs, ends, start) };
+        }
         let u = self.b.user.wrapping_offset(base as isize);
         let p = self.b.packed.wrapping_offset((self.pos - start) as isize);
         let mut s = start;
-        if self.swap > 1 {
-            for (&o, &e) in offs.iter().zip(ends) {
-                let (uo, n) = (u.wrapping_offset(o as isize), (e - s) as usize);
-                // SAFETY: as below.
-                unsafe {
-                    match self.dir {
-                        Dir::Pack => swap_units(uo, p.add(s as usize), n, self.swap),
-                        Dir::Unpack => swap_units(p.add(s as usize), uo, n, self.swap),
-                    }
-                }
-                s = e;
-            }
-            self.pos += s - start;
-            return;
-        }
         // SAFETY: the caller's contract: the runs are in the type map, their packed bytes
         // in the buffer.
         unsafe {
@@ -431,6 +420,53 @@ impl Walker {
             }
         }
         self.pos += s - start;
+    }
+
+    /// `whole_runs` with swapped units (external32), out of line so the plain loop stays
+    /// as tight as before.
+    #[inline(never)]
+    unsafe fn whole_runs_swapped(&mut self, base: i64, offs: &[i64], ends: &[i64], start: i64) {
+        let u = self.b.user.wrapping_offset(base as isize);
+        let p = self.b.packed.wrapping_offset((self.pos - start) as isize);
+        let mut s = start;
+        for (&o, &e) in offs.iter().zip(ends) {
+            let (uo, n) = (u.wrapping_offset(o as isize), (e - s) as usize);
+            // SAFETY: the caller's contract: the runs are in the type map, their packed bytes in the buffer.
+            unsafe {
+                match self.dir {
+                    Dir::Pack => swap_units(uo, p.add(s as usize), n, self.swap),
+                    Dir::Unpack => swap_units(p.add(s as usize), uo, n, self.swap),
+                }
+            }
+            s = e;
+        }
+        self.pos += s - start;
+    }
+
+    /// `strided` with swapped units (external32), out of line.
+    #[inline(never)]
+    unsafe fn strided_swapped(&mut self, u: *mut u8, p: *mut u8, stride: i64, len: i64, n: i64) {
+        // SAFETY: the caller's contract; blocks of one unit each get a fixed-size kernel
+        unsafe {
+            match (len as usize == self.swap, len) {
+                (true, 2) => return self.swapped_kernel::<u16>(u, p, stride, n),
+                (true, 4) => return self.swapped_kernel::<u32>(u, p, stride, n),
+                (true, 8) => return self.swapped_kernel::<u64>(u, p, stride, n),
+                _ => {}
+            }
+        }
+        for i in 0..n {
+            let ui = u.wrapping_offset((i * stride) as isize);
+            // SAFETY: the caller's contract, block by block.
+            unsafe {
+                let pi = p.add((i * len) as usize);
+                match self.dir {
+                    Dir::Pack => swap_units(ui, pi, len as usize, self.swap),
+                    Dir::Unpack => swap_units(pi, ui, len as usize, self.swap),
+                }
+            }
+        }
+        self.pos += len * n;
     }
 
     /// `n` single units of type `T`, `stride` apart, byte-swapped as they are copied.
@@ -471,28 +507,8 @@ impl Walker {
         // SAFETY: the caller's contract.
         let p = unsafe { self.b.packed.add(self.pos as usize) };
         if self.swap > 1 {
-            // SAFETY: as above: blocks of one unit each get a fixed-size kernel
-            unsafe {
-                match (len as usize == self.swap, len) {
-                    (true, 2) => return self.swapped_kernel::<u16>(u, p, stride, n),
-                    (true, 4) => return self.swapped_kernel::<u32>(u, p, stride, n),
-                    (true, 8) => return self.swapped_kernel::<u64>(u, p, stride, n),
-                    _ => {}
-                }
-            }
-            for i in 0..n {
-                let ui = u.wrapping_offset((i * stride) as isize);
-                // SAFETY: as above, block by block.
-                unsafe {
-                    let pi = p.add((i * len) as usize);
-                    match self.dir {
-                        Dir::Pack => swap_units(ui, pi, len as usize, self.swap),
-                        Dir::Unpack => swap_units(pi, ui, len as usize, self.swap),
-                    }
-                }
-            }
-            self.pos += len * n;
-            return;
+            // SAFETY: the caller's contract.
+            return unsafe { self.strided_swapped(u, p, stride, len, n) };
         }
         // SAFETY: as above, for each of the fixed-size kernels.
         unsafe {
