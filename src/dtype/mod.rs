@@ -521,51 +521,31 @@ pub mod hooks {
         (position.checked_add(bytes)? <= size).then_some((f, bytes, unit))
     }
 
-    /// `MPI_Pack_external`/`_c` (MPI-4.0 §5.2.3) on the shim's packer, swapping to
-    /// big-endian as it packs; anything it does not take is forwarded.
-    unsafe fn pack_external_at(
+    /// `MPI_Pack_external`/`MPI_Unpack_external` and `_c` (MPI-4.0 §5.2.3) on the shim's
+    /// packer, swapping to or from big-endian as it copies: `count` elements of `dt` at
+    /// `user`, the external32 bytes at `packed + position` (`psize` bytes in all). The
+    /// application's packed bytes are only read when unpacking. `None`: forwarded.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn external_at(
         datarep: *const c_char,
-        inbuf: *const c_void,
-        incount: i64,
+        user: *const c_void,
+        count: i64,
         dt: MPI_Datatype,
-        outbuf: *mut c_void,
-        outsize: i64,
+        packed: *const c_void,
+        psize: i64,
         position: i64,
+        dir: Dir,
     ) -> Option<i64> {
         // SAFETY: the application's name.
-        if incount == 0 && position >= 0 && unsafe { external_size(datarep, 0, dt) } == Some(0) {
+        if count == 0 && position >= 0 && unsafe { external_size(datarep, 0, dt) } == Some(0) {
             return Some(position);
         }
         // SAFETY: as above.
-        let (f, bytes, unit) = unsafe { external_plan(datarep, incount, dt, position, outsize) }?;
-        // SAFETY: the application's buffers; the packed range fits in outsize.
+        let (f, bytes, unit) = unsafe { external_plan(datarep, count, dt, position, psize) }?;
+        // SAFETY: the application's buffers; the packed range lies within psize.
         unsafe {
-            let out = (outbuf as *mut u8).add(position as usize);
-            pack::run_swapped(&f, incount, inbuf as *mut u8, out, Dir::Pack, unit)
-        };
-        Some(position + bytes)
-    }
-
-    unsafe fn unpack_external_at(
-        datarep: *const c_char,
-        inbuf: *const c_void,
-        insize: i64,
-        position: i64,
-        outbuf: *mut c_void,
-        outcount: i64,
-        dt: MPI_Datatype,
-    ) -> Option<i64> {
-        // SAFETY: the application's name.
-        if outcount == 0 && position >= 0 && unsafe { external_size(datarep, 0, dt) } == Some(0) {
-            return Some(position);
-        }
-        // SAFETY: as above.
-        let (f, bytes, unit) = unsafe { external_plan(datarep, outcount, dt, position, insize) }?;
-        // SAFETY: the application's buffers; the packed range lies within insize and is
-        // only read (swapped through the packer's own scratch).
-        unsafe {
-            let inp = (inbuf as *mut u8).add(position as usize);
-            pack::run_swapped(&f, outcount, outbuf as *mut u8, inp, Dir::Unpack, unit)
+            let p = (packed as *mut u8).add(position as usize);
+            pack::run_swapped(&f, count, user as *mut u8, p, dir, unit)
         };
         Some(position + bytes)
     }
@@ -583,7 +563,16 @@ pub mod hooks {
         // SAFETY: the application's buffers.
         unsafe {
             at_position(position, MPI_COMM_SELF(), native, |p| {
-                pack_external_at(datarep, inbuf, incount.into(), dt, outbuf, outsize, p)
+                external_at(
+                    datarep,
+                    inbuf,
+                    incount.into(),
+                    dt,
+                    outbuf,
+                    outsize,
+                    p,
+                    Dir::Pack,
+                )
             })
         }
     }
@@ -601,7 +590,7 @@ pub mod hooks {
         // SAFETY: the application's buffers.
         unsafe {
             at_position(position, MPI_COMM_SELF(), native, |p| {
-                pack_external_at(datarep, inbuf, incount, dt, outbuf, outsize, p)
+                external_at(datarep, inbuf, incount, dt, outbuf, outsize, p, Dir::Pack)
             })
         }
     }
@@ -619,7 +608,16 @@ pub mod hooks {
         // SAFETY: the application's buffers.
         unsafe {
             at_position(position, MPI_COMM_SELF(), native, |p| {
-                unpack_external_at(datarep, inbuf, insize, p, outbuf, outcount.into(), dt)
+                external_at(
+                    datarep,
+                    outbuf,
+                    outcount.into(),
+                    dt,
+                    inbuf,
+                    insize,
+                    p,
+                    Dir::Unpack,
+                )
             })
         }
     }
@@ -637,7 +635,7 @@ pub mod hooks {
         // SAFETY: the application's buffers.
         unsafe {
             at_position(position, MPI_COMM_SELF(), native, |p| {
-                unpack_external_at(datarep, inbuf, insize, p, outbuf, outcount, dt)
+                external_at(datarep, outbuf, outcount, dt, inbuf, insize, p, Dir::Unpack)
             })
         }
     }
