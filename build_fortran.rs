@@ -26,7 +26,7 @@
 //! Open MPI build (`abi-ompi`): Open MPI's bindings call `PMPI_*`, so a function without an
 //! entry point here bypasses the shim. Every table function that converts gets one (pure
 //! forwards too, so they are counted), and more kinds convert: 1-based indices, the
-//! `MPI_UNWEIGHTED`/`MPI_WEIGHTS_EMPTY` sentinels, communicator names (CHARACTER with
+//! `MPI_UNWEIGHTED`/`MPI_WEIGHTS_EMPTY` sentinels, communicator names and external32 `datarep` (CHARACTER with
 //! gfortran's hidden length), and handle arrays element by element (Open MPI's Fortran
 //! handles are table indices), whose length comes from [`array_len`]. Functions taking a
 //! `TYPE(C_PTR)` base pointer also get Open MPI's `_cptr` names.
@@ -152,7 +152,7 @@ fn kind(f: &Func, p: &Param, ompi: bool) -> Result<Kind, String> {
         }
         "*mut c_void" if n == "baseptr" => Kind::BasePtr,
         "*mut c_int" if n == "flag" => Kind::FlagOut,
-        "*const c_char" if ompi && n == "comm_name" => Kind::StrIn,
+        "*const c_char" if ompi && (n == "comm_name" || n == "datarep") => Kind::StrIn,
         "*mut c_char" if ompi && n == "comm_name" => Kind::StrOut,
         "*mut c_int" | "*const c_int" => match n {
             // The graph constructors' `index` is cumulative degrees, not an index.

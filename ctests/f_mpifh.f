@@ -2,7 +2,8 @@ C     Fortran 77 style (mpif.h) test of the shim: MPI_INIT, MPI_BOTTOM with an a
 C     address datatype, MPI_IN_PLACE, MPI_STATUS_IGNORE, LOGICAL results (MPI_TESTALL,
 C     MPI_ATTR_GET), persistent collectives, MPI_WAITANY/MPI_WAITSOME indices (1-based),
 C     CHARACTER names, LOGICAL arrays (MPI_CART_CREATE/GET), MPI_NEIGHBOR_ALLTOALLW type
-C     arrays, MPI_UNWEIGHTED. Results are checked here; interception is checked by
+C     arrays, MPI_UNWEIGHTED, MPI_PACK_EXTERNAL (a CHARACTER datarep). Results are
+C     checked here; interception is checked by
 C     scripts/fortran-tests from the SHIM_STATS=rank report. Compiled with -cpp:
 C     NO_MPI4_F77 leaves out what an MPI-3.1 mpif.h library (Open MPI 4.1) lacks.
       PROGRAM FMPIFH
@@ -18,6 +19,8 @@ C     NO_MPI4_F77 leaves out what an MPI-3.1 mpif.h library (Open MPI 4.1) lacks
       INTEGER SB(4), RB(4), SCNT(4), RCNT(4), STYPES(4), RTYPES(4)
       INTEGER(KIND=MPI_ADDRESS_KIND) SDSP(4), RDSP(4)
       CHARACTER*(MPI_MAX_OBJECT_NAME) CNAME
+      INTEGER(KIND=MPI_ADDRESS_KIND) XSZ, XPOS
+      INTEGER*1 XBUF(16)
       ERRS = 0
       CALL MPI_INIT(IERR)
       CALL MPI_COMM_RANK(MPI_COMM_WORLD, RANK, IERR)
@@ -117,6 +120,25 @@ C     CHARACTER arguments: trailing blanks trimmed in, blank-padded out.
      &     CALL BAD(__LINE__, ERRS)
       CALL MPI_COMM_FREE(DUPC, IERR)
       IF (DUPC .NE. MPI_COMM_NULL) CALL BAD(__LINE__, ERRS)
+C     external32 (a CHARACTER datarep): two INTEGERs big-endian, and back.
+      A(1) = 258
+      A(2) = -2
+      CALL MPI_PACK_EXTERNAL_SIZE('external32', 2, MPI_INTEGER, XSZ,
+     &     IERR)
+      IF (XSZ .NE. 8) CALL BAD(__LINE__, ERRS)
+      XPOS = 0
+      CALL MPI_PACK_EXTERNAL('external32', A, 2, MPI_INTEGER, XBUF,
+     &     XSZ, XPOS, IERR)
+      IF (XPOS .NE. 8 .OR. XBUF(1) .NE. 0 .OR. XBUF(3) .NE. 1 .OR.
+     &     XBUF(4) .NE. 2 .OR. XBUF(5) .NE. -1 .OR. XBUF(8) .NE. -2)
+     &     CALL BAD(__LINE__, ERRS)
+      B(1) = 0
+      B(2) = 0
+      XPOS = 0
+      CALL MPI_UNPACK_EXTERNAL('external32', XBUF, XSZ, XPOS, B, 2,
+     &     MPI_INTEGER, IERR)
+      IF (XPOS .NE. 8 .OR. B(1) .NE. 258 .OR. B(2) .NE. -2)
+     &     CALL BAD(__LINE__, ERRS)
 C     A periodic ring: LOGICAL arrays in and out, then MPI_NEIGHBOR_ALLTOALLW
 C     (type arrays as long as the topology has neighbours).
 C     Dimension 1 (size 1, periodic) has this rank as both neighbours, so
