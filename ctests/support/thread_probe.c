@@ -1,6 +1,7 @@
 /* Asks for MPI_THREAD_FUNNELED: the shim may initialize the MPI library with
  * MPI_THREAD_MULTIPLE for its progress thread, but the application must be told (by
- * MPI_Init_thread and MPI_Query_thread) the level it asked for. */
+ * MPI_Init_thread and MPI_Query_thread) the level it asked for. Also prints the
+ * library's own level (PMPI_Query_thread). */
 #include <mpi.h>
 #include <stdio.h>
 int main(int argc, char **argv) {
@@ -11,7 +12,9 @@ int main(int argc, char **argv) {
     MPI_Request r;
     MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r);
     MPI_Wait(&r, MPI_STATUS_IGNORE);
-    if (rank == 0) printf("levels %d %d\n", provided, q);
+    int lib;
+    PMPI_Query_thread(&lib); /* the level the MPI library itself runs at */
+    if (rank == 0) printf("levels %d %d library %d\n", provided, q, lib);
     MPI_Finalize();
     return 0;
 }
