@@ -14,8 +14,8 @@
 //! Predefined types are contiguous fast paths and never decoded.
 
 use core::ffi::{c_int, c_void};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::abi::*;
 use crate::pmpi;
@@ -217,6 +217,8 @@ pub struct Flat {
     pub contiguous: Option<i64>,
     /// Not decoded (see `Opaque`): cached too, so a rejected type is not decoded again.
     pub opaque: bool,
+    /// The predefined type all basic elements are (`element`), found on first use.
+    element: OnceLock<Option<Dt>>,
 }
 
 impl Flat {
@@ -232,7 +234,16 @@ impl Flat {
             extent,
             contiguous,
             opaque: false,
+            element: OnceLock::new(),
         }
+    }
+
+    /// The predefined type every basic element of `dt` (the type this layout is of) is
+    /// (see [`element_type`]), walked once per cached layout rather than on every call.
+    pub fn element(&self, dt: MPI_Datatype) -> Option<Dt> {
+        *self
+            .element
+            .get_or_init(|| element_type(dt).ok().flatten().and_then(Dt::of))
     }
 
     /// The layout of `count` elements.

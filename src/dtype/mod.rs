@@ -439,23 +439,23 @@ pub mod hooks {
         }
     }
 
-    /// The byte-swap unit of `dt` in the "external32" representation (MPI-4.0 §14.5.2:
+    /// The byte-swap unit of elements of the predefined type `d` in the "external32"
+    /// representation (MPI-4.0 §14.5.2:
     /// big-endian IEEE and two's complement), when that representation is the native bytes
-    /// with every unit reversed: all basic elements one predefined integer, logical,
-    /// character or IEEE float type (complex: two floats), for which the system MPI's own
+    /// with every unit reversed: an integer, logical, character or IEEE float type
+    /// (complex: two floats) for which the system MPI's own
     /// `PMPI_Pack_external` of one element gives exactly those bytes (probed once per
     /// type). Others are the system MPI's to convert: mixed structs; `MPI_LONG` and
     /// `MPI_WCHAR`, which MPICH narrows to 4 and 2 bytes (Open MPI 4.1 narrows `MPI_LONG`
     /// too, though its `MPI_Pack_external_size` says 8); long double and REAL16, whose
     /// formats differ; pair types.
-    fn external32_unit(dt: MPI_Datatype) -> Option<usize> {
+    fn external32_unit(d: crate::abi::Dt) -> Option<usize> {
         use crate::abi::Dt::*;
         use std::sync::atomic::{AtomicU8, Ordering};
         /// Per predefined type: 0 not probed, 1 not taken, 2 + unit taken.
         static PROBED: [AtomicU8; 64] = [const { AtomicU8::new(0) }; 64];
         const _: () = assert!(crate::abi::Dt::ALL.len() <= 64);
-        let e = flat::element_type(dt).ok()??;
-        let d = crate::abi::Dt::of(e)?;
+        let e = d.handle();
         let slot = PROBED.get(d as usize)?;
         match slot.load(Ordering::Relaxed) {
             0 => {}
@@ -499,6 +499,24 @@ pub mod hooks {
         taken.then_some(unit)
     }
 
+    /// Whether the application names the "external32" representation.
+    ///
+    /// # Safety
+    /// `datarep` is null or a NUL-terminated string.
+    unsafe fn is_external32(datarep: *const c_char) -> bool {
+        // SAFETY: the caller's contract.
+        !datarep.is_null() && unsafe { CStr::from_ptr(datarep) }.to_bytes() == b"external32"
+    }
+
+    /// The layout of a usable `dt` and its external32 swap unit, when the packer converts
+    /// it: every basic element one predefined type that `external32_unit` takes.
+    fn external_layout(dt: MPI_Datatype) -> Option<(std::sync::Arc<flat::Flat>, usize)> {
+        check_usable(dt).ok()?;
+        let f = flat::get(dt).ok()?;
+        let unit = external32_unit(f.element(dt)?)?;
+        Some((f, unit))
+    }
+
     /// The packer's share of one external32 call: the layout, the bytes and the unit.
     unsafe fn external_plan(
         datarep: *const c_char,
@@ -507,16 +525,11 @@ pub mod hooks {
         position: i64,
         size: i64,
     ) -> Option<(std::sync::Arc<flat::Flat>, i64, usize)> {
-        // SAFETY: the application's NUL-terminated representation name.
-        if datarep.is_null() || unsafe { CStr::from_ptr(datarep) }.to_bytes() != b"external32" {
+        // SAFETY: the application's representation name.
+        if !unsafe { is_external32(datarep) } || count < 0 || position < 0 {
             return None;
         }
-        if count < 0 || position < 0 {
-            return None;
-        }
-        check_usable(dt).ok()?;
-        let unit = external32_unit(dt)?;
-        let f = flat::get(dt).ok()?;
+        let (f, unit) = external_layout(dt)?;
         let bytes = count.checked_mul(f.size)?;
         (position.checked_add(bytes)? <= size).then_some((f, bytes, unit))
     }
@@ -645,19 +658,37 @@ pub mod hooks {
     /// MPICH 4.0.2 stops with SIGILL on zero counts of some derived types). Otherwise, and
     /// for other representations, the system MPI answers.
     unsafe fn external_size(datarep: *const c_char, count: i64, dt: MPI_Datatype) -> Option<i64> {
-        // SAFETY: the application's NUL-terminated representation name.
-        if datarep.is_null()
-            || unsafe { CStr::from_ptr(datarep) }.to_bytes() != b"external32"
-            || count < 0
-        {
+        // SAFETY: the application's representation name.
+        if !unsafe { is_external32(datarep) } || count < 0 {
             return None;
         }
-        let info = check_usable(dt).ok()?;
         if count == 0 {
-            return Some(0);
+            return check_usable(dt).ok().map(|_| 0);
         }
-        external32_unit(dt)?;
-        count.checked_mul(info.size)
+        count.checked_mul(external_layout(dt)?.0.size)
+    }
+
+    /// Both forms of `MPI_Pack_external_size` (`MPI_Aint` and `MPI_Count` are both `i64`):
+    /// the size written when the shim knows it, else the system MPI's answer.
+    ///
+    /// # Safety
+    /// As for `external_size`; `size` null or the application's out-pointer.
+    unsafe fn external_size_out(
+        datarep: *const c_char,
+        count: i64,
+        dt: MPI_Datatype,
+        size: *mut i64,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: the application's name.
+        match unsafe { external_size(datarep, count, dt) } {
+            Some(n) if !size.is_null() => {
+                // SAFETY: the application's out-pointer.
+                unsafe { *size = n };
+                MPI_SUCCESS
+            }
+            _ => native(),
+        }
     }
 
     pub unsafe fn MPI_Pack_external_size(
@@ -668,14 +699,7 @@ pub mod hooks {
         native: &dyn Fn() -> c_int,
     ) -> c_int {
         // SAFETY: the application's name and out-pointer.
-        match unsafe { external_size(datarep, incount.into(), dt) } {
-            Some(n) if !size.is_null() => {
-                // SAFETY: as above.
-                unsafe { *size = n };
-                MPI_SUCCESS
-            }
-            _ => native(),
-        }
+        unsafe { external_size_out(datarep, incount.into(), dt, size, native) }
     }
 
     pub unsafe fn MPI_Pack_external_size_c(
@@ -686,13 +710,6 @@ pub mod hooks {
         native: &dyn Fn() -> c_int,
     ) -> c_int {
         // SAFETY: the application's name and out-pointer.
-        match unsafe { external_size(datarep, incount, dt) } {
-            Some(n) if !size.is_null() => {
-                // SAFETY: as above.
-                unsafe { *size = n };
-                MPI_SUCCESS
-            }
-            _ => native(),
-        }
+        unsafe { external_size_out(datarep, incount, dt, size, native) }
     }
 }
