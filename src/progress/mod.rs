@@ -36,9 +36,7 @@ pub struct RunCell {
 
 impl RunCell {
     pub fn new(run: Run) -> Arc<RunCell> {
-        let for_thread = run
-            .schedule()
-            .needs_progress(crate::config::get().progress_min_bytes as i64);
+        let for_thread = run.schedule().for_progress_thread();
         Arc::new(RunCell {
             run: Mutex::new(run),
             done: AtomicBool::new(false),

@@ -162,6 +162,9 @@ pub struct Schedule {
     pub composites: Vec<Vec<Part>>,
     /// The MPI datatypes made from `composites`, created on first use.
     types: OnceLock<Result<Vec<MPI_Datatype>, c_int>>,
+    /// `needs_progress` at the configured `SHIM_PROGRESS_MIN_BYTES`, found on first use
+    /// (a cached or persistent schedule is started many times).
+    for_thread: OnceLock<bool>,
 }
 
 impl Drop for Schedule {
@@ -223,6 +226,14 @@ impl Schedule {
             }
         }
         false
+    }
+
+    /// Whether the progress thread takes runs of this schedule on: `needs_progress` at
+    /// `SHIM_PROGRESS_MIN_BYTES`, computed once per schedule.
+    pub fn for_progress_thread(&self) -> bool {
+        *self
+            .for_thread
+            .get_or_init(|| self.needs_progress(crate::config::get().progress_min_bytes as i64))
     }
 
     /// Bytes of one message (a composite message: the sum of its blocks).
@@ -485,6 +496,7 @@ impl Builder {
             algorithm: self.algorithm,
             composites: self.composites,
             types: OnceLock::new(),
+            for_thread: OnceLock::new(),
         }
     }
 }
