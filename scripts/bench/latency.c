@@ -112,9 +112,12 @@ static int selected(const char *colls, int c) {
 }
 
 /* Collectives whose message size not every rank knows: the shim decides them by the
- * process count alone (src/coll/api.rs), so their tuning is one row at size 0. */
-static int unsized(int c) {
-    return c == GATHERV || c == SCATTERV || c == ALLTOALLV || c == ALLTOALLW || c == NALLGATHER || c == NALLTOALL;
+ * process count alone (src/coll/api.rs), so their tuning is one row at size 0. The v/w
+ * forms on two processes are sized (both ends know the one message between them;
+ * CollSpec::sized_at in src/coll/select/mod.rs). */
+static int unsized(int c, int size) {
+    if (c == GATHERV || c == SCATTERV || c == ALLTOALLV || c == ALLTOALLW) return size != 2;
+    return c == NALLGATHER || c == NALLTOALL;
 }
 
 static long next_size(long bytes, long maxb, int grow) {
@@ -202,14 +205,14 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
                 fflush(stdout);
                 /* the size the shim decides by: the total for Reduce_scatter(_block) */
                 long key = (c == REDUCE_SCATTER || c == REDUCE_SCATTER_BLOCK) ? p->bytes * size : p->bytes;
-                if (tune && !unsized(c)) fprintf(tune, "best MPI_%s %d %ld %s\n", NAMES[c], size, key, p->best_name);
+                if (tune && !unsized(c, size)) fprintf(tune, "best MPI_%s %d %ld %s\n", NAMES[c], size, key, p->best_name);
             }
             for (int a = 1; a < na; a++) {
                 lgsum[a] += log(med[a + 1] / p->best);
                 if (med[a + 1] / p->best > worst[a]) worst[a] = med[a + 1] / p->best;
             }
         }
-        if (tune && unsized(c)) {
+        if (tune && unsized(c, size)) {
             /* one row for all sizes: the algorithm whose worst ratio to the best is smallest
              * (a bounded slowdown at every size; ties by the geometric mean) */
             int b = 1;

@@ -275,6 +275,12 @@ pub unsafe fn bcast(
     })
 }
 
+/// The block index a rooted collective's size is read from: on two processes the other
+/// rank's (the only message), else the first (all equal where the size is used).
+fn peer_of(c: &Ctx<'_>, me: c_int) -> usize {
+    if c.size() == 2 { (1 - me) as usize } else { 0 }
+}
+
 /// Shared by Gather and Gatherv: `recv` describes the root's blocks (counts, displs).
 fn gather_common(
     c: &Ctx<'_>,
@@ -316,20 +322,29 @@ fn gather_common(
         kc.extend(counts);
         kc.extend(displs);
     }
-    // Gather: every rank knows the block size (equal signatures); Gatherv: only the root
-    let block = (coll == Coll::Gather).then(|| match (is_root, send) {
-        (true, _) => rblocks.first().map_or(0, |b| b.bytes),
+    // Gather: every rank knows the block size (equal signatures); Gatherv: only the root,
+    // but on two processes both ends know the other's block (`select::CollSpec::sized_at`)
+    let regular = coll == Coll::Gather;
+    let block = match (is_root, send) {
+        (true, _) => rblocks.get(peer_of(c, root)).map_or(0, |b| b.bytes),
         (false, Some(s)) => s.bytes,
         (false, None) => 0,
-    });
-    let ch = c.choose(coll, block.unwrap_or(0), true);
+    };
+    let ch = c.choose(coll, block, true);
     if ch.algo == Algo::Native {
         return c.native();
     }
     let me = c.me();
     let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::rooted::gather(&ch, me, send, &rblocks, root, block))
+        Ok(algo::rooted::gather(
+            &ch,
+            me,
+            send,
+            &rblocks,
+            root,
+            regular.then_some(block),
+        ))
     })
 }
 
@@ -458,19 +473,28 @@ fn scatter_common(
         kc.extend(counts);
         kc.extend(displs);
     }
-    let block = (coll == Coll::Scatter).then(|| match (is_root, recv) {
-        (true, _) => sblocks.first().map_or(0, |b| b.bytes),
+    // as in `gather_common`
+    let regular = coll == Coll::Scatter;
+    let block = match (is_root, recv) {
+        (true, _) => sblocks.get(peer_of(c, root)).map_or(0, |b| b.bytes),
         (false, Some(r)) => r.bytes,
         (false, None) => 0,
-    });
-    let ch = c.choose(coll, block.unwrap_or(0), true);
+    };
+    let ch = c.choose(coll, block, true);
     if ch.algo == Algo::Native {
         return c.native();
     }
     let me = c.me();
     let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::rooted::scatter(&ch, me, &sblocks, recv, root, block))
+        Ok(algo::rooted::scatter(
+            &ch,
+            me,
+            &sblocks,
+            recv,
+            root,
+            regular.then_some(block),
+        ))
     })
 }
 
@@ -709,10 +733,17 @@ fn alltoall_common(
     if recv.iter().any(|x| x.1 > 0) {
         c.check_buffer(recvbuf, 1, recv[0].2, "the receive buffer")?;
     }
-    // only Alltoall's block size is known to every rank
+    // only Alltoall's block size is known to every rank; on two processes the larger of
+    // the two messages between them is known to both (`select::CollSpec::sized_at`)
     let regular = coll == Coll::Alltoall;
     let bytes = if regular {
         rblocks.first().map_or(0, |b| b.bytes)
+    } else if c.size() == 2 {
+        let peer = peer_of(c, c.rank());
+        // in place, the block sent to the peer is the one received from it
+        let sent = sblocks.get(peer).or(rblocks.get(peer));
+        sent.map_or(0, |b| b.bytes)
+            .max(rblocks.get(peer).map_or(0, |b| b.bytes))
     } else {
         0
     };

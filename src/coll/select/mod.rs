@@ -8,7 +8,8 @@
 //! and a size in bytes that the standard makes equal everywhere: signature sizes of the
 //! data per block), so all ranks pick the same algorithm; collectives whose sizes only
 //! some ranks know (the v/w forms other than Allgatherv and Reduce_scatter, the
-//! neighbourhood ones) decide by communicator size alone. A mismatch would deadlock,
+//! neighbourhood ones) decide by communicator size alone, except the v/w forms on two
+//! processes, where both ends know the one message between them (`CollSpec::sized_at`). A mismatch would deadlock,
 //! which is why the configuration is also checked to be identical on all ranks at init.
 
 pub mod calibrate;
@@ -140,6 +141,21 @@ pub struct CollSpec {
     pub segment: Option<Param>,
     /// Whether every rank knows the data size (else decisions ignore it).
     pub sized: bool,
+}
+
+impl CollSpec {
+    /// Whether decisions on `p` processes use the data size. Besides the `sized`
+    /// collectives: the rooted v-forms and Alltoallv/w on two processes, where the one
+    /// message each way is known to both ends (a block count times the type size, equal
+    /// by the matching rules, MPI-4.1 §6.1), so both pick alike.
+    pub fn sized_at(&self, p: i32) -> bool {
+        self.sized
+            || (p == 2
+                && matches!(
+                    self.coll,
+                    Coll::Gatherv | Coll::Scatterv | Coll::Alltoallv | Coll::Alltoallw
+                ))
+    }
 }
 
 const BARRIER_ALGOS: &[Algo] = &[
@@ -632,7 +648,7 @@ pub fn choose(coll: Coll, form: Form, p: i32, bytes: i64, commutative: bool) -> 
         };
     }
     let spec = spec_of(coll);
-    let bytes = if spec.sized { bytes } else { 0 };
+    let bytes = if spec.sized_at(p) { bytes } else { 0 };
     let bk = bucket(bytes) as usize;
     let form_i = match form {
         Form::Blocking => 0,
@@ -739,7 +755,7 @@ pub fn decision_table(sizes: &[i32], form: Form, commutative: bool) -> String {
             let f = forced(spec.coll);
             let (k, seg) = params(spec.coll, &f);
             let mut ranges: Vec<(i64, Algo)> = Vec::new();
-            let top = if spec.sized { bucket(4 << 30) } else { 0 };
+            let top = if spec.sized_at(p) { bucket(4 << 30) } else { 0 };
             for b in 0..=top {
                 let lo = bucket_floor(b);
                 let a = if f.algo != Algo::Auto {
@@ -755,7 +771,7 @@ pub fn decision_table(sizes: &[i32], form: Form, commutative: bool) -> String {
                 .iter()
                 .enumerate()
                 .map(|(i, (lo, a))| {
-                    if !spec.sized {
+                    if !spec.sized_at(p) {
                         format!("any size: {}", a.name())
                     } else {
                         let hi = ranges.get(i + 1).map(|r| r.0);
@@ -828,6 +844,16 @@ mod tests {
             find("REDUCE_SCATTER_BLOCK").unwrap().coll,
             Coll::ReduceScatterBlock
         );
+    }
+
+    #[test]
+    fn v_forms_are_sized_on_two_processes_only() {
+        for c in [Coll::Gatherv, Coll::Scatterv, Coll::Alltoallv, Coll::Alltoallw] {
+            let s = spec_of(c);
+            assert!(!s.sized && s.sized_at(2) && !s.sized_at(3) && !s.sized_at(1));
+        }
+        assert!(!spec_of(Coll::NeighborAlltoallv).sized_at(2));
+        assert!(spec_of(Coll::Bcast).sized_at(5));
     }
 
     #[test]

@@ -32,6 +32,11 @@ impl Tuning {
     /// The measured winner for a blocking call, if a row is close enough.
     pub fn measured(&self, coll: Coll, p: i32, bytes: i64) -> Option<Algo> {
         let rows = self.best.get(&(coll as u8, p))?;
+        if let [(0, a)] = rows[..] {
+            // one row at size 0: a decision for every size (collectives decided by the
+            // process count alone, or files written before they were sized)
+            return Some(a);
+        }
         let lg = |b: i64| (b.max(1) as f64).log2();
         let x = lg(bytes);
         let (d, a) = rows
@@ -177,6 +182,10 @@ mod tests {
         );
         assert_eq!(t.measured(Coll::Allreduce, 2, 8192), None); // too far from both
         assert_eq!(t.measured(Coll::Allreduce, 3, 1024), None);
+        // a single row at size 0 answers for every size
+        let u = Tuning::parse("best MPI_Alltoallv 4 0 pairwise
+", "u", &t).unwrap();
+        assert_eq!(u.measured(Coll::Alltoallv, 4, 1 << 20), Some(Algo::Pairwise));
         let again = Tuning::parse(&t.to_text(), "t2", &Tuning::default()).unwrap();
         assert_eq!(again.params, t.params);
         assert_eq!(again.rows(), 2);
