@@ -126,11 +126,15 @@ fn detach(p: Arc<PackedReq>) {
 }
 
 /// Advances the freed packed requests; true when none is left.
+#[inline]
 pub fn poll_detached() -> bool {
+    // the common case inline: every intercepted call comes here
+    N_DETACHED.load(std::sync::atomic::Ordering::Relaxed) == 0 || poll_detached_slow()
+}
+
+#[inline(never)]
+fn poll_detached_slow() -> bool {
     use std::sync::atomic::Ordering::Relaxed;
-    if N_DETACHED.load(Relaxed) == 0 {
-        return true;
-    }
     let Ok(mut d) = DETACHED.try_lock() else {
         return false;
     };

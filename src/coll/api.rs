@@ -30,13 +30,13 @@ macro_rules! hook {
     ($call:expr, $comm:expr, $native:expr,
      memo[$($a:expr),*; types $($t:expr),*; ops $($o:expr),*], |$c:ident| $body:block) => {{
         let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
-        if memo::hit(&key) {
+        if memo::hit(&key, &memo::Arrays::NONE) {
             ($native)()
         } else {
             let epoch = memo::epoch();
             memo::arm();
             let rc = hook!($call, $comm, $native, |$c| $body);
-            memo::store(key, rc, &[$($t),*], &[$($o),*], epoch);
+            memo::store(key, &memo::Arrays::NONE, rc, &[$($t),*], &[$($o),*], epoch);
             rc
         }
     }};
@@ -50,12 +50,13 @@ macro_rules! hook {
             Err(rc) => rc,
             Ok(ctx) => {
                 let $ac = &ctx;
-                let mut key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
+                let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
+                let mut arrays = memo::Arrays::new();
                 let readable = {
-                    let $aa = key.arrays();
+                    let $aa = &mut arrays;
                     $arr
                 };
-                if readable && memo::hit(&key) {
+                if readable && memo::hit(&key, &arrays) {
                     ($native)()
                 } else {
                     let epoch = memo::epoch();
@@ -65,7 +66,7 @@ macro_rules! hook {
                     let r: Result<c_int, c_int> = (|| $body)();
                     let rc = r.unwrap_or_else(|e| e);
                     if readable {
-                        memo::store(key, rc, &$t, &[$($o),*], epoch);
+                        memo::store(key, &arrays, rc, &$t, &[$($o),*], epoch);
                     }
                     rc
                 }

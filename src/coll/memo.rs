@@ -16,8 +16,8 @@
 //! decision tables (cleared with them). [`invalidate`] starts a new epoch whenever one of
 //! these can change: a communicator is freed (its handle may be reused) or an algorithm is
 //! overridden. Calls under `SHIM_STATS` skip the memo, so every call's path and bytes are
-//! counted as before. Only collectives without array arguments use it (an array's contents
-//! may change behind an unchanged pointer).
+//! counted as before. The v- and w-collectives' arrays are part of the key by content
+//! ([`Arrays`]: an array may change behind an unchanged pointer).
 
 use core::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,19 +44,19 @@ pub fn invalidate() {
 /// w-collectives); calls with longer arrays are not memoized.
 const ARRAY: usize = 16;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// The scalar part of a call: the arrays' contents are kept apart ([`Arrays`]), so that the
+/// calls without arrays build only this on their way to the system MPI.
+#[derive(Clone, Copy)]
 pub struct Key {
     fid: u16,
     comm: usize,
     args: [usize; ARGS],
-    /// The contents of the call's arrays, compared exactly (an array may change behind an
-    /// unchanged pointer, so its address alone proves nothing).
-    arrays: Arrays,
 }
 
 impl Key {
     /// `args`: every scalar argument that the checks and the decision read (at most
     /// [`ARGS`]; buffers as addresses, handles and counts as integers).
+    #[inline]
     pub fn new(fid: Fid, comm: MPI_Comm, args: &[usize]) -> Key {
         let mut a = [0usize; ARGS];
         a[..args.len()].copy_from_slice(args);
@@ -64,32 +64,45 @@ impl Key {
             fid: fid as u16,
             comm: comm as usize,
             args: a,
-            arrays: Arrays::new(),
         }
-    }
-
-    /// The key's array contents, to fill in place.
-    pub fn arrays(&mut self) -> &mut Arrays {
-        &mut self.arrays
     }
 }
 
-/// Array contents for a [`Key`], in a fixed inline buffer (no allocation on the path the
-/// memo exists to shorten).
+/// The contents of a call's arrays, compared exactly (an array may change behind an
+/// unchanged pointer, so its address alone proves nothing), in a fixed inline buffer (no
+/// allocation on the path the memo exists to shorten).
 #[derive(Clone, Copy)]
 pub struct Arrays {
     len: usize,
     v: [i64; ARRAY],
 }
 
+/// Word by word, with early exits: the derived and slice comparisons call `memcmp`, and a
+/// vectorized comparison reads the key just built on the stack with 16-byte loads over
+/// 8-byte stores, which stalls store forwarding; either was a sixth of a memoized call's
+/// time (perf). The arrays are compared only as far as they are filled.
+impl PartialEq for Key {
+    #[inline]
+    fn eq(&self, o: &Key) -> bool {
+        self.fid == o.fid
+            && self.comm == o.comm
+            && self.args.iter().zip(&o.args).all(|(a, b)| a == b)
+    }
+}
+impl Eq for Key {}
+
 impl PartialEq for Arrays {
+    #[inline]
     fn eq(&self, o: &Arrays) -> bool {
-        self.len == o.len && self.v[..self.len] == o.v[..o.len]
+        self.len == o.len && (0..self.len.min(ARRAY)).all(|i| self.v[i] == o.v[i])
     }
 }
 impl Eq for Arrays {}
 
 impl Arrays {
+    /// No arrays: the calls without array arguments.
+    pub const NONE: Arrays = Arrays::new();
+
     pub const fn new() -> Arrays {
         Arrays {
             len: 0,
@@ -129,22 +142,22 @@ impl Arrays {
 }
 
 thread_local! {
-    static MEMO: [RefCell<(u64, Key)>; SLOTS] = const {
-        [const { RefCell::new((0, Key { fid: 0, comm: 0, args: [0; ARGS], arrays: Arrays::new() })) }; SLOTS]
+    static MEMO: [RefCell<(u64, Key, Arrays)>; SLOTS] = const {
+        [const { RefCell::new((0, Key { fid: 0, comm: 0, args: [0; ARGS] }, Arrays::new())) }; SLOTS]
     };
     static WENT_NATIVE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether `key` matches a call that went to the system MPI in this epoch.
+/// Whether `key` with `arrays` matches a call that went to the system MPI in this epoch.
 #[inline]
-pub fn hit(key: &Key) -> bool {
+pub fn hit(key: &Key, arrays: &Arrays) -> bool {
     if crate::stats::enabled() {
         return false;
     }
     let now = EPOCH.load(Ordering::Acquire);
     MEMO.with(|m| {
         let e = m[key.fid as usize % SLOTS].borrow();
-        e.0 == now && e.1 == *key
+        e.0 == now && e.1 == *key && e.2 == *arrays
     })
 }
 
@@ -164,7 +177,14 @@ pub fn note_native() {
 /// operation are all predefined (`types`, `ops`; `MPI_DATATYPE_NULL`/`MPI_OP_NULL` stand
 /// for "none"). The epoch is read before anything is stored, so an invalidation racing
 /// with this call leaves the entry stale.
-pub fn store(key: Key, rc: c_int, types: &[MPI_Datatype], ops: &[MPI_Op], epoch: u64) {
+pub fn store(
+    key: Key,
+    arrays: &Arrays,
+    rc: c_int,
+    types: &[MPI_Datatype],
+    ops: &[MPI_Op],
+    epoch: u64,
+) {
     if rc != MPI_SUCCESS || !WENT_NATIVE.get() || crate::stats::enabled() {
         return;
     }
@@ -175,7 +195,7 @@ pub fn store(key: Key, rc: c_int, types: &[MPI_Datatype], ops: &[MPI_Op], epoch:
     if !(fixed_types && fixed_ops) {
         return;
     }
-    MEMO.with(|m| *m[key.fid as usize % SLOTS].borrow_mut() = (epoch, key));
+    MEMO.with(|m| *m[key.fid as usize % SLOTS].borrow_mut() = (epoch, key, *arrays));
 }
 
 /// The current epoch, to pass to [`store`] (read before the call's checks).
@@ -196,37 +216,54 @@ mod tests {
         let e = epoch();
         arm();
         note_native();
-        store(k, rc, types, &[MPI_SUM()], e);
+        store(k, &Arrays::NONE, rc, types, &[MPI_SUM()], e);
     }
 
     #[test]
     fn hits_only_what_went_native_with_predefined_handles() {
         remember(key(1), MPI_SUCCESS, &[MPI_DOUBLE()]);
-        assert!(hit(&key(1)));
-        assert!(!hit(&key(2)), "other arguments");
+        assert!(hit(&key(1), &Arrays::NONE));
+        assert!(!hit(&key(2), &Arrays::NONE), "other arguments");
         // a failed call, a derived datatype, or a call that ran a schedule: not remembered
         remember(key(3), MPI_ERR_COUNT, &[MPI_DOUBLE()]);
-        assert!(!hit(&key(3)));
+        assert!(!hit(&key(3), &Arrays::NONE));
         remember(key(4), MPI_SUCCESS, &[0x8c00_0010u32 as MPI_Datatype]);
-        assert!(!hit(&key(4)), "a derived datatype handle can be reused");
+        assert!(
+            !hit(&key(4), &Arrays::NONE),
+            "a derived datatype handle can be reused"
+        );
         let e = epoch();
         arm();
-        store(key(5), MPI_SUCCESS, &[MPI_DOUBLE()], &[MPI_SUM()], e);
-        assert!(!hit(&key(5)), "did not go native");
+        store(
+            key(5),
+            &Arrays::NONE,
+            MPI_SUCCESS,
+            &[MPI_DOUBLE()],
+            &[MPI_SUM()],
+            e,
+        );
+        assert!(!hit(&key(5), &Arrays::NONE), "did not go native");
     }
 
     #[test]
     fn a_new_epoch_forgets() {
         remember(key(6), MPI_SUCCESS, &[MPI_DOUBLE()]);
-        assert!(hit(&key(6)));
+        assert!(hit(&key(6), &Arrays::NONE));
         invalidate();
-        assert!(!hit(&key(6)));
+        assert!(!hit(&key(6), &Arrays::NONE));
         // an invalidation between reading the epoch and storing leaves the entry stale
         let e = epoch();
         arm();
         note_native();
         invalidate();
-        store(key(7), MPI_SUCCESS, &[MPI_DOUBLE()], &[MPI_SUM()], e);
-        assert!(!hit(&key(7)));
+        store(
+            key(7),
+            &Arrays::NONE,
+            MPI_SUCCESS,
+            &[MPI_DOUBLE()],
+            &[MPI_SUM()],
+            e,
+        );
+        assert!(!hit(&key(7), &Arrays::NONE));
     }
 }

@@ -137,16 +137,21 @@ pub fn submit(cell: &Arc<RunCell>) {
 
 /// Advances every outstanding run once and forgets the finished ones; also completes
 /// the packed point-to-point requests the application freed while active.
+#[inline]
 pub fn progress_all() {
     crate::request::poll_detached();
     progress_all_counting();
 }
 
 /// Like `progress_all`; tells whether any action of any run completed.
+#[inline]
 pub fn progress_all_counting() -> bool {
-    if !any_active() {
-        return false;
-    }
+    any_active() && progress_active()
+}
+
+/// `progress_all_counting` with runs outstanding.
+#[inline(never)]
+fn progress_active() -> bool {
     SNAPSHOT.with(|s| {
         let Ok(mut snap) = s.try_borrow_mut() else {
             return false;

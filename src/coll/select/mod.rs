@@ -848,7 +848,12 @@ mod tests {
 
     #[test]
     fn v_forms_are_sized_on_two_processes_only() {
-        for c in [Coll::Gatherv, Coll::Scatterv, Coll::Alltoallv, Coll::Alltoallw] {
+        for c in [
+            Coll::Gatherv,
+            Coll::Scatterv,
+            Coll::Alltoallv,
+            Coll::Alltoallw,
+        ] {
             let s = spec_of(c);
             assert!(!s.sized && s.sized_at(2) && !s.sized_at(3) && !s.sized_at(1));
         }

@@ -183,9 +183,17 @@ mod tests {
         assert_eq!(t.measured(Coll::Allreduce, 2, 8192), None); // too far from both
         assert_eq!(t.measured(Coll::Allreduce, 3, 1024), None);
         // a single row at size 0 answers for every size
-        let u = Tuning::parse("best MPI_Alltoallv 4 0 pairwise
-", "u", &t).unwrap();
-        assert_eq!(u.measured(Coll::Alltoallv, 4, 1 << 20), Some(Algo::Pairwise));
+        let u = Tuning::parse(
+            "best MPI_Alltoallv 4 0 pairwise
+",
+            "u",
+            &t,
+        )
+        .unwrap();
+        assert_eq!(
+            u.measured(Coll::Alltoallv, 4, 1 << 20),
+            Some(Algo::Pairwise)
+        );
         let again = Tuning::parse(&t.to_text(), "t2", &Tuning::default()).unwrap();
         assert_eq!(again.params, t.params);
         assert_eq!(again.rows(), 2);
