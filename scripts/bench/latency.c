@@ -178,10 +178,16 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
                 measure(c, n, 1, 0, 1);
             }
             for (int k = 0; k < reps; k++) {
-                tab[0 * reps + k] = measure(c, n, 0, 0, iters);
-                for (int a = 0; a < na; a++) {
-                    set_algo(NAMES[c], names[a]);
-                    tab[(a + 1) * reps + k] = measure(c, n, 1, 0, iters);
+                /* the order rotates per repetition: at large sizes a column measured right
+                 * after another inherits its cache state, which must not favour one column */
+                for (int j = 0; j <= na; j++) {
+                    int a = (j + k) % (na + 1) - 1; /* -1: the system MPI */
+                    if (a < 0) {
+                        tab[k] = measure(c, n, 0, 0, iters);
+                    } else {
+                        set_algo(NAMES[c], names[a]);
+                        tab[(a + 1) * reps + k] = measure(c, n, 1, 0, iters);
+                    }
                 }
             }
             set_algo(NAMES[c], NULL);

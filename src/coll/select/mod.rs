@@ -684,6 +684,7 @@ pub fn decide(
     let tun = tuning::get();
     if form == Form::Blocking {
         if let Some(a) = tun.measured(coll, p, bytes) {
+            let a = model::runs_as(coll, a, p, commutative, k);
             if spec.algos.contains(&a)
                 && (a != Algo::Native || native_allowed(form, p))
                 && model::applicable(coll, a, p, commutative, k)
@@ -859,6 +860,35 @@ mod tests {
         }
         assert!(!spec_of(Coll::NeighborAlltoallv).sized_at(2));
         assert!(spec_of(Coll::Bcast).sized_at(5));
+    }
+
+    #[test]
+    fn measured_names_map_to_what_runs() {
+        use model::runs_as;
+        assert_eq!(
+            runs_as(Coll::Allgatherv, Algo::KShift, 2, true, 0),
+            Algo::Ring
+        );
+        assert_eq!(
+            runs_as(Coll::Allgatherv, Algo::KShift, 4, true, 0),
+            Algo::KShift
+        );
+        assert_eq!(
+            runs_as(Coll::Allgather, Algo::Prefix, 3, true, 0),
+            Algo::Ring
+        );
+        assert_eq!(
+            runs_as(Coll::Allreduce, Algo::Ring, 4, false, 0),
+            Algo::RecursiveDoubling
+        );
+        assert_eq!(
+            runs_as(Coll::Gatherv, Algo::Binomial, 4, true, 0),
+            Algo::Linear
+        );
+        assert_eq!(
+            runs_as(Coll::Bcast, Algo::Knomial, 3, true, 0),
+            Algo::Knomial
+        );
     }
 
     #[test]

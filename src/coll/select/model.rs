@@ -152,6 +152,22 @@ pub fn applicable(coll: Coll, algo: Algo, p: i32, commutative: bool, k: u32) -> 
     }
 }
 
+/// The algorithm that actually runs when `algo` is asked for: `algo` itself where it is
+/// [`applicable`], else the builder's fallback (e.g. `kshift` on 2 processes runs `ring`).
+/// A tuning file measured with the forced name holds the fallback's time under that name.
+pub fn runs_as(coll: Coll, algo: Algo, p: i32, commutative: bool, k: u32) -> Algo {
+    if applicable(coll, algo, p, commutative, k) {
+        return algo;
+    }
+    match coll {
+        Coll::Allgather | Coll::Allgatherv => Algo::Ring,
+        Coll::Allreduce => Algo::RecursiveDoubling,
+        Coll::ReduceScatter | Coll::ReduceScatterBlock => Algo::ReduceScatterv,
+        Coll::Gatherv | Coll::Scatterv => Algo::Linear,
+        _ => algo,
+    }
+}
+
 fn log2c(p: f64) -> f64 {
     if p <= 1.0 { 0.0 } else { p.log2().ceil() }
 }
