@@ -36,29 +36,41 @@ macro_rules! hook {
             let epoch = memo::epoch();
             memo::arm();
             let rc = hook!($call, $comm, $native, |$c| $body);
-            memo::store(key, &memo::Arrays::NONE, rc, &[$($t),*], &[$($o),*], epoch);
+            memo::store(key, &memo::Arrays::NONE, memo::Shape::default(), rc, &[$($t),*], &[$($o),*], epoch);
             rc
         }
     }};
     // A collective with array arguments: as above, with the arrays' contents in the key
     // (`arrays` appends them to `a`, false when they cannot be read or do not fit; `types` the
-    // datatypes that must all be predefined for the call to be remembered).
+    // datatypes that must all be predefined for the call to be remembered). The arrays'
+    // lengths depend on the communicator (`m.size()`, `m.rank()`): a call whose scalar
+    // arguments match a remembered one reads them with the remembered shape first, and
+    // looks the communicator up only when that is not a hit.
     ($call:expr, $comm:expr, $native:expr,
      memo_v[$($a:expr),*; arrays |$ac:ident, $aa:ident| $arr:expr; types $t:expr; ops $($o:expr),*],
      |$c:ident| $body:block) => {{
-        match Ctx::begin($call, $comm, $native) {
-            Err(rc) => rc,
-            Ok(ctx) => {
-                let $ac = &ctx;
-                let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
-                let mut arrays = memo::Arrays::new();
-                let readable = {
-                    let $aa = &mut arrays;
-                    $arr
-                };
-                if readable && memo::hit(&key, &arrays) {
-                    ($native)()
-                } else {
+        let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
+        let remembered = memo::hit_with(&key, |shape| {
+            let $ac = shape;
+            let mut arrays = memo::Arrays::new();
+            let readable = {
+                let $aa = &mut arrays;
+                $arr
+            };
+            readable.then_some(arrays)
+        });
+        if remembered {
+            ($native)()
+        } else {
+            match Ctx::begin($call, $comm, $native) {
+                Err(rc) => rc,
+                Ok(ctx) => {
+                    let $ac = &ctx;
+                    let mut arrays = memo::Arrays::new();
+                    let readable = {
+                        let $aa = &mut arrays;
+                        $arr
+                    };
                     let epoch = memo::epoch();
                     memo::arm();
                     let $c = &ctx;
@@ -66,7 +78,8 @@ macro_rules! hook {
                     let r: Result<c_int, c_int> = (|| $body)();
                     let rc = r.unwrap_or_else(|e| e);
                     if readable {
-                        memo::store(key, &arrays, rc, &$t, &[$($o),*], epoch);
+                        let shape = memo::Shape::new(ctx.size(), ctx.rank());
+                        memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
                     }
                     rc
                 }
