@@ -267,18 +267,6 @@ pub fn setup(c: &config::Config) {
     ON.store(true, Ordering::Relaxed);
     win::open_pool(slots);
     tracing::info!(target: "shim::ghost", "{} ghost(s) per node: {} users, {} nodes, {} window slots", g, lay.user_world_rank.len(), keys.len(), slots.len());
-    let ghosts: usize = lay.node_ghosts.iter().map(Vec::len).sum();
-    // once per job: on the first user (ghosts never get here)
-    let first_user = lay.user_world_rank.first() == Some(&crate::init::world().rank);
-    let direct_everywhere = config::get().ghost_direct && lay.node_ghosts.len() == 1;
-    if cfg!(feature = "abi-ompi") && ghosts > 1 && first_user && !direct_everywhere {
-        // Measured with Open MPI 4.1.4 (ctests/rma_ghost, `epochs`): with two ghosts in the
-        // job (two per node, or virtual nodes) flushes and unlocks on the internal windows
-        // never complete under osc/pt2pt, which is what Open MPI uses for them when
-        // osc/rdma cannot run; one ghost works. On one node with SHIM_GHOST_DIRECT (every
-        // window direct, operations never reach the ghosts) any number works.
-        tracing::warn!(target: "shim::ghost", "{ghosts} ghost processes in this job on {} nodes: with Open MPI 4.1's osc/pt2pt component, RMA operations through more than one ghost hang (known limitation of the Open MPI build); use SHIM_GHOSTS=1 on one node, one node with SHIM_GHOST_DIRECT=on, or an osc component other than pt2pt", lay.node_ghosts.len());
-    }
 }
 
 /// In a user's `MPI_Finalize`, before the shim's own finalization: tells the node's

@@ -1082,6 +1082,7 @@ pub fn unlock(rank: c_int, win: MPI_Win) -> Option<c_int> {
             std::sync::atomic::fence(Ordering::SeqCst);
             let t = &w.targets[rank as usize];
             let iw = w.slot().lock[t.local];
+            flush_before_unlock(t.ghosts.iter().map(|&gh| (gh, iw)));
             for &gh in &t.ghosts {
                 // SAFETY: the lock taken by `lock`.
                 check(unsafe { pmpi::PMPI_Win_unlock(gh, iw) })
@@ -1152,6 +1153,11 @@ pub fn unlock_all(win: MPI_Win) -> Option<c_int> {
             }
             std::sync::atomic::fence(Ordering::SeqCst);
             let slot = w.slot();
+            flush_before_unlock(
+                w.targets
+                    .iter()
+                    .flat_map(|t| t.ghosts.iter().map(|&gh| (gh, slot.lock[t.local]))),
+            );
             for t in &w.targets {
                 for &gh in &t.ghosts {
                     // SAFETY: the locks taken by `lock_all`.
@@ -1165,6 +1171,30 @@ pub fn unlock_all(win: MPI_Win) -> Option<c_int> {
         })();
         result(win, r)
     })
+}
+
+/// Two workarounds for Open MPI 4.1's osc/pt2pt (the component its TCP transport uses), for
+/// epochs that reach more than one ghost. Both hangs were reproduced without the shim, with
+/// Debian's Open MPI 4.1.4 (`--mca osc pt2pt`), on a dynamic window whose targets sit in
+/// `MPI_Iprobe` loops as ghosts do:
+/// - `MPI_Win_flush_local` never returns after an `MPI_Get` in a `lock_all` epoch with two
+///   such targets; `MPI_Win_flush` does. So local flushes on the internal windows are full
+///   flushes (a full flush also completes the operations locally, MPI-4.0 §12.5.4).
+/// - With locks on targets A and B and an `MPI_Get` from B outstanding, `MPI_Win_unlock(A)`
+///   never returns (one origin suffices); after flushing both it does. So every lock is
+///   flushed before the first of a group of unlocks.
+const FULL_FLUSH_ONLY: bool = cfg!(feature = "abi-ompi");
+const FLUSH_BEFORE_UNLOCK: bool = cfg!(feature = "abi-ompi");
+
+/// Flushes the (ghost, internal window) locks about to be released, where the MPI library
+/// needs it ([`FLUSH_BEFORE_UNLOCK`]).
+fn flush_before_unlock(locks: impl Iterator<Item = (c_int, MPI_Win)>) {
+    if FLUSH_BEFORE_UNLOCK {
+        for (gh, iw) in locks {
+            // SAFETY: a passive-target epoch to `gh` on `iw` is open (the caller unlocks it next).
+            unsafe { pmpi::PMPI_Win_flush(gh, iw) };
+        }
+    }
 }
 
 /// Flushes (or locally flushes) the ghosts serving `rank`; a completed flush starts a
@@ -1181,7 +1211,7 @@ fn flush_target(w: &mut UserWin, rank: c_int, local: bool) -> Result<(), (c_int,
     for &gh in &w.targets[rank as usize].ghosts {
         // SAFETY: `iw` is in a passive epoch to `gh` (a lock or the standing lock_all).
         let rc = unsafe {
-            if local {
+            if local && !FULL_FLUSH_ONLY {
                 pmpi::PMPI_Win_flush_local(gh, iw)
             } else {
                 pmpi::PMPI_Win_flush(gh, iw)
@@ -1230,7 +1260,7 @@ pub fn flush_all(win: MPI_Win, local: bool) -> Option<c_int> {
             let g = w.slot().global;
             // SAFETY: the global window is always in the lock_all epoch.
             unsafe {
-                if local {
+                if local && !FULL_FLUSH_ONLY {
                     pmpi::PMPI_Win_flush_local_all(g);
                 } else {
                     pmpi::PMPI_Win_flush_all(g);
