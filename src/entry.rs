@@ -68,8 +68,10 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
             panic!("fault injected by SHIM_FAULT_INJECT");
         }
         // Every intercepted call advances the outstanding schedules (progress rule) and
-        // the freed packed requests; with the progress thread, only the latter.
-        if crate::progress::thread::running() {
+        // the freed packed requests; with the progress thread, the schedules only when some
+        // of them are not the thread's (`SHIM_PROGRESS_MIN_BYTES`: left to the
+        // application's calls, which must then advance them as without the thread).
+        if crate::progress::thread::running() && !crate::progress::app_work() {
             crate::request::poll_detached();
         } else {
             crate::progress::progress_all();

@@ -115,6 +115,13 @@ pub fn thread_work() -> bool {
     N_FOR_THREAD.load(Ordering::Relaxed) > 0
 }
 
+/// Whether any outstanding run is not the progress thread's, and so advances only in the
+/// application's MPI calls.
+#[inline]
+pub fn app_work() -> bool {
+    N_ACTIVE.load(Ordering::Relaxed) > N_FOR_THREAD.load(Ordering::Relaxed)
+}
+
 fn recount(a: &[Arc<RunCell>]) {
     N_ACTIVE.store(a.len(), Ordering::Relaxed);
     N_FOR_THREAD.store(a.iter().filter(|c| c.for_thread).count(), Ordering::Relaxed);
