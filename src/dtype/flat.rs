@@ -93,6 +93,19 @@ impl Node {
         }
     }
 
+    /// Contiguous runs of packed bytes in one copy of this node (runs that touch across
+    /// a loop's iterations were already merged by [`repeat`]; saturating).
+    pub fn runs_count(&self) -> i64 {
+        match self {
+            Node::Run { .. } => 1,
+            Node::Loop { count, body, .. } => count.saturating_mul(body.runs_count()),
+            Node::Seq { parts, .. } => parts
+                .iter()
+                .fold(0i64, |a, p| a.saturating_add(p.runs_count())),
+            Node::Runs { offs, .. } => offs.len() as i64,
+        }
+    }
+
     /// Number of nodes (for tests and the size guard).
     pub fn nodes(&self) -> usize {
         match self {
@@ -217,6 +230,8 @@ pub struct Flat {
     pub contiguous: Option<i64>,
     /// Not decoded (see `Opaque`): cached too, so a rejected type is not decoded again.
     pub opaque: bool,
+    /// Contiguous runs per element (at least 1 for a non-empty type).
+    pub runs: i64,
     /// The predefined type all basic elements are (`element`), found on first use.
     element: OnceLock<Option<Dt>>,
 }
@@ -228,12 +243,14 @@ impl Flat {
             Node::Run { off, len } if *len == extent => Some(*off),
             _ => None,
         };
+        let runs = node.runs_count().max(1);
         Flat {
             node: Arc::new(node),
             size,
             extent,
             contiguous,
             opaque: false,
+            runs,
             element: OnceLock::new(),
         }
     }
@@ -244,6 +261,11 @@ impl Flat {
         *self
             .element
             .get_or_init(|| element_type(dt).ok().flatten().and_then(Dt::of))
+    }
+
+    /// Packed bytes per contiguous run, on average.
+    pub fn mean_run(&self) -> i64 {
+        self.size / self.runs
     }
 
     /// The layout of `count` elements.

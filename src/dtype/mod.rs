@@ -269,6 +269,7 @@ pub fn free_types(types: &[MPI_Datatype]) {
     }
 }
 
+pub mod bufpool;
 pub mod flat;
 pub mod p2p;
 pub mod pack;

@@ -30,7 +30,7 @@ const DONE: u8 = 4;
 /// The shim's packed copy of a non-contiguous message (see `crate::dtype::p2p`): the bytes
 /// of a send, or the buffer of a receive with the address to unpack it to.
 enum Packed {
-    Out(Vec<u8>),
+    Out(crate::dtype::bufpool::Bytes),
     In(crate::dtype::p2p::PackedBuf, *mut c_void),
 }
 
