@@ -102,24 +102,25 @@ mod tests {
 
     #[test]
     fn buffers_are_reused_by_size_class_and_bounded() {
-        let a = Bytes::new(3000);
-        assert_eq!(a.len(), 3000);
+        // sizes no other test uses (the pool is process-wide)
+        let a = Bytes::new(3_000_000);
+        assert_eq!(a.len(), 3_000_000);
         let pa = a.as_ptr();
         drop(a);
-        // the same class (4096) comes back
-        let b = Bytes::new(4000);
+        // the same class (4 MiB) comes back
+        let b = Bytes::new(4_000_000);
         assert_eq!(b.as_ptr(), pa);
-        assert_eq!(b.len(), 4000);
+        assert_eq!(b.len(), 4_000_000);
         // another is taken while it is in use
-        let c = Bytes::new(4000);
+        let c = Bytes::new(4_000_000);
         assert_ne!(c.as_ptr(), pa);
         drop((b, c));
-        let held = POOL.lock().unwrap().idle[class(4096)].len();
+        let held = POOL.lock().unwrap().idle[class(4 << 20)].len();
         assert!((1..=PER_CLASS).contains(&held));
         // more than PER_CLASS returned at once: the rest is freed
-        let many: Vec<Bytes> = (0..PER_CLASS + 3).map(|_| Bytes::new(100_000)).collect();
+        let many: Vec<Bytes> = (0..PER_CLASS + 3).map(|_| Bytes::new(600_000)).collect();
         drop(many);
-        assert!(POOL.lock().unwrap().idle[class(100_000)].len() <= PER_CLASS);
+        assert!(POOL.lock().unwrap().idle[class(600_000)].len() <= PER_CLASS);
         let mut t = Bytes::new(10);
         t.truncate(4);
         assert_eq!(t.len(), 4);
