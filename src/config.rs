@@ -109,7 +109,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_PACK_MIN_BYTES",
         default: "256K",
         allowed: "a size in bytes, with an optional K, M or G suffix",
-        doc: "Packing of non-contiguous datatypes (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective messages, collective copies): below this many packed bytes one thread packs; above it the work is split by bytes over up to `SHIM_PACK_THREADS` threads (each taking at least half of this).",
+        doc: "Packing of non-contiguous datatypes (`MPI_Pack`/`MPI_Unpack`, point-to-point and collective messages, collective copies): below this many packed bytes one thread packs; above it the work is split by bytes over up to `SHIM_PACK_THREADS` threads (each taking at least half of this). Below it, point-to-point and collective messages of types whose contiguous runs average 256 bytes or more are left to the system MPI (shorter runs are packed by the shim at every size).",
     },
     VarSpec {
         name: "SHIM_PACK_THREADS",
