@@ -50,7 +50,7 @@ macro_rules! hook {
      memo_v[$($a:expr),*; arrays |$ac:ident, $aa:ident| $arr:expr; types $t:expr; ops $($o:expr),*],
      |$c:ident| $body:block) => {{
         let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
-        let remembered = memo::hit_with(&key, |shape| {
+        let read = |shape: &memo::Shape| {
             let $ac = shape;
             let mut arrays = memo::Arrays::new();
             let readable = {
@@ -58,27 +58,25 @@ macro_rules! hook {
                 $arr
             };
             readable.then_some(arrays)
-        });
-        if remembered {
+        };
+        if memo::hit_with(&key, read) {
             ($native)()
         } else {
             match Ctx::begin($call, $comm, $native) {
                 Err(rc) => rc,
                 Ok(ctx) => {
-                    let $ac = &ctx;
-                    let mut arrays = memo::Arrays::new();
-                    let readable = {
-                        let $aa = &mut arrays;
-                        $arr
-                    };
+                    let shape = memo::Shape::new(ctx.size(), ctx.rank());
+                    let arrays = read(&shape);
                     let epoch = memo::epoch();
                     memo::arm();
                     let $c = &ctx;
                     #[allow(clippy::redundant_closure_call)]
                     let r: Result<c_int, c_int> = (|| $body)();
                     let rc = r.unwrap_or_else(|e| e);
-                    if readable {
-                        let shape = memo::Shape::new(ctx.size(), ctx.rank());
+                    if let Some(arrays) = arrays {
+                        // `types` may read the arrays too (Alltoallw's), with the same shape
+                        #[allow(unused_variables)]
+                        let $ac = &shape;
                         memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
                     }
                     rc
@@ -878,14 +876,14 @@ pub unsafe fn alltoallv(
 /// Every datatype of an Alltoallw call (the send side only when it is not in place).
 ///
 /// # Safety
-/// The arrays hold one entry per rank of `c`'s group.
+/// The arrays hold one entry per rank of the group whose size `m` gives.
 unsafe fn all_types(
-    c: &Ctx<'_>,
+    m: &memo::Shape,
     sendbuf: *const c_void,
     sendtypes: *const MPI_Datatype,
     recvtypes: *const MPI_Datatype,
 ) -> Vec<MPI_Datatype> {
-    let n = c.size() as usize;
+    let n = m.size() as usize;
     // SAFETY: the caller's contract.
     let mut v: Vec<MPI_Datatype> = (0..n).map(|i| unsafe { *recvtypes.add(i) }).collect();
     if !in_place(sendbuf) {

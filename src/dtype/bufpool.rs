@@ -59,6 +59,11 @@ impl Bytes {
         let v = reused.unwrap_or_else(|| vec![0u8; if c < CLASSES { 1usize << c } else { len }]);
         Bytes { v, len }
     }
+
+    /// Shortens the buffer to its first `len` bytes.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
 }
 
 impl Drop for Bytes {
@@ -86,13 +91,6 @@ impl Deref for Bytes {
 impl DerefMut for Bytes {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.v[..self.len]
-    }
-}
-
-impl Bytes {
-    /// Shortens the buffer to its first `len` bytes.
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
     }
 }
 
