@@ -353,6 +353,42 @@ fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<Str
     ))
 }
 
+/// The object a failed call's error belongs to, as an expression of `crate::errors::Obj`:
+/// the first communicator or window taken by value (or through the pointer of a free);
+/// files and sessions have handlers the system MPI invokes itself.
+fn error_object(f: &Func) -> String {
+    if f.category == "file" || f.category == "session" {
+        return "crate::errors::Obj::Other".into();
+    }
+    for p in &f.params {
+        match p.rtype.as_str() {
+            "MPI_File" | "MPI_Session" => return "crate::errors::Obj::Other".into(),
+            "MPI_Comm" => return format!("crate::errors::Obj::Comm({})", p.name),
+            "MPI_Win" => return format!("crate::errors::Obj::Win({})", p.name),
+            "*mut MPI_Comm" | "*mut MPI_Win" if p.name == "comm" || p.name == "win" => {
+                let kind = if p.name == "comm" { "Comm" } else { "Win" };
+                // SAFETY in the generated code: a non-NULL pointer to the caller's handle
+                return format!(
+                    "if {0}.is_null() {{ crate::errors::Obj::None }} else {{ crate::errors::Obj::{kind}(unsafe {{ *{0} }}) }}",
+                    p.name
+                );
+            }
+            _ => {}
+        }
+    }
+    "crate::errors::Obj::None".into()
+}
+
+/// A communicator constructor: (the parent communicator, the new communicator's pointer).
+fn inherits(f: &Func) -> Option<(String, String)> {
+    let parent = f.params.iter().find(|p| p.rtype == "MPI_Comm")?;
+    let out = f
+        .params
+        .iter()
+        .find(|p| p.rtype == "*mut MPI_Comm" && p.name != "comm")?;
+    Some((parent.name.clone(), out.name.clone()))
+}
+
 fn main() {
     let table = "src/abi/mpi_functions.txt";
     println!("cargo:rerun-if-changed={table}");
@@ -493,6 +529,13 @@ fn main() {
                 writeln!(o, "        let {0} = crate::ghost::map_world({0});", p.name).unwrap();
             }
         }
+        // errors the system MPI raised on the world go to the application's world handler
+        // (src/errors.rs); the object a failed call's error belongs to is read first
+        let checked = f.ret == "int" && f.category != "init";
+        if checked {
+            writeln!(o, "        let obj__ = {};", error_object(f)).unwrap();
+        }
+        let body_at = o.len();
         writeln!(
             o,
             "        // SAFETY: the arguments are the caller's, passed on unchanged to the system MPI.\n        let native = move || unsafe {{ pmpi::P{}({}) }};",
@@ -652,6 +695,24 @@ fn main() {
                 )
                 .unwrap();
             }
+        }
+        if checked {
+            // the body's `return`s now leave a closure whose result is checked
+            let body = o.split_off(body_at);
+            let mut wrapped = String::from("        let rc__: c_int = (move || {\n");
+            for line in body.lines() {
+                writeln!(wrapped, "    {line}").unwrap();
+            }
+            wrapped.push_str("        })();\n");
+            if let Some((parent, out)) = inherits(f) {
+                writeln!(
+                    wrapped,
+                    "        crate::errors::inherit({parent}, {out}, rc__);"
+                )
+                .unwrap();
+            }
+            wrapped.push_str("        crate::errors::checked(obj__, rc__)\n");
+            o.push_str(&wrapped);
         }
         o.push_str("    }\n");
     }

@@ -12,6 +12,16 @@
 //! ranks, which a blocking duplicate would deadlock. Schedules wait for the duplicate like
 //! for any other message.
 //!
+//! The duplicate is started by the first schedule launched on the communicator (every rank
+//! launches a schedule for the same collective instance, so every rank starts it at the
+//! same point of the communicator's collective order), never for a call the system MPI
+//! carries out: a pending `MPI_Comm_idup` holds a reference on its parent, so the
+//! application's `MPI_Comm_free` would not release the parent (nor run the attribute
+//! callback that frees the shadow), and a program that dups and frees communicators in a
+//! loop runs out of context ids. Every run waits for the duplicate before it finishes, and
+//! `MPI_Comm_free` completes one still pending (a persistent collective initialized and
+//! never started).
+//!
 //! The state is cached in an attribute of the user communicator (MPI-4.0 §7.7) whose
 //! delete callback releases it when the application frees the communicator; runs still in
 //! flight keep it alive (it is reference counted) until they finish.
@@ -57,6 +67,30 @@ pub struct CommState {
 }
 
 impl CommState {
+    /// Starts the shadow's duplication if it has not been started (see the module
+    /// comment): called when a schedule is launched on the communicator.
+    pub fn ensure_shadow(&self) {
+        if self.inter || self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL() {
+            return;
+        }
+        let mut g = self.dup.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_some() || self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL() {
+            return;
+        }
+        let mut cell = Box::new((MPI_REQUEST_NULL(), MPI_COMM_NULL()));
+        // SAFETY: the box keeps both out-locations at fixed addresses until completion; the
+        // user communicator is valid (its state exists, so it has not been freed).
+        let rc = unsafe { pmpi::PMPI_Comm_idup(self.user, &mut cell.1, &mut cell.0) };
+        if rc == MPI_SUCCESS {
+            *g = Some(cell);
+        }
+    }
+
+    /// Whether a duplication is still pending.
+    fn dup_pending(&self) -> bool {
+        self.dup.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     /// Whether the shadow exists (testing a pending duplicate if there is one).
     pub fn shadow_ready(&self) -> bool {
         if self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL() {
@@ -64,7 +98,11 @@ impl CommState {
         }
         let mut g = self.dup.lock().unwrap_or_else(|e| e.into_inner());
         let Some(p) = g.as_mut() else {
-            return self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL();
+            drop(g);
+            // not started yet (a run started before its launch asked for it, or the start
+            // failed): start it now, so that the run can go on
+            self.ensure_shadow();
+            return false;
         };
         let mut flag: c_int = 0;
         // SAFETY: p.0 is the idup request; p.1 stays at a fixed address (boxed).
@@ -374,23 +412,13 @@ fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
         pmpi::PMPI_Comm_rank(comm, &mut rank);
         pmpi::PMPI_Comm_size(comm, &mut size);
     }
-    let mut dup = None;
-    if inter == 0 {
-        let mut cell = Box::new((MPI_REQUEST_NULL(), MPI_COMM_NULL()));
-        // SAFETY: the box keeps both out-locations at fixed addresses until completion.
-        let rc = unsafe { pmpi::PMPI_Comm_idup(comm, &mut cell.1, &mut cell.0) };
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        dup = Some(cell);
-    }
     let state = Arc::new(CommState {
         user: comm,
         rank,
         size,
         inter: inter != 0,
         shadow: AtomicHandle::new(MPI_COMM_NULL()),
-        dup: Mutex::new(dup),
+        dup: Mutex::new(None),
         seq: AtomicU32::new(0),
         bseq: AtomicU32::new(0),
         pseq: AtomicU32::new(0),
@@ -406,4 +434,52 @@ fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     // SAFETY: the attribute takes over one strong count (released by delete_state).
     unsafe { pmpi::PMPI_Comm_set_attr(comm, kv, raw as *mut c_void) };
     Ok(state)
+}
+
+/// The state of `comm` if the shim made one (no new state, no error).
+fn existing(comm: MPI_Comm) -> Option<Arc<CommState>> {
+    let kv = KEYVAL.load(Ordering::Relaxed);
+    if kv == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL() {
+        return None;
+    }
+    let mut value: *mut c_void = core::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: valid out-pointers; an invalid communicator yields an error code (the real
+    // world returns errors, src/errors.rs).
+    let rc = unsafe {
+        pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag)
+    };
+    if rc != MPI_SUCCESS || flag == 0 || value.is_null() {
+        return None;
+    }
+    // SAFETY: the attribute holds a strong count; take another for the caller.
+    unsafe {
+        Arc::increment_strong_count(value as *const CommState);
+        Some(Arc::from_raw(value as *const CommState))
+    }
+}
+
+/// Hooks (see `src/abi/mpi_functions.txt`).
+#[allow(non_snake_case, clippy::missing_safety_doc)]
+pub mod hooks {
+    use super::*;
+
+    /// Completes a shadow duplication still pending (a persistent collective initialized
+    /// and never started) before the system MPI frees the communicator: the pending
+    /// `MPI_Comm_idup` would keep the communicator alive (see the module comment). Every
+    /// rank started it at the same point, and every rank frees the communicator
+    /// (collective, MPI-4.0 §7.4.3), so waiting for it here cannot deadlock; the wait
+    /// advances the shim's other schedules too.
+    pub unsafe fn MPI_Comm_free(comm: *mut MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
+        if !comm.is_null() {
+            // SAFETY: a non-NULL pointer to the application's handle.
+            if let Some(st) = existing(unsafe { *comm }) {
+                while st.dup_pending() && !st.shadow_ready() {
+                    crate::progress::progress_all();
+                    std::thread::yield_now();
+                }
+            }
+        }
+        native()
+    }
 }

@@ -97,13 +97,13 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_LOG_FILE",
         default: "(stderr)",
         allowed: "a file path; `%r` is replaced by the rank, `%p` by the process id",
-        doc: "Where log lines go instead of stderr.",
+        doc: "Where log lines go instead of stderr. Ignored (with a warning) in setuid and setgid programs, like every variable that names a file or a library.",
     },
     VarSpec {
         name: "SHIM_MPI_LIBRARY",
         default: "(search)",
         allowed: "a library name or path for dlopen",
-        doc: "The MPI library to load when no loaded object provides `PMPI_*` (a program relinked with `-lshim` under `--as-needed` loses `libmpi`); by default `libmpi.so.12`, `libmpich.so.12`, `libmpi.so`, `libmpich.so` are tried.",
+        doc: "The MPI library to load when no loaded object provides `PMPI_*` (a program relinked with `-lshim` under `--as-needed` loses `libmpi`); by default `libmpi.so.12`, `libmpich.so.12`, `libmpi.so`, `libmpich.so` are tried. Ignored (with a warning) in setuid and setgid programs.",
     },
     VarSpec {
         name: "SHIM_PACK_MIN_BYTES",
@@ -156,8 +156,8 @@ pub static VARS: &[VarSpec] = &[
     VarSpec {
         name: "SHIM_TUNING_FILE",
         default: "(built-in)",
-        allowed: "a tuning file path (as written by `scripts/shim-tune`)",
-        doc: "Model parameters and measured fastest algorithms that `auto` uses instead of the built-in ones (measured on the reference machine).",
+        allowed: "the path of a regular file of at most 4 MiB in the tuning format (as written by `scripts/shim-tune`)",
+        doc: "Model parameters and measured fastest algorithms that `auto` uses instead of the built-in ones (measured on the reference machine). A FIFO, device or directory, a larger file or a bad line is a configuration error (quoting at most 80 characters of the line). Ignored (with a warning) in setuid and setgid programs.",
     },
     VarSpec {
         name: "SHIM_STATS",
@@ -392,15 +392,40 @@ pub fn closest(name: &str) -> &'static str {
         .unwrap_or("SHIM_LOG")
 }
 
-/// Reads the configuration from `(name, value)` pairs (the environment, or a test's).
+/// The variables that name a file or a library. A process in secure-execution mode
+/// ([`at_secure`]) ignores them, as the C library ignores its own (`LD_PRELOAD` paths,
+/// `LD_LIBRARY_PATH`, `MALLOC_TRACE`, ...): whoever sets the environment of a setuid or
+/// setgid program must not make it read, write or load files with its privileges.
+pub const FILE_VARS: &[&str] = &["SHIM_LOG_FILE", "SHIM_MPI_LIBRARY", "SHIM_TUNING_FILE"];
+
+/// Whether this process runs in secure-execution mode: the kernel's `AT_SECURE` auxiliary
+/// value, set for setuid and setgid programs and those with file capabilities (the test
+/// the C library makes for its own variables). Tests pass the answer to
+/// [`load_from_secure`] instead.
+pub fn at_secure() -> bool {
+    // SAFETY: getauxval only reads the auxiliary vector; 0 when the entry is absent.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// Reads the configuration from `(name, value)` pairs (a test's), as a normal process.
 pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
+    load_from_secure(vars, false)
+}
+
+/// Reads the configuration from `(name, value)` pairs; `secure`: the process is in
+/// secure-execution mode ([`at_secure`]), so the [`FILE_VARS`] are ignored with one
+/// warning naming those that were set.
+pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secure: bool) -> Loaded {
     let mut l = Loaded::default();
     let mut seen: Vec<(String, String)> = Vec::new();
+    let mut ignored: Vec<String> = Vec::new();
     for (k, v) in vars {
         if !k.starts_with("SHIM_") {
             continue;
         }
-        if VARS.iter().any(|s| s.name == k) || coll_var(&k).is_some() {
+        if secure && FILE_VARS.contains(&k.as_str()) {
+            ignored.push(k);
+        } else if VARS.iter().any(|s| s.name == k) || coll_var(&k).is_some() {
             seen.push((k, v));
         } else {
             l.warnings.push(format!(
@@ -408,6 +433,13 @@ pub fn load_from<I: IntoIterator<Item = (String, String)>>(vars: I) -> Loaded {
                 closest(&k)
             ));
         }
+    }
+    if !ignored.is_empty() {
+        ignored.sort_unstable();
+        l.warnings.push(format!(
+            "secure-execution mode (setuid or setgid program, AT_SECURE): ignoring {} (variables that name files or libraries are not honoured, as the C library ignores LD_PRELOAD paths)",
+            ignored.join(", ")
+        ));
     }
     let get = |name: &str| seen.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let c = &mut l.config;
@@ -667,9 +699,10 @@ pub fn algorithms_table() -> String {
 
 /// Reads the process environment.
 pub fn load() -> Loaded {
-    load_from(
+    load_from_secure(
         std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        at_secure(),
     )
 }
 
@@ -808,6 +841,45 @@ mod tests {
         ]);
         assert_eq!(bad.errors.len(), 3);
         assert!(bad.errors[0].to_string().contains("none, thread, auto"));
+    }
+
+    #[test]
+    fn secure_mode_ignores_file_and_library_variables() {
+        let env = [
+            ("SHIM_TUNING_FILE", "/tmp/t.tune"),
+            ("SHIM_LOG_FILE", "/etc/passwd"),
+            ("SHIM_MPI_LIBRARY", "/tmp/evil.so"),
+            ("SHIM_STATS", "on"),
+        ];
+        let pairs = || env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        let normal = load_from_secure(pairs(), false);
+        assert!(normal.warnings.is_empty(), "{:?}", normal.warnings);
+        assert_eq!(normal.config.tuning_file.as_deref(), Some("/tmp/t.tune"));
+        assert_eq!(normal.config.log_file.as_deref(), Some("/etc/passwd"));
+        let secure = load_from_secure(pairs(), true);
+        assert!(secure.errors.is_empty(), "{:?}", secure.errors);
+        assert_eq!(secure.config.tuning_file, None);
+        assert_eq!(secure.config.log_file, None);
+        assert_eq!(
+            secure.config.stats,
+            StatsMode::Summary,
+            "other variables still count"
+        );
+        assert_eq!(secure.warnings.len(), 1, "{:?}", secure.warnings);
+        let w = &secure.warnings[0];
+        assert!(
+            w.contains("AT_SECURE")
+                && w.contains("SHIM_LOG_FILE, SHIM_MPI_LIBRARY, SHIM_TUNING_FILE"),
+            "{w}"
+        );
+        // even a bad value of an ignored variable is no error
+        let empty = load_from_secure([("SHIM_TUNING_FILE".into(), " ".into())], true);
+        assert!(empty.errors.is_empty() && empty.warnings.len() == 1);
+        // nothing set: no warning
+        assert!(load_from_secure([], true).warnings.is_empty());
+        // every file-naming variable is documented, and this test process is not secure
+        assert!(FILE_VARS.iter().all(|n| VARS.iter().any(|v| v.name == *n)));
+        assert!(!at_secure());
     }
 
     #[test]

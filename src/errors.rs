@@ -1,30 +1,190 @@
-//! Reporting errors the way the application asked for: through the communicator's error
-//! handler (MPI-4.0 §9.3), with the MPI error classes of the system MPI's ABI.
+//! Reporting errors the way the application asked for: through the handler of the object
+//! it passed (MPI-4.0 §9.3), with the MPI error classes of the system MPI's ABI.
+//!
+//! **The world's handler is the application's, but not the system MPI's.** The system MPI
+//! raises every error that belongs to no object (a datatype query, a request completion, an
+//! invalid communicator) on `MPI_COMM_WORLD`'s handler (MPICH: `MPIR_Err_return_comm` with
+//! no communicator). The shim's own calls (`PMPI_Testsome` on its schedules' messages,
+//! datatype queries while validating the application's arguments) would then abort a job
+//! whose world handler is fatal, from a function the program never called, although the
+//! program passed a communicator whose handler returns errors. So at init the real
+//! `MPI_COMM_WORLD` gets `MPI_ERRORS_RETURN`, and the handler the application sets on
+//! `MPI_COMM_WORLD` is kept on a private communicator (the *keeper*; under ghost processes,
+//! the user world, which the application sees as `MPI_COMM_WORLD`). Every exported entry
+//! point whose call failed then raises the error where the system MPI would have raised it
+//! on the world ([`checked`]): on the keeper's handler, invoked on `MPI_COMM_WORLD`.
+//! Communicators made from `MPI_COMM_WORLD` inherit the application's handler ([`inherit`]).
 
+use core::cell::Cell;
 use core::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use crate::abi::*;
 use crate::pmpi;
+
+/// The world's handler is virtual (set at init, unless the shim is disabled).
+static VIRTUAL: AtomicBool = AtomicBool::new(false);
+/// The communicator that holds the application's handler for `MPI_COMM_WORLD`.
+static KEEPER: AtomicI64 = AtomicI64::new(0);
+/// Whether the keeper's private duplicate must be freed at finalize (not the user world).
+static KEEPER_OWNED: AtomicBool = AtomicBool::new(false);
+/// The application's world handler is `MPI_ERRORS_RETURN` (nothing to raise).
+static WORLD_RETURNS: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The error class a hook raised itself (through [`raise`]) in the current call, so
+    /// that the entry point does not raise it a second time.
+    static RAISED: Cell<c_int> = const { Cell::new(MPI_SUCCESS) };
+}
+
+fn keeper() -> MPI_Comm {
+    KEEPER.load(Ordering::Acquire) as MPI_Comm
+}
+
+/// Whether the world's handler is virtual (see the module comment).
+pub fn virtualized() -> bool {
+    VIRTUAL.load(Ordering::Acquire)
+}
+
+/// At init, once the user world exists (`user_world` under ghost processes, else `None`):
+/// the application's world handler moves to the keeper and the real world returns errors.
+pub fn init_world(user_world: Option<MPI_Comm>) {
+    let keeper = match user_world {
+        Some(uw) => uw,
+        None => {
+            let mut k: MPI_Comm = MPI_COMM_NULL();
+            let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+            // SAFETY: MPI is initialized; valid out-pointers; MPI_COMM_SELF involves this
+            // process only.
+            unsafe {
+                if pmpi::PMPI_Comm_dup(MPI_COMM_SELF(), &mut k) != MPI_SUCCESS {
+                    return;
+                }
+                pmpi::PMPI_Comm_get_errhandler(MPI_COMM_WORLD(), &mut h);
+                pmpi::PMPI_Comm_set_errhandler(k, h);
+                pmpi::PMPI_Errhandler_free(&mut h);
+            }
+            KEEPER_OWNED.store(true, Ordering::Relaxed);
+            k
+        }
+    };
+    KEEPER.store(keeper as i64, Ordering::Release);
+    refresh_world_returns();
+    // SAFETY: a predefined handler on the predefined communicator.
+    unsafe { pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), MPI_ERRORS_RETURN()) };
+    VIRTUAL.store(true, Ordering::Release);
+}
+
+/// At finalize (while MPI works): the world gets the application's handler back and the
+/// keeper is released.
+pub fn finalize_world() {
+    if !VIRTUAL.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let mut k = keeper();
+    let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+    // SAFETY: the keeper is a valid communicator until freed here.
+    unsafe {
+        if pmpi::PMPI_Comm_get_errhandler(k, &mut h) == MPI_SUCCESS {
+            pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), h);
+            pmpi::PMPI_Errhandler_free(&mut h);
+        }
+        if KEEPER_OWNED.swap(false, Ordering::Relaxed) {
+            pmpi::PMPI_Comm_free(&mut k);
+        }
+    }
+}
+
+fn refresh_world_returns() {
+    let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+    // SAFETY: the keeper is valid while virtualized; valid out-pointer.
+    let returns = unsafe {
+        pmpi::PMPI_Comm_get_errhandler(keeper(), &mut h) == MPI_SUCCESS && {
+            let r = h == MPI_ERRORS_RETURN();
+            pmpi::PMPI_Errhandler_free(&mut h);
+            r
+        }
+    };
+    WORLD_RETURNS.store(returns, Ordering::Release);
+}
+
+/// The communicator whose handler serves `comm`: the keeper for `MPI_COMM_WORLD`.
+fn holder(comm: MPI_Comm) -> MPI_Comm {
+    if virtualized() && comm == MPI_COMM_WORLD() {
+        keeper()
+    } else {
+        comm
+    }
+}
+
+/// Invokes the application's world handler with `code` on `MPI_COMM_WORLD` (a handler
+/// function gets the world's handle, as without the shim). Returns `code`.
+fn raise_on_world(code: c_int, why: &str) -> c_int {
+    if !virtualized() {
+        // SAFETY: the predefined communicator.
+        unsafe { pmpi::PMPI_Comm_call_errhandler(MPI_COMM_WORLD(), code) };
+        return code;
+    }
+    if WORLD_RETURNS.load(Ordering::Acquire) {
+        return code;
+    }
+    let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+    // SAFETY: the keeper is valid; the world's handler is restored to MPI_ERRORS_RETURN
+    // after the call (a fatal handler does not return).
+    unsafe {
+        if pmpi::PMPI_Comm_get_errhandler(keeper(), &mut h) != MPI_SUCCESS {
+            return code;
+        }
+        if !why.is_empty() && (h == MPI_ERRORS_ARE_FATAL() || h == MPI_ERRORS_ABORT()) {
+            crate::log::raw_stderr(&format!("{} {why}\n", crate::log::prefix()));
+        }
+        pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), h);
+        pmpi::PMPI_Comm_call_errhandler(MPI_COMM_WORLD(), code);
+        pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), MPI_ERRORS_RETURN());
+        pmpi::PMPI_Errhandler_free(&mut h);
+    }
+    code
+}
 
 /// Raises error class `class` on `comm` and returns it (if the handler returns). With a
 /// fatal handler, the reason is printed first, since the MPI library only knows the class.
 pub fn raise(comm: MPI_Comm, class: c_int, function: &str, why: &str) -> c_int {
     tracing::debug!(target: "shim::errors", "{function}: {why} (error class {class})");
+    RAISED.set(class);
+    if virtualized() && comm == MPI_COMM_WORLD() {
+        return raise_on_world(class, &format!("{function}: {why}"));
+    }
     let mut eh: MPI_Errhandler = MPI_ERRHANDLER_NULL();
     // SAFETY: valid out-pointer; an invalid communicator yields an error code.
     let got = unsafe { pmpi::PMPI_Comm_get_errhandler(comm, &mut eh) };
+    if got != MPI_SUCCESS {
+        // no such communicator: the error belongs to no object (the world's handler)
+        return raise_on_world(class, &format!("{function}: {why}"));
+    }
     print_if_fatal(got, eh, &format!("{function}: {why}"));
     // SAFETY: the handle the caller passed.
     unsafe { pmpi::PMPI_Comm_call_errhandler(comm, class) };
     class
 }
 
+/// Raises an error that belongs to no object (a datatype or operation call, a request):
+/// the world's handler, as the system MPI does.
+pub fn raise_no_object(class: c_int, function: &str, why: &str) -> c_int {
+    tracing::debug!(target: "shim::errors", "{function}: {why} (error class {class})");
+    RAISED.set(class);
+    raise_on_world(class, &format!("{function}: {why}"))
+}
+
 /// [`raise`] for a window (MPI-4.0 §9.3.2: window errors go to the window's handler).
 pub fn raise_win(win: MPI_Win, class: c_int, why: &str) -> c_int {
     tracing::debug!(target: "shim::errors", "{why} (error class {class})");
+    RAISED.set(class);
     let mut eh: MPI_Errhandler = MPI_ERRHANDLER_NULL();
     // SAFETY: valid out-pointer; an invalid window yields an error code.
     let got = unsafe { pmpi::PMPI_Win_get_errhandler(win, &mut eh) };
+    if got != MPI_SUCCESS {
+        return raise_on_world(class, why);
+    }
     print_if_fatal(got, eh, why);
     // SAFETY: the handle the caller passed.
     unsafe { pmpi::PMPI_Win_call_errhandler(win, class) };
@@ -42,4 +202,170 @@ fn print_if_fatal(got: c_int, mut eh: MPI_Errhandler, why: &str) {
     }
     // SAFETY: the reference returned by *_get_errhandler.
     unsafe { pmpi::PMPI_Errhandler_free(&mut eh) };
+}
+
+/// The object an entry point's errors belong to (the first communicator or window it
+/// takes; `Other` for files and sessions, whose handlers the system MPI invokes itself).
+#[derive(Clone, Copy, Debug)]
+pub enum Obj {
+    None,
+    Comm(MPI_Comm),
+    Win(MPI_Win),
+    Other,
+}
+
+/// What every exported entry point does with its result: a failed call whose error the
+/// system MPI raised on the (virtual) world is raised on the application's world handler.
+#[inline(always)]
+pub fn checked(obj: Obj, rc: c_int) -> c_int {
+    if rc == MPI_SUCCESS {
+        rc
+    } else {
+        after_failure(obj, rc)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn after_failure(obj: Obj, rc: c_int) -> c_int {
+    let raised = RAISED.replace(MPI_SUCCESS);
+    if !virtualized() || raised != MPI_SUCCESS {
+        return rc;
+    }
+    let on_world = match obj {
+        Obj::Other => false,
+        Obj::None => true,
+        // a valid communicator other than the world: the system MPI used its handler
+        Obj::Comm(c) => c == MPI_COMM_WORLD() || !comm_valid(c),
+        Obj::Win(w) => !win_valid(w),
+    };
+    if on_world {
+        raise_on_world(rc, "");
+    }
+    rc
+}
+
+fn comm_valid(c: MPI_Comm) -> bool {
+    if c == MPI_COMM_NULL() {
+        return false;
+    }
+    let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+    // SAFETY: valid out-pointer; the real world returns errors, so an invalid handle
+    // only yields a code.
+    unsafe {
+        let ok = pmpi::PMPI_Comm_get_errhandler(c, &mut h) == MPI_SUCCESS;
+        if ok {
+            pmpi::PMPI_Errhandler_free(&mut h);
+        }
+        ok
+    }
+}
+
+fn win_valid(w: MPI_Win) -> bool {
+    if w == MPI_WIN_NULL() {
+        return false;
+    }
+    let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+    // SAFETY: as for comm_valid.
+    unsafe {
+        let ok = pmpi::PMPI_Win_get_errhandler(w, &mut h) == MPI_SUCCESS;
+        if ok {
+            pmpi::PMPI_Errhandler_free(&mut h);
+        }
+        ok
+    }
+}
+
+/// After a communicator constructor: a communicator made from `MPI_COMM_WORLD` that
+/// inherited the real world's `MPI_ERRORS_RETURN` gets the application's world handler,
+/// as it would have without the shim (MPI-4.0 §7.4.2: `MPI_COMM_DUP` and the constructors
+/// that follow it copy the parent's handler).
+pub fn inherit(parent: MPI_Comm, newcomm: *mut MPI_Comm, rc: c_int) {
+    if rc != MPI_SUCCESS
+        || newcomm.is_null()
+        || !virtualized()
+        || parent != MPI_COMM_WORLD()
+        || WORLD_RETURNS.load(Ordering::Acquire)
+    {
+        return;
+    }
+    // SAFETY: the constructor succeeded and wrote the new handle.
+    let nc = unsafe { *newcomm };
+    if nc == MPI_COMM_NULL() {
+        return;
+    }
+    let (mut now, mut app) = (MPI_ERRHANDLER_NULL(), MPI_ERRHANDLER_NULL());
+    // SAFETY: valid communicators and out-pointers.
+    unsafe {
+        if pmpi::PMPI_Comm_get_errhandler(nc, &mut now) != MPI_SUCCESS {
+            return;
+        }
+        if now == MPI_ERRORS_RETURN()
+            && pmpi::PMPI_Comm_get_errhandler(keeper(), &mut app) == MPI_SUCCESS
+        {
+            pmpi::PMPI_Comm_set_errhandler(nc, app);
+            pmpi::PMPI_Errhandler_free(&mut app);
+        }
+        pmpi::PMPI_Errhandler_free(&mut now);
+    }
+}
+
+/// Hooks (see `src/abi/mpi_functions.txt`): the world's handler is the keeper's.
+#[allow(non_snake_case, clippy::missing_safety_doc)]
+pub mod hooks {
+    use super::*;
+
+    pub unsafe fn MPI_Comm_set_errhandler(
+        comm: MPI_Comm,
+        errhandler: MPI_Errhandler,
+        _native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        let h = holder(comm);
+        // SAFETY: the application's arguments, on the communicator that holds the handler.
+        let rc = unsafe { pmpi::PMPI_Comm_set_errhandler(h, errhandler) };
+        if virtualized() && h == keeper() {
+            refresh_world_returns();
+        }
+        rc
+    }
+
+    pub unsafe fn MPI_Errhandler_set(
+        comm: MPI_Comm,
+        errhandler: MPI_Errhandler,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: as above (the MPI-1 name of the same call).
+        unsafe { MPI_Comm_set_errhandler(comm, errhandler, native) }
+    }
+
+    pub unsafe fn MPI_Comm_get_errhandler(
+        comm: MPI_Comm,
+        errhandler: *mut MPI_Errhandler,
+        _native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: the application's arguments.
+        unsafe { pmpi::PMPI_Comm_get_errhandler(holder(comm), errhandler) }
+    }
+
+    pub unsafe fn MPI_Errhandler_get(
+        comm: MPI_Comm,
+        errhandler: *mut MPI_Errhandler,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        // SAFETY: as above.
+        unsafe { MPI_Comm_get_errhandler(comm, errhandler, native) }
+    }
+
+    pub unsafe fn MPI_Comm_call_errhandler(
+        comm: MPI_Comm,
+        errorcode: c_int,
+        native: &dyn Fn() -> c_int,
+    ) -> c_int {
+        if virtualized() && comm == MPI_COMM_WORLD() {
+            raise_on_world(errorcode, "");
+            // the handler returned (MPI-4.0 §9.3.6)
+            return MPI_SUCCESS;
+        }
+        native()
+    }
 }

@@ -234,7 +234,10 @@ fn post_init(mut loaded: config::Loaded) {
             Err(e) => loaded.errors.push(config::ConfigError {
                 var: "SHIM_TUNING_FILE".into(),
                 value: path.clone(),
-                allowed: format!("a readable tuning file ({e})"),
+                allowed: format!(
+                    "a regular file of at most {} MiB in the tuning format ({e})",
+                    crate::coll::select::tuning::MAX_FILE_BYTES >> 20
+                ),
             }),
         }
     }
@@ -324,6 +327,9 @@ fn post_init(mut loaded: config::Loaded) {
         WORLD_RANK.store(r, Ordering::Relaxed);
         WORLD_SIZE.store(n, Ordering::Relaxed);
     }
+    // errors of the shim's own calls must not reach a fatal world handler (src/errors.rs)
+    crate::errors::init_world(crate::ghost::active().then(crate::ghost::user_world));
+    at_finalize(crate::errors::finalize_world);
     crate::comm::init();
     at_finalize(crate::comm::finalize);
     if let Some(t) = tuning {

@@ -61,16 +61,10 @@ pub use crate::abi::MPI_LIBRARY_CANDIDATES;
 fn mpi_library() -> Option<usize> {
     static HANDLE: OnceLock<Option<usize>> = OnceLock::new();
     *HANDLE.get_or_init(|| {
-        let explicit = std::env::var("SHIM_MPI_LIBRARY")
-            .ok()
-            .filter(|s| !s.trim().is_empty());
-        let names: Vec<String> = match &explicit {
-            Some(n) => vec![n.clone()],
-            None => MPI_LIBRARY_CANDIDATES
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-        };
+        let names = library_names(
+            std::env::var("SHIM_MPI_LIBRARY").ok(),
+            crate::config::at_secure(),
+        );
         for n in names {
             let Ok(c) = CString::new(n) else { continue };
             // SAFETY: dlopen with a NUL-terminated name; the handle is kept for the
@@ -82,6 +76,19 @@ fn mpi_library() -> Option<usize> {
         }
         None
     })
+}
+
+/// The libraries to try: `SHIM_MPI_LIBRARY` if set, else the candidates. In
+/// secure-execution mode (a setuid or setgid program) the variable is ignored, as the C
+/// library ignores `LD_PRELOAD` paths there (the configuration warns about it at init).
+fn library_names(explicit: Option<String>, secure: bool) -> Vec<String> {
+    match explicit.filter(|s| !secure && !s.trim().is_empty()) {
+        Some(n) => vec![n],
+        None => MPI_LIBRARY_CANDIDATES
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    }
 }
 
 fn is_own_symbol(p: *mut c_void) -> bool {
@@ -171,5 +178,22 @@ pub unsafe fn cstr_opt<'a>(p: *const c_char) -> Option<&'a CStr> {
         None
     } else {
         Some(unsafe { CStr::from_ptr(p) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shim_mpi_library_is_ignored_in_secure_mode() {
+        let lib = Some("/tmp/evil/libmpi.so".to_string());
+        assert_eq!(
+            library_names(lib.clone(), false),
+            vec!["/tmp/evil/libmpi.so"]
+        );
+        let secure = library_names(lib, true);
+        assert_eq!(secure, MPI_LIBRARY_CANDIDATES);
+        assert_eq!(library_names(None, false), MPI_LIBRARY_CANDIDATES);
     }
 }

@@ -64,6 +64,15 @@ pub enum Counts {
 }
 
 impl Counts {
+    /// The array's address (the system MPI compares send and receive count arrays by
+    /// address when it checks for aliased buffers).
+    pub fn addr(&self) -> usize {
+        match *self {
+            Counts::I32(p) => p as usize,
+            Counts::I64(p) => p as usize,
+        }
+    }
+
     /// Whether the caller passed NULL (allowed for arguments that are not significant).
     pub fn is_null(&self) -> bool {
         match *self {

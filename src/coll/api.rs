@@ -330,6 +330,17 @@ fn gather_common(
             c.check_buffer(recvbuf, 1, rt, "the receive buffer")?;
         }
         rblocks = blocks(Addr::recv, &counts, &displs, rt, &rti);
+        if !inplace {
+            // the root's own block must not be its send buffer
+            let me = c.rank() as usize;
+            let own = if coll == Coll::Gather {
+                sendcount == counts[me] && sendcount != 0
+            } else {
+                sendcount != 0 && counts[me] != 0
+            };
+            let at = (recvbuf as *const u8).wrapping_offset((displs[me] * rti.size) as isize);
+            c.check_alias(sendtype == rt && own, sendbuf, at.cast())?;
+        }
         types.push(rt);
         kc.extend(counts);
         kc.extend(displs);
@@ -481,6 +492,17 @@ fn scatter_common(
             c.check_buffer(sendbuf, 1, st, "the send buffer")?;
         }
         sblocks = blocks(Addr::send, &counts, &displs, st, &sti);
+        if !inplace {
+            // the root's own block must not be its receive buffer
+            let me = c.rank() as usize;
+            let own = if coll == Coll::Scatter {
+                recvcount == counts[me] && recvcount != 0
+            } else {
+                recvcount != 0 && counts[me] != 0
+            };
+            let at = (sendbuf as *const u8).wrapping_offset((displs[me] * sti.size) as isize);
+            c.check_alias(st == recvtype && own, recvbuf, at.cast())?;
+        }
         types.push(st);
         kc.extend(counts);
         kc.extend(displs);
@@ -623,6 +645,16 @@ fn allgather_common(
     let rti = c.type_info(recvtype, "recvtype")?;
     if counts.iter().any(|&x| x > 0) {
         c.check_buffer(recvbuf, 1, recvtype, "the receive buffer")?;
+    }
+    if !inplace {
+        let me = c.rank() as usize;
+        let own = if coll == Coll::Allgather {
+            sendcount == counts[me] && sendcount != 0
+        } else {
+            sendcount != 0 && counts[me] != 0
+        };
+        let at = (recvbuf as *const u8).wrapping_offset((displs[me] * rti.size) as isize);
+        c.check_alias(sendtype == recvtype && own, sendbuf, at.cast())?;
     }
     let rblocks = blocks(Addr::recv, &counts, &displs, recvtype, &rti);
     // every rank knows all counts: decide by the average block
@@ -816,6 +848,8 @@ pub unsafe fn alltoall(
             Vec::new()
         } else {
             c.check_count(sendcount, "sendcount")?;
+            let same = sendtype == recvtype && sendcount == recvcount && sendcount != 0;
+            c.check_alias(same, sendbuf, recvbuf)?;
             triples(
                 c,
                 &vec![sendcount; p as usize],
@@ -861,6 +895,8 @@ pub unsafe fn alltoallv(
         let send = if in_place(sendbuf) {
             Vec::new()
         } else {
+            let same = sendtype == recvtype && sendcounts.addr() == recvcounts.addr();
+            c.check_alias(same, sendbuf, recvbuf)?;
             triples(
                 c,
                 &c.counts(sendcounts, n, "sendcounts")?,
@@ -926,6 +962,8 @@ pub unsafe fn alltoallw(
         let send = if in_place(sendbuf) {
             Vec::new()
         } else {
+            let same = sendtypes == recvtypes && sendcounts.addr() == recvcounts.addr();
+            c.check_alias(same, sendbuf, recvbuf)?;
             let (st, _) = c.types(sendtypes, n, "sendtypes")?;
             let sc = c.counts(sendcounts, n, "sendcounts")?;
             let sd = c.displs(sdispls, n, "sdispls")?;
@@ -959,6 +997,7 @@ pub unsafe fn reduce(
         }
         if is_root {
             c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
+            c.check_alias(count > 0 && !inplace, sendbuf, recvbuf)?;
         }
         let ch = c.choose(Coll::Reduce, r.bytes(), r.commutative);
         if ch.algo == Algo::Native {
@@ -997,6 +1036,7 @@ pub unsafe fn allreduce(
             c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
         }
         c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
+        c.check_alias(!inplace && count != 0, sendbuf, recvbuf)?;
         let ch = c.choose(Coll::Allreduce, r.bytes(), r.commutative);
         if ch.algo == Algo::Native {
             return c.native();
@@ -1038,6 +1078,7 @@ fn reduce_scatter_common(
         datatype,
         "the receive buffer",
     )?;
+    c.check_alias(!inplace && total != 0, sendbuf, recvbuf)?;
     let ch = c.choose(coll, total * r.ti.size, r.commutative);
     if ch.algo == Algo::Native {
         return c.native();
@@ -1116,6 +1157,7 @@ fn scan_common(
         c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
     }
     c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
+    c.check_alias(!inplace && count != 0, sendbuf, recvbuf)?;
     let ch = c.choose(coll, r.bytes(), r.commutative);
     if ch.algo == Algo::Native {
         return c.native();

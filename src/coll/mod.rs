@@ -193,6 +193,25 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// Send and receive buffers that alias (the same address where the call moves data
+    /// between them) are erroneous: the standard forbids aliased arguments other than
+    /// `MPI_IN_PLACE`. `applies` is the condition under which the system MPI checks it
+    /// (MPICH's `MPIR_ERRTEST_ALIAS_COLL`, whose class the shim reports too).
+    pub fn check_alias(
+        &self,
+        applies: bool,
+        send: *const c_void,
+        recv: *const c_void,
+    ) -> Result<(), c_int> {
+        if applies && core::ptr::eq(send, recv) {
+            return self.fail(
+                MPI_ERR_BUFFER,
+                "the send and receive buffers are the same (aliased arguments; use MPI_IN_PLACE)",
+            );
+        }
+        Ok(())
+    }
+
     /// Runs `build`'s schedule (or the cached one for `key`) in the form the application
     /// called: to completion, as a request, or as a persistent request.
     pub fn launch(
@@ -261,6 +280,9 @@ impl<'a> Ctx<'a> {
                 if req.is_null() {
                     return self.fail(MPI_ERR_REQUEST, "the request argument is NULL");
                 }
+                // the initialization is ordered like a collective (its starts need not
+                // be), so the shadow's duplication starts here
+                self.st.ensure_shadow();
                 let p = Persistent {
                     sched,
                     comm: Arc::clone(&self.st),

@@ -18,12 +18,16 @@ pub struct TypeInfo {
     pub extent: i64,
     pub true_lb: i64,
     pub true_extent: i64,
+    /// The type map is one run of `size` bytes at `lb`, in order, and elements follow each
+    /// other without a gap (see [`info`]).
+    pub contiguous: bool,
 }
 
 impl TypeInfo {
-    /// `count` elements occupy `count * size` contiguous bytes starting at `lb`.
+    /// `count` elements occupy `count * size` contiguous bytes starting at `lb`, in type
+    /// map order, so a typed copy is a `memcpy`.
     pub fn dense(&self) -> bool {
-        self.size == self.extent && self.true_extent == self.extent && self.true_lb == self.lb
+        self.contiguous
     }
 
     /// Bytes a buffer of `count` elements spans (MPI-4.0 §5.1.8: allocate
@@ -39,6 +43,12 @@ impl TypeInfo {
 
 /// Info about predefined types never changes; derived types' handles can be freed and
 /// reused, so they are asked every time.
+///
+/// Contiguity is decided from the flattened type map, never from size and extent alone: a
+/// type whose size equals its extent may still reorder its elements (a transpose built as
+/// an hvector of a column vector, an indexed type listing its blocks backwards), and a
+/// `memcpy` of it would deliver them in the wrong order (MPI-4.0 §5.1.2: the type map's
+/// order is the order of the data in a message).
 static PREDEFINED: LazyLock<RwLock<HashMap<MPI_Datatype, TypeInfo>>> =
     LazyLock::new(Default::default);
 
@@ -52,6 +62,7 @@ pub fn info(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
             extent: s,
             true_lb: 0,
             true_extent: s,
+            contiguous: true,
         });
     }
     let predefined = is_predefined_datatype(dt);
@@ -80,12 +91,18 @@ pub fn info(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
             return Err(rc);
         }
     }
+    let same_span = size == ext && text == ext && tlb == lb;
+    // named types (the pair types) never reorder: the span decides; a derived type is
+    // contiguous only if its flattened map is one run at the lower bound
+    let contiguous = same_span
+        && (predefined || flat::get(dt).is_ok_and(|f| f.contiguous == Some(lb) && f.size == size));
     let i = TypeInfo {
         size,
         lb,
         extent: ext,
         true_lb: tlb,
         true_extent: text,
+        contiguous,
     };
     if predefined {
         PREDEFINED

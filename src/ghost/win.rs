@@ -471,41 +471,18 @@ pub fn allocate(
     let map_len = hidden + HIDDEN_BYTES;
     static OBJ: AtomicUsize = AtomicUsize::new(0);
     let obj = OBJ.fetch_add(1, Ordering::Relaxed);
-    let name = object_name(std::process::id() as i64, obj as i64);
+    // a fresh object, unlinked once the node's ghosts (and direct peers) have mapped it
+    let nonce = object_nonce().unwrap_or_else(|e| object_failed(&e));
+    let name = object_name(std::process::id() as i64, obj as i64, nonce);
+    let base = create_object(&name, map_len).unwrap_or_else(|e| object_failed(&e));
     let cname = std::ffi::CString::new(name.clone()).expect("no NUL");
-    // SAFETY: a fresh shared-memory object of map_len bytes, mapped read-write; it is
-    // unlinked once the node's ghosts have mapped it.
-    let base = unsafe {
-        let fd = libc::shm_open(
-            cname.as_ptr(),
-            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-            0o600,
-        );
-        if fd < 0 || libc::ftruncate(fd, map_len as libc::off_t) != 0 {
-            tracing::error!(target: "shim::ghost", "shm_open/ftruncate {name}: {}", std::io::Error::last_os_error());
-            std::process::abort();
-        }
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        );
-        libc::close(fd);
-        if p == libc::MAP_FAILED {
-            tracing::error!(target: "shim::ghost", "mmap {name}: {}", std::io::Error::last_os_error());
-            std::process::abort();
-        }
-        p
-    };
     let uw_rank = crate::init::world().rank as usize;
     let my_ghosts = &lay.node_ghosts[lay.user_node[uw_rank]];
     let g = lay.ghosts;
     // what every rank tells the others: disp_unit, size, whether it may go direct, its
-    // object's name (pid, number), and where each ghost of its node mapped the object
-    const HEAD: usize = 5;
+    // object's name (pid, number, random part), and where each ghost of its node mapped
+    // the object
+    const HEAD: usize = 6;
     let uranks = to_user_world(comm, n);
     let one_node = uranks
         .iter()
@@ -517,6 +494,7 @@ pub fn allocate(
     rec[2] = may_direct as i64;
     rec[3] = std::process::id() as i64;
     rec[4] = obj as i64;
+    rec[5] = nonce as i64;
     for (j, &gh) in my_ghosts.iter().enumerate() {
         rec[HEAD + j] = serve::command(
             lay,
@@ -585,7 +563,7 @@ pub fn allocate(
                     base: if me {
                         base.cast()
                     } else {
-                        map_object(&object_name(r[3], r[4]), len)
+                        map_object(&object_name(r[3], r[4], r[5] as u64), len)
                     },
                     map_len: len,
                     hidden: hidden as i64,
@@ -642,12 +620,93 @@ pub fn allocate(
     Some(MPI_SUCCESS)
 }
 
-/// The POSIX shared-memory object of a window's memory.
-fn object_name(pid: i64, obj: i64) -> String {
-    format!("/shim-{pid}-{obj}")
+/// The POSIX shared-memory object of a window's memory (`/dev/shm/shim-...`): the
+/// creator's pid, its window number and 64 random bits, so that no other process of the
+/// node can guess the name to create the object first or to open it. The other ranks of
+/// the window learn the name from the creator (the allocation's allgather; the ghosts in
+/// their attach command).
+fn object_name(pid: i64, obj: i64, nonce: u64) -> String {
+    format!("/shim-{pid}-{obj}-{nonce:016x}")
 }
 
-/// Maps another user's window object (direct windows); aborts if it cannot (the
+/// 64 random bits for an object name, from getrandom(2).
+fn object_nonce() -> Result<u64, String> {
+    let mut b = [0u8; 8];
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: writes at most the remaining bytes of `b`.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!(
+                "cannot draw a random name for the node-shared memory object (getrandom: {e})"
+            ));
+        }
+        got += n as usize;
+    }
+    Ok(u64::from_ne_bytes(b))
+}
+
+/// Creates a window's shared-memory object, exclusively (`O_CREAT|O_EXCL`, mode 0600: an
+/// existing object of that name is an error, never reused), sized `len` bytes and mapped
+/// read-write. An object created here and then not usable is unlinked again.
+fn create_object(name: &str, len: usize) -> Result<*mut c_void, String> {
+    let cname = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
+    let failed = |what: &str, e: std::io::Error| {
+        format!("cannot create the node-shared memory object /dev/shm{name} ({what}: {e})")
+    };
+    // SAFETY: a NUL-terminated name; the descriptor is closed after mapping, and the
+    // object is unlinked if it cannot be sized or mapped.
+    unsafe {
+        let fd = libc::shm_open(
+            cname.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+            0o600,
+        );
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(failed("shm_open with O_CREAT|O_EXCL, mode 0600", e));
+        }
+        let p = if libc::ftruncate(fd, len as libc::off_t) != 0 {
+            Err(failed("ftruncate", std::io::Error::last_os_error()))
+        } else {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                Err(failed("mmap", std::io::Error::last_os_error()))
+            } else {
+                Ok(p)
+            }
+        };
+        libc::close(fd);
+        if p.is_err() {
+            libc::shm_unlink(cname.as_ptr());
+        }
+        p
+    }
+}
+
+/// A window's shared memory cannot be set up: `MPI_Win_allocate` is collective and the
+/// other ranks would wait for this one, so the message goes to stderr and the whole job
+/// is aborted (exit status 71, EX_OSERR).
+fn object_failed(msg: &str) -> ! {
+    crate::log::raw_stderr(&format!(
+        "{} MPI_Win_allocate with ghosts: {msg}; aborting the job\n",
+        crate::log::prefix()
+    ));
+    crate::init::abort_job(71)
+}
+
+/// Maps another user's window object (direct windows); aborts the job if it cannot (the
 /// collective allocation cannot fail on one rank alone).
 fn map_object(name: &str, len: usize) -> *mut u8 {
     let cname = std::ffi::CString::new(name).expect("no NUL");
@@ -667,12 +726,14 @@ fn map_object(name: &str, len: usize) -> *mut u8 {
                 0,
             )
         };
+        let e = std::io::Error::last_os_error();
         if fd >= 0 {
             libc::close(fd);
         }
         if p == libc::MAP_FAILED {
-            tracing::error!(target: "shim::ghost", "mapping {name}: {}", std::io::Error::last_os_error());
-            std::process::abort();
+            object_failed(&format!(
+                "cannot map another rank's node-shared memory object /dev/shm{name}: {e}"
+            ));
         }
         p.cast()
     }
@@ -1279,4 +1340,46 @@ pub fn sync(win: MPI_Win) -> Option<c_int> {
         // SAFETY: the global window is always in the lock_all epoch.
         unsafe { pmpi::PMPI_Win_sync(w.slot().global) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_names_are_unguessable() {
+        let (a, b) = (object_nonce().unwrap(), object_nonce().unwrap());
+        assert_ne!(a, b);
+        let (na, nb) = (object_name(4242, 7, a), object_name(4242, 7, b));
+        assert_ne!(na, nb);
+        let rand = na.strip_prefix("/shim-4242-7-").expect(&na);
+        assert_eq!(rand.len(), 16, "{na}");
+        assert!(rand.bytes().all(|c| c.is_ascii_hexdigit()), "{na}");
+        assert_eq!(object_name(1, 2, 0xab), "/shim-1-2-00000000000000ab");
+        // the longest name fits the name area of a ghost command
+        assert!(object_name(i64::from(u32::MAX), i64::MAX, u64::MAX).len() < 64);
+    }
+
+    #[test]
+    fn objects_are_created_exclusively() {
+        let name = object_name(std::process::id() as i64, 999_999, object_nonce().unwrap());
+        let p = create_object(&name, 4096).unwrap();
+        let cname = std::ffi::CString::new(name.clone()).unwrap();
+        // SAFETY: the 4096-byte mapping made above; the object is this test's.
+        unsafe {
+            *p.cast::<u8>() = 1;
+            let mut st: libc::stat = std::mem::zeroed();
+            let path = std::ffi::CString::new(format!("/dev/shm{name}")).unwrap();
+            assert_eq!(libc::stat(path.as_ptr(), &mut st), 0);
+            assert_eq!(st.st_mode & 0o777, 0o600);
+            // an existing object of that name is never reused
+            let e = create_object(&name, 4096).unwrap_err();
+            assert!(
+                e.contains(&format!("/dev/shm{name}")) && e.contains("File exists"),
+                "{e}"
+            );
+            libc::munmap(p, 4096);
+            assert_eq!(libc::shm_unlink(cname.as_ptr()), 0);
+        }
+    }
 }

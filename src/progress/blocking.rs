@@ -11,8 +11,10 @@ use core::ffi::{c_int, c_void};
 use crate::abi::*;
 use crate::pmpi;
 
-/// Completes `req` (a native request) while advancing the shim's schedules.
-fn poll(req: &mut MPI_Request, status: *mut MPI_Status) -> c_int {
+/// Completes `req` (a native request on `c`) while advancing the shim's schedules. A
+/// failure is raised on `c`, as the blocking call would raise it: the system MPI raises a
+/// request's errors on the world's handler, which is not the program's (src/errors.rs).
+fn poll(req: &mut MPI_Request, status: *mut MPI_Status, c: MPI_Comm) -> c_int {
     let mut rc = MPI_SUCCESS;
     super::wait_until(|| {
         let mut flag: c_int = 0;
@@ -20,7 +22,15 @@ fn poll(req: &mut MPI_Request, status: *mut MPI_Status) -> c_int {
         rc = unsafe { pmpi::PMPI_Test(req, &mut flag, status) };
         rc != MPI_SUCCESS || flag != 0
     });
-    rc
+    raise_on(c, rc)
+}
+
+/// Raises a failed completion on the communicator of the call.
+fn raise_on(c: MPI_Comm, rc: c_int) -> c_int {
+    if rc == MPI_SUCCESS {
+        return rc;
+    }
+    crate::errors::raise(c, rc, "point-to-point", "the message failed")
 }
 
 /// The blocking call `native`, or, with schedules outstanding, its non-blocking form
@@ -28,6 +38,7 @@ fn poll(req: &mut MPI_Request, status: *mut MPI_Status) -> c_int {
 fn via(
     native: &dyn Fn() -> c_int,
     status: *mut MPI_Status,
+    c: MPI_Comm,
     start: impl FnOnce(&mut MPI_Request) -> c_int,
 ) -> c_int {
     if !super::any_active() {
@@ -38,7 +49,7 @@ fn via(
     if rc != MPI_SUCCESS {
         rc
     } else {
-        poll(&mut req, status)
+        poll(&mut req, status, c)
     }
 }
 
@@ -89,7 +100,7 @@ unsafe fn sendrecv_via(
         }
         reqs.iter().all(|r| *r == MPI_REQUEST_NULL())
     });
-    rc
+    raise_on(c, rc)
 }
 
 /// A Sendrecv_replace the shim does not pack: the system MPI's, or with schedules
@@ -161,6 +172,7 @@ fn send_packed(
     via(
         &|| unsafe { blocking(b, n, MPI_PACKED(), d, g, c) },
         IGNORE,
+        c,
         |r| unsafe { start(b, n, MPI_PACKED(), d, g, c, r) },
     )
 }
@@ -183,6 +195,7 @@ unsafe fn recv_packed(
             inc,
             user,
             st,
+            c,
             |b, n, stp| pmpi::PMPI_Recv_c(b, n, MPI_PACKED(), s, g, c, stp),
             |b, n, r| pmpi::PMPI_Irecv_c(b, n, MPI_PACKED(), s, g, c, r),
         )
@@ -200,6 +213,7 @@ unsafe fn packed_receive(
     mut inc: crate::dtype::p2p::PackedBuf,
     user: *mut c_void,
     st: *mut MPI_Status,
+    comm: MPI_Comm,
     blocking: impl Fn(*mut c_void, MPI_Count, *mut MPI_Status) -> c_int,
     start: impl Fn(*mut c_void, MPI_Count, *mut MPI_Request) -> c_int,
 ) -> c_int {
@@ -210,7 +224,7 @@ unsafe fn packed_receive(
         st
     };
     let (b, n) = (inc.ptr(), inc.len());
-    let rc = via(&|| blocking(b, n, stp), stp, |r| start(b, n, r));
+    let rc = via(&|| blocking(b, n, stp), stp, comm, |r| start(b, n, r));
     if rc == MPI_SUCCESS {
         // SAFETY: the completed status; the caller's buffer.
         unsafe { inc.finish(user, stp) };
@@ -302,6 +316,7 @@ unsafe fn mrecv_packed(
             inc,
             b,
             st,
+            MPI_COMM_NULL(),
             |pb, pn, stp| pmpi::PMPI_Mrecv_c(pb, pn, MPI_PACKED(), m, stp),
             |pb, pn, r| pmpi::PMPI_Imrecv_c(pb, pn, MPI_PACKED(), m, r),
         )
@@ -336,7 +351,7 @@ pub mod hooks {
                     return send_packed(&p, $blk, $nb, d, g, c);
                 }
                 // SAFETY: the application's arguments, unchanged.
-                via(native, IGNORE, |r| unsafe { $nbn(b, n, t, d, g, c, r) })
+                via(native, IGNORE, c, |r| unsafe { $nbn(b, n, t, d, g, c, r) })
             }
         };
     }
@@ -410,7 +425,7 @@ pub mod hooks {
             // SAFETY: the application's receive buffer.
             return unsafe { recv_packed(inc, b, s, g, c, st) };
         }
-        via(native, st, |r| unsafe {
+        via(native, st, c, |r| unsafe {
             pmpi::PMPI_Irecv(b, n, t, s, g, c, r)
         })
     }
@@ -428,7 +443,7 @@ pub mod hooks {
             // SAFETY: the application's receive buffer.
             return unsafe { recv_packed(inc, b, s, g, c, st) };
         }
-        via(native, st, |r| unsafe {
+        via(native, st, c, |r| unsafe {
             pmpi::PMPI_Irecv_c(b, n, t, s, g, c, r)
         })
     }
@@ -544,7 +559,10 @@ pub mod hooks {
         if let Some(rc) = unsafe { mrecv_packed(b, n as MPI_Count, t, m, st) } {
             return rc;
         }
-        via(native, st, |r| unsafe { pmpi::PMPI_Imrecv(b, n, t, m, r) })
+        // a matched receive has no communicator argument: its errors belong to no object
+        via(native, st, MPI_COMM_NULL(), |r| unsafe {
+            pmpi::PMPI_Imrecv(b, n, t, m, r)
+        })
     }
     pub unsafe fn MPI_Mrecv_c(
         b: *mut c_void,
@@ -558,7 +576,7 @@ pub mod hooks {
         if let Some(rc) = unsafe { mrecv_packed(b, n, t, m, st) } {
             return rc;
         }
-        via(native, st, |r| unsafe {
+        via(native, st, MPI_COMM_NULL(), |r| unsafe {
             pmpi::PMPI_Imrecv_c(b, n, t, m, r)
         })
     }

@@ -165,6 +165,10 @@ pub struct Schedule {
     /// `needs_progress` at the configured `SHIM_PROGRESS_MIN_BYTES`, found on first use
     /// (a cached or persistent schedule is started many times).
     for_thread: OnceLock<bool>,
+    /// References on the application's derived datatypes and user operations that the
+    /// actions use: the application may free them while a run is pending
+    /// (`crate::retain`).
+    _retained: Vec<crate::retain::Retained>,
 }
 
 impl Drop for Schedule {
@@ -484,7 +488,9 @@ impl Builder {
             }
             last.insert(key, v as u32);
         }
+        let retained = retain_objects(&self.actions, &self.composites);
         Schedule {
+            _retained: retained,
             actions: self.actions,
             indeg,
             succ_start,
@@ -499,6 +505,39 @@ impl Builder {
             for_thread: OnceLock::new(),
         }
     }
+}
+
+/// One reference per derived datatype and user operation the actions name.
+fn retain_objects(actions: &[Action], composites: &[Vec<Part>]) -> Vec<crate::retain::Retained> {
+    let mut types: Vec<MPI_Datatype> = Vec::new();
+    let mut ops: Vec<MPI_Op> = Vec::new();
+    let mut add = |dt: MPI_Datatype| match composite_index(dt) {
+        Some(k) => types.extend(composites[k].iter().map(|p| p.dt)),
+        None => types.push(dt),
+    };
+    for a in actions {
+        match *a {
+            Action::Send { data, .. } | Action::Recv { data, .. } => add(data.dt),
+            Action::Copy { src, dst } => {
+                add(src.dt);
+                add(dst.dt);
+            }
+            Action::Reduce { dt, op, .. } => {
+                add(dt);
+                ops.push(op);
+            }
+            Action::Nop => {}
+        }
+    }
+    types.sort_unstable();
+    types.dedup();
+    ops.sort_unstable();
+    ops.dedup();
+    types
+        .into_iter()
+        .filter_map(crate::retain::datatype)
+        .chain(ops.into_iter().filter_map(crate::retain::op))
+        .collect()
 }
 
 #[cfg(test)]

@@ -72,6 +72,8 @@ impl Run {
         send: *const c_void,
         recv: *mut c_void,
     ) -> Run {
+        // the shadow communicator is duplicated when the first schedule needs it
+        comm.ensure_shadow();
         let lines = sched.scratch.div_ceil(64);
         let mut scratch: Box<[MaybeUninit<Line>]> = Box::new_uninit_slice(lines);
         let n = sched.len();

@@ -11,6 +11,11 @@
 //! machine (`default.tune` next to this file). Measured rows decide blocking calls at
 //! their communicator size within a factor of two of their message size; elsewhere the
 //! model decides.
+//!
+//! The file comes from the environment, so it is read defensively ([`read_capped`]): only
+//! a regular file (a FIFO, device or directory is refused before anything is read, and
+//! the open itself cannot block), at most [`MAX_FILE_BYTES`], and an error quotes at most
+//! [`QUOTE_CHARS`] characters of a bad line (none in secure-execution mode).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, RwLock};
@@ -79,6 +84,16 @@ impl Tuning {
 
     /// Parses a tuning file; `base` supplies what the file does not set.
     pub fn parse(text: &str, source: &str, base: &Tuning) -> Result<Tuning, String> {
+        Self::parse_quoting(text, source, base, true)
+    }
+
+    /// [`Tuning::parse`]; `quote`: whether an error may show (the start of) the bad line.
+    fn parse_quoting(
+        text: &str,
+        source: &str,
+        base: &Tuning,
+        quote: bool,
+    ) -> Result<Tuning, String> {
         let mut t = base.clone();
         t.source = source.to_string();
         for (i, raw) in text.lines().enumerate() {
@@ -86,7 +101,13 @@ impl Tuning {
             if line.is_empty() {
                 continue;
             }
-            let err = |what: &str| format!("{source}:{}: {what}: {raw:?}", i + 1);
+            let err = |what: &str| {
+                if quote {
+                    format!("{source}:{}: {what}: {}", i + 1, quote_line(raw))
+                } else {
+                    format!("{source}:{}: {what}", i + 1)
+                }
+            };
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
                 ["param", name, v] => {
@@ -154,10 +175,103 @@ pub fn install(t: Tuning) {
     super::reset();
 }
 
-/// Loads `SHIM_TUNING_FILE` on top of the built-in defaults.
+/// The largest tuning file read, in bytes (4 MiB). A file of `scripts/shim-tune` holds a
+/// few hundred rows of about 40 bytes; the built-in one is about 7 KB.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// The most characters of a bad line an error quotes.
+pub const QUOTE_CHARS: usize = 80;
+
+/// A bad line for an error message: at most [`QUOTE_CHARS`] characters, escaped, with `…`
+/// and the line's length when it is cut.
+fn quote_line(raw: &str) -> String {
+    match raw.char_indices().nth(QUOTE_CHARS) {
+        None => format!("{raw:?}"),
+        Some((cut, _)) => format!(
+            "{:?}… (the first {QUOTE_CHARS} of {} characters)",
+            &raw[..cut],
+            raw.chars().count()
+        ),
+    }
+}
+
+/// What a file that is not a regular file is, for the refusal.
+fn kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads a text file named by the environment, defensively: opened without blocking
+/// (`O_NONBLOCK`, so that a FIFO without a writer cannot stall the open) and without
+/// becoming a controlling terminal, checked with `fstat` to be a regular file, and read
+/// up to `cap` bytes (a larger file is refused, not truncated). The error never quotes
+/// the file's contents.
+pub fn read_capped(path: &str, cap: u64) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("cannot open {path}: {e}"))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("cannot stat {path}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "{path} is {}; only a regular file is read",
+            kind(meta.file_type())
+        ));
+    }
+    let too_big = || {
+        let limit = if cap >= 1 << 20 && cap % (1 << 20) == 0 {
+            format!("{} MiB", cap >> 20)
+        } else {
+            format!("{cap} bytes")
+        };
+        format!("{path} is larger than the limit of {limit}")
+    };
+    if meta.len() > cap {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    if bytes.len() as u64 > cap {
+        // it grew while being read (or its size was not its length, as in /proc)
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{path} is not text (invalid UTF-8 at byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// Loads `SHIM_TUNING_FILE` on top of the built-in defaults (see [`read_capped`]). In
+/// secure-execution mode the variable is ignored at configuration time; should the file
+/// be read anyway, errors do not quote it.
 pub fn load_file(path: &str) -> Result<Tuning, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    Tuning::parse(&text, path, &builtin())
+    load_file_with(path, MAX_FILE_BYTES, crate::config::at_secure())
+}
+
+fn load_file_with(path: &str, cap: u64, secure: bool) -> Result<Tuning, String> {
+    let text = read_capped(path, cap)?;
+    Tuning::parse_quoting(&text, path, &builtin(), !secure)
 }
 
 /// The built-in tuning (for tests and the decision table).
@@ -212,5 +326,113 @@ mod tests {
     #[test]
     fn builtin_parses() {
         let _ = builtin();
+    }
+
+    /// A fresh directory for a test's files.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("shim-tuning-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn reads_only_regular_files() {
+        let d = scratch("kinds");
+        let good = d.join("good.tune");
+        std::fs::write(&good, "param L 2.5\n").unwrap();
+        let t = load_file(good.to_str().unwrap()).unwrap();
+        assert_eq!(t.params.l, 2.5);
+        // a directory, a device, a FIFO (with no writer: neither the open nor the read
+        // may block) are refused by what they are
+        let e = read_capped(d.to_str().unwrap(), MAX_FILE_BYTES).unwrap_err();
+        assert!(
+            e.contains("is a directory; only a regular file is read"),
+            "{e}"
+        );
+        let e = read_capped("/dev/null", MAX_FILE_BYTES).unwrap_err();
+        assert!(e.contains("/dev/null is a character device"), "{e}");
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t0 = std::time::Instant::now();
+        let e = load_file(fifo.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("is a FIFO; only a regular file is read"), "{e}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        let e = load_file(d.join("missing").to_str().unwrap()).unwrap_err();
+        assert!(
+            e.contains("cannot open") && e.contains("No such file"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn dev_zero_is_refused_without_reading() {
+        let e = load_file("/dev/zero").unwrap_err();
+        assert!(e.contains("/dev/zero is a character device"), "{e}");
+    }
+
+    #[test]
+    fn reads_at_most_the_cap() {
+        let d = scratch("cap");
+        let f = d.join("big.tune");
+        let line = "param L 1\n";
+        std::fs::write(
+            &f,
+            line.repeat(((MAX_FILE_BYTES as usize) / line.len()) + 1),
+        )
+        .unwrap();
+        let e = load_file(f.to_str().unwrap()).unwrap_err();
+        assert!(
+            e.ends_with("big.tune is larger than the limit of 4 MiB"),
+            "{e}"
+        );
+        // exactly at the cap is read
+        std::fs::write(&f, "#".repeat(99) + "\n").unwrap();
+        assert!(read_capped(f.to_str().unwrap(), 100).is_ok());
+        let e = read_capped(f.to_str().unwrap(), 99).unwrap_err();
+        assert!(e.ends_with("is larger than the limit of 99 bytes"), "{e}");
+        // not text: refused without quoting
+        std::fs::write(&f, b"param L \xff\xfe secret\n").unwrap();
+        let e = load_file(f.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("is not text") && !e.contains("secret"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_bad_line_is_quoted_short() {
+        let d = scratch("quote");
+        let f = d.join("bad.tune");
+        let long = format!("param L 1\n{}\n", "x".repeat(1 << 20));
+        std::fs::write(&f, &long).unwrap();
+        let e = load_file(f.to_str().unwrap()).unwrap_err();
+        assert!(
+            e.len() < 400,
+            "{} bytes: {}",
+            e.len(),
+            &e[..400.min(e.len())]
+        );
+        assert!(e.contains("bad.tune:2: expected `param NAME VALUE`"), "{e}");
+        let shown = format!(
+            "\"{}\"… (the first 80 of 1048576 characters)",
+            "x".repeat(80)
+        );
+        assert!(e.ends_with(&shown), "{e}");
+        // multi-byte characters are cut at a character boundary
+        let e = Tuning::parse(&"é".repeat(100), "u", &Tuning::default()).unwrap_err();
+        assert!(e.contains(&format!("\"{}\"…", "é".repeat(80))), "{e}");
+        // a short line is quoted whole
+        let e = Tuning::parse("bogus line\n", "s", &Tuning::default()).unwrap_err();
+        assert!(e.ends_with(": \"bogus line\""), "{e}");
+        // secure-execution mode: the line number only, no contents
+        std::fs::write(&f, "param L 1\nsecret contents\n").unwrap();
+        let e = load_file_with(f.to_str().unwrap(), MAX_FILE_BYTES, true).unwrap_err();
+        assert!(
+            e.ends_with("bad.tune:2: expected `param NAME VALUE` or `best COLL P BYTES ALGORITHM`"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

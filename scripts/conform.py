@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""The conformance matrix: the programs in ctests/conform/ run natively and under the shim,
+results and error classes compared case by case (protocol: ctests/conform/harness.h).
+
+Each program is a table of numbered cases. A run that crashes or hangs in a case is
+resumed after it (CONFORM_FROM), so one bad case costs one case, not the rest of the table.
+Verdicts:
+  - every case must pass under every shim configuration (a crash or hang is a failure);
+  - for the error tables, the shim must return the class the system MPI returns; where the
+    system MPI crashes or hangs instead, the class the standard names (EXPECT lines);
+  - cases the system MPI fails (wrong data, crash, hang) while the shim passes are
+    recorded: build/conform/report.md lists them ("what the system MPI gets wrong").
+
+Usage: conform.py [--level reduced|full] [--only coll_matrix,errors,lifetime]
+                  [--ranks 1,2,3] [--jobs-timeout S]
+The reduced level is what scripts/test runs (CI); the full level is the README's
+`python3 scripts/conform.py --level full`.
+"""
+import argparse
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "conform"
+SRC = ROOT / "ctests" / "conform"
+LIB = os.environ.get("SHIM_LIB_PATH", str(ROOT / "target" / "release" / "libshim.so"))
+MPICC = os.environ.get("MPICC", "mpicc.mpich")
+MPIRUN = os.environ.get("MPIRUN", "mpirun.mpich")
+
+# (program, kind): "check" programs verify data themselves; "rc" programs report classes.
+PROGRAMS = {
+    "coll_matrix": "check",
+    "lifetime": "check",
+    "errhandlers": "check",
+    "errors": "rc",
+}
+
+
+def plan(level):
+    """(program, ranks, label, env) runs. Native runs at 3+ ranks are slow on 2 cores
+    (MPICH busy-polls: milliseconds per collective), so the reduced level keeps them to
+    1-2 ranks and the full level to the error and lifetime tables plus the matrix at 3."""
+    shim = {"LD_PRELOAD": LIB}
+    runs = []
+    full = level == "full"
+    for n in ([1, 2, 3, 4, 5] if full else [1, 2, 3]):
+        if n <= 2 or full:
+            runs.append(("coll_matrix", n, "native", {}))
+        runs.append(("coll_matrix", n, "shim", shim))
+        runs.append(("coll_matrix", n, "shim-cycle", dict(shim, CONFORM_ALGOS="cycle")))
+        if n in (2, 3) or full:
+            runs.append(("coll_matrix", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread")))
+        if full:
+            runs.append(("coll_matrix", n, "shim-all", dict(shim, CONFORM_ALGOS="all")))
+            runs.append(("coll_matrix", n, "shim-thread-cycle",
+                         dict(shim, SHIM_PROGRESS="thread", CONFORM_ALGOS="cycle")))
+    for n in ([1, 2, 3] if full else [1, 2]):
+        runs.append(("errors", n, "native", {}))
+        runs.append(("errors", n, "shim", shim))
+        if full or n == 2:
+            runs.append(("errors", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread")))
+    for n in ([1, 2, 3, 4, 5] if full else [1, 2, 3]):
+        if n <= 2 or full:
+            runs.append(("errhandlers", n, "native", {}))
+        runs.append(("errhandlers", n, "shim", shim))
+        if n == 2 or full:
+            runs.append(("errhandlers", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread")))
+    for n in ([1, 2, 3, 4, 5] if full else [2, 3]):
+        if n <= 2 or full:
+            runs.append(("lifetime", n, "native", {}))
+        runs.append(("lifetime", n, "shim", shim))
+        if n == 2 or full:
+            runs.append(("lifetime", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread")))
+    return runs
+
+
+def build(prog):
+    BUILD.mkdir(parents=True, exist_ok=True)
+    exe = BUILD / prog
+    if prog == "errors":
+        src = BUILD / "errors.c"
+        subprocess.run([sys.executable, str(SRC / "gen_errors.py"), str(src)], check=True)
+    else:
+        src = SRC / f"{prog}.c"
+    subprocess.run([MPICC, "-O1", "-g", "-w", "-I", str(SRC), "-o", str(exe), str(src),
+                    "-ldl", "-lm", "-lpthread"], check=True)
+    return exe
+
+
+class Result:
+    """Per case: status (ok, fail, crash, hang), details, RC and EXPECT classes, names."""
+
+    def __init__(self):
+        self.status, self.detail, self.rc, self.expect, self.name = {}, {}, {}, {}, {}
+        self.complete = False
+
+
+def run_once(exe, n, env, start, level, idle, log, res):
+    """One mpirun from case `start`; returns (finished, case it died in or None)."""
+    e = dict(os.environ, CONFORM_FROM=str(start), CONFORM_LEVEL=level, **env)
+    cmd = [MPIRUN, "-n", str(n), str(exe)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=e,
+                         start_new_session=True)
+    current = None
+    last = time.time()
+    buf = b""
+    hung = False
+    while True:
+        r, _, _ = select.select([p.stdout], [], [], 1.0)
+        if r:
+            chunk = os.read(p.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            last = time.time()
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                parts = raw.decode(errors="replace").split(" ", 3)
+                kind = parts[0]
+                try:
+                    cid = int(parts[1]) if len(parts) > 1 else None
+                except ValueError:
+                    continue
+                if kind == "CASE":
+                    current = cid
+                    res.name[cid] = " ".join(parts[2:])
+                elif kind == "FAIL":
+                    res.detail.setdefault(cid, []).append(" ".join(parts[2:]))
+                elif kind == "RC":
+                    res.rc[cid] = parts[2]
+                elif kind == "EXPECT":
+                    res.expect[cid] = parts[2]
+                elif kind == "DONE":
+                    res.status[cid] = "ok" if parts[2] == "ok" else "fail"
+                    current = None
+                elif kind == "END":
+                    res.complete = True
+        elif time.time() - last > idle:
+            hung = True
+            break
+        if p.poll() is not None and not r:
+            break
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    if res.complete:
+        return True, None
+    if current is not None:
+        res.status[current] = "hang" if hung else "crash"
+    return False, current
+
+
+def run(exe, n, env, level, idle, logpath):
+    res = Result()
+    start = 0
+    with open(logpath, "w") as log:
+        for _ in range(500):
+            done, died = run_once(exe, n, env, start, level, idle, log, res)
+            if done:
+                break
+            if died is None:
+                # died between cases (or before the first): resume after the last done
+                seen = [c for c in res.status]
+                nxt = max(seen) + 1 if seen else None
+                if nxt is None or nxt <= start:
+                    res.status[start] = "crash"
+                    res.name.setdefault(start, "(before its CASE line)")
+                    nxt = start + 1
+                start = nxt
+            else:
+                start = died + 1
+            log.write(f"\n--- resumed at case {start}\n")
+            log.flush()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--level", default="reduced", choices=["reduced", "full"])
+    ap.add_argument("--only", default="")
+    ap.add_argument("--ranks", default="")
+    ap.add_argument("--idle", type=float, default=0, help="seconds without output = hang")
+    a = ap.parse_args()
+    only = set(filter(None, a.only.split(",")))
+    ranks = set(int(x) for x in a.ranks.split(",") if x)
+    runs = [r for r in plan(a.level) if (not only or r[0] in only) and (not ranks or r[1] in ranks)]
+    exes = {p: build(p) for p in sorted({r[0] for r in runs})}
+    results = {}
+    t0 = time.time()
+    for prog, n, label, env in runs:
+        idle = a.idle or (90 if label == "native" and n >= 3 else 60)
+        t = time.time()
+        res = run(exes[prog], n, env, a.level, idle, BUILD / f"{prog}.{label}.n{n}.log")
+        results[(prog, n, label)] = res
+        bad = [c for c, s in res.status.items() if s != "ok"]
+        print(f"{prog:12s} n={n} {label:18s} {len(res.status):5d} cases, {len(bad):3d} not ok"
+              f"  ({time.time() - t:.0f}s)", flush=True)
+    failures, native_wrong = [], []
+    for (prog, n, label), res in results.items():
+        if label == "native":
+            continue
+        nat = results.get((prog, n, "native"))
+        for cid, st in sorted(res.status.items()):
+            name = res.name.get(cid, "")
+            if st != "ok":
+                why = "; ".join(res.detail.get(cid, [])[:3]) or st
+                failures.append(f"{prog} n={n} {label}: case {cid} {name}: {st}: {why}")
+                continue
+            if PROGRAMS[prog] == "rc" and cid in res.rc:
+                got = res.rc[cid]
+                want = None
+                if nat is not None and nat.status.get(cid) == "ok" and cid in nat.rc:
+                    want = nat.rc[cid]
+                    if want == "MPI_SUCCESS" and got == res.expect.get(cid):
+                        want = got  # the system MPI misses the error; the shim reports it
+                elif cid in res.expect:
+                    want = res.expect[cid]
+                if want is not None and got != want:
+                    failures.append(f"{prog} n={n} {label}: case {cid} {name}: class {got}, "
+                                    f"expected {want}")
+    for (prog, n, label), res in results.items():
+        if label != "native":
+            continue
+        for cid, st in sorted(res.status.items()):
+            if st != "ok":
+                shim_ok = all(r.status.get(cid) == "ok" for (p2, n2, l2), r in results.items()
+                              if p2 == prog and n2 == n and l2 != "native" and cid in r.status)
+                why = "; ".join(res.detail.get(cid, [])[:2]) or st
+                native_wrong.append((prog, n, cid, res.name.get(cid, ""), st, why, shim_ok))
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / "report.md", "w") as f:
+        f.write(f"# Conformance matrix ({a.level}), {time.strftime('%Y-%m-%d %H:%M')}\n\n")
+        f.write("| program | ranks | configuration | cases | not ok |\n|---|---|---|---|---|\n")
+        for (prog, n, label), res in results.items():
+            bad = sum(1 for s in res.status.values() if s != "ok")
+            f.write(f"| {prog} | {n} | {label} | {len(res.status)} | {bad} |\n")
+        f.write("\n## What the system MPI gets wrong (the shim passes these)\n\n")
+        for prog, n, cid, name, st, why, shim_ok in native_wrong:
+            if shim_ok:
+                f.write(f"- {prog} n={n} case {cid} `{name}`: {st}: {why}\n")
+        f.write("\n## Shim failures\n\n")
+        for x in failures:
+            f.write(f"- {x}\n")
+    print(f"\n{sum(1 for x in native_wrong if x[6])} cases the system MPI gets wrong and the "
+          f"shim gets right (build/conform/report.md); {time.time() - t0:.0f}s in all")
+    if failures:
+        print(f"\n{len(failures)} FAILURES under the shim:")
+        for x in failures[:60]:
+            print("  " + x)
+        sys.exit(1)
+    print("conformance matrix: every case passes under the shim")
+
+
+if __name__ == "__main__":
+    main()
