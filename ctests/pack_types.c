@@ -1,8 +1,9 @@
 /* Datatype engine (issue 8): MPI_Pack/MPI_Unpack (the shim's packer) against
  * PMPI_Pack/PMPI_Unpack (the system MPI) byte for byte, over randomly generated nested
  * datatypes (contiguous, vector, hvector, indexed, hindexed, indexed_block,
- * hindexed_block, struct, subarray, darray, resized, dup) and several counts; the _c
- * forms; partial positions. Then point-to-point messages with derived datatypes: shim to
+ * hindexed_block, struct, subarray, darray, resized, dup; each constructor half the time
+ * in its large-count _c form) and several counts; the _c forms; partial positions. Then
+ * point-to-point messages with derived datatypes: shim to
  * shim, to a receiver using a different datatype with the same signature, short messages,
  * truncation, and MPI_Get_count / MPI_Get_elements. MPI_Pack_external/MPI_Unpack_external
  * ("external32") against the system MPI over random types of one base each.
@@ -43,6 +44,84 @@ static MPI_Aint true_end(MPI_Datatype t) {
     return tlb + text;
 }
 
+/* Each constructor, half the time in its large-count form (MPI-4.0 §5.1: the `_c`
+ * constructors keep their arguments in the large-count array of MPI_Type_get_contents, so
+ * the shim's decoder must read both layouts). */
+#if MPI_VERSION >= 4
+/* not for the external32 checks: their helpers walk types with the classic calls */
+#define BIG() (only_base == MPI_DATATYPE_NULL && rnd() % 2)
+#define CV(dst, src, n) MPI_Count dst[8]; for (int k_ = 0; k_ < (n); k_++) dst[k_] = (src)[k_]
+#else
+#define BIG() 0
+#endif
+static void T_contiguous(int n, MPI_Datatype o, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { MPI_Type_contiguous_c(n, o, t); return; }
+#endif
+    MPI_Type_contiguous(n, o, t);
+}
+static void T_vector(int n, int bl, int st, MPI_Datatype o, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { MPI_Type_vector_c(n, bl, st, o, t); return; }
+#endif
+    MPI_Type_vector(n, bl, st, o, t);
+}
+static void T_hvector(int n, int bl, MPI_Aint st, MPI_Datatype o, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { MPI_Type_create_hvector_c(n, bl, st, o, t); return; }
+#endif
+    MPI_Type_create_hvector(n, bl, st, o, t);
+}
+static void T_indexed(int n, int *bl, int *d, MPI_Datatype o, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { CV(b, bl, n); CV(e, d, n); MPI_Type_indexed_c(n, b, e, o, t); return; }
+#endif
+    MPI_Type_indexed(n, bl, d, o, t);
+}
+static void T_hindexed(int n, int *bl, MPI_Aint *d, MPI_Datatype o, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { CV(b, bl, n); CV(e, d, n); MPI_Type_create_hindexed_c(n, b, e, o, t); return; }
+#endif
+    MPI_Type_create_hindexed(n, bl, d, o, t);
+}
+static void T_indexed_block(int n, int bl, int *d, MPI_Datatype o, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { CV(e, d, n); MPI_Type_create_indexed_block_c(n, bl, e, o, t); return; }
+#endif
+    MPI_Type_create_indexed_block(n, bl, d, o, t);
+}
+static void T_hindexed_block(int n, int bl, MPI_Aint *d, MPI_Datatype o, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { CV(e, d, n); MPI_Type_create_hindexed_block_c(n, bl, e, o, t); return; }
+#endif
+    MPI_Type_create_hindexed_block(n, bl, d, o, t);
+}
+static void T_struct(int n, int *bl, MPI_Aint *d, MPI_Datatype *ts, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { CV(b, bl, n); CV(e, d, n); MPI_Type_create_struct_c(n, b, e, ts, t); return; }
+#endif
+    MPI_Type_create_struct(n, bl, d, ts, t);
+}
+static void T_subarray(int nd, int *sz, int *sub, int *st, int order, MPI_Datatype o, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { CV(a, sz, nd); CV(b, sub, nd); CV(c, st, nd); MPI_Type_create_subarray_c(nd, a, b, c, order, o, t); return; }
+#endif
+    MPI_Type_create_subarray(nd, sz, sub, st, order, o, t);
+}
+static void T_darray(int np, int r, int nd, int *gs, int *di, int *da, int *ps, int order, MPI_Datatype o,
+                     MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { CV(g, gs, nd); MPI_Type_create_darray_c(np, r, nd, g, di, da, ps, order, o, t); return; }
+#endif
+    MPI_Type_create_darray(np, r, nd, gs, di, da, ps, order, o, t);
+}
+static void T_resized(MPI_Datatype o, MPI_Aint lb, MPI_Aint ext, MPI_Datatype *t) {
+#if MPI_VERSION >= 4
+    if (BIG()) { MPI_Type_create_resized_c(o, lb, ext, t); return; }
+#endif
+    MPI_Type_create_resized(o, lb, ext, t);
+}
+
 /* A random type whose type map does not overlap itself (so it can be unpacked into),
  * with non-negative displacements; the bytes it spans are kept moderate. */
 static MPI_Datatype gen(int depth) {
@@ -52,21 +131,21 @@ static MPI_Datatype gen(int depth) {
     MPI_Aint end = true_end(old);
     if (ext < end) ext = end; /* keep copies apart */
     if (ext != extent_of(old)) {
-        MPI_Type_create_resized(old, 0, ext, &t);
+        T_resized(old, 0, ext, &t);
         old = keep(t);
     }
     switch (rnd() % 12) {
     case 0:
-        MPI_Type_contiguous(rnd_in(1, 5), old, &t);
+        T_contiguous(rnd_in(1, 5), old, &t);
         break;
     case 1: {
         int bl = rnd_in(1, 4);
-        MPI_Type_vector(rnd_in(1, 6), bl, bl + rnd_in(0, 3), old, &t);
+        T_vector(rnd_in(1, 6), bl, bl + rnd_in(0, 3), old, &t);
         break;
     }
     case 2: {
         int bl = rnd_in(1, 3);
-        MPI_Type_create_hvector(rnd_in(1, 6), bl, bl * ext + rnd_in(0, 9), old, &t);
+        T_hvector(rnd_in(1, 6), bl, bl * ext + rnd_in(0, 9), old, &t);
         break;
     }
     case 3:
@@ -81,9 +160,9 @@ static MPI_Datatype gen(int depth) {
             at += bls[i] + rnd_in(0, 2) + 1;
         }
         if (rnd() % 2)
-            MPI_Type_indexed(n, bls, d, old, &t);
+            T_indexed(n, bls, d, old, &t);
         else
-            MPI_Type_create_hindexed(n, bls, hd, old, &t);
+            T_hindexed(n, bls, hd, old, &t);
         break;
     }
     case 5: {
@@ -96,9 +175,9 @@ static MPI_Datatype gen(int depth) {
             at += bl + rnd_in(0, 2);
         }
         if (rnd() % 2)
-            MPI_Type_create_indexed_block(n, bl, d, old, &t);
+            T_indexed_block(n, bl, d, old, &t);
         else
-            MPI_Type_create_hindexed_block(n, bl, hd, old, &t);
+            T_hindexed_block(n, bl, hd, old, &t);
         break;
     }
     case 6: {
@@ -112,7 +191,7 @@ static MPI_Datatype gen(int depth) {
             MPI_Aint e = extent_of(ts[i]), te = true_end(ts[i]);
             at += (MPI_Aint)(bls[i] - 1) * e + (te > e ? te : e) + rnd_in(0, 5);
         }
-        MPI_Type_create_struct(n, bls, d, ts, &t);
+        T_struct(n, bls, d, ts, &t);
         break;
     }
     case 7: {
@@ -122,7 +201,7 @@ static MPI_Datatype gen(int depth) {
             subs[i] = rnd_in(1, sizes[i]);
             starts[i] = rnd_in(0, sizes[i] - subs[i]);
         }
-        MPI_Type_create_subarray(nd, sizes, subs, starts, rnd() % 2 ? MPI_ORDER_C : MPI_ORDER_FORTRAN, old, &t);
+        T_subarray(nd, sizes, subs, starts, rnd() % 2 ? MPI_ORDER_C : MPI_ORDER_FORTRAN, old, &t);
         break;
     }
     case 8: {
@@ -140,12 +219,12 @@ static MPI_Datatype gen(int depth) {
         }
         np = 1;
         for (int i = 0; i < nd; i++) np *= ps[i];
-        MPI_Type_create_darray(np, rnd_in(0, np - 1), nd, gs, dist, darg, ps,
+        T_darray(np, rnd_in(0, np - 1), nd, gs, dist, darg, ps,
                                rnd() % 2 ? MPI_ORDER_C : MPI_ORDER_FORTRAN, old, &t);
         break;
     }
     case 9:
-        MPI_Type_create_resized(old, 0, ext + rnd_in(0, 16), &t);
+        T_resized(old, 0, ext + rnd_in(0, 16), &t);
         break;
     case 10:
         MPI_Type_dup(old, &t);
@@ -153,9 +232,9 @@ static MPI_Datatype gen(int depth) {
     default: {
         /* a "vector of vectors" like a 3-D halo face */
         MPI_Datatype inner;
-        MPI_Type_vector(rnd_in(1, 4), 1, rnd_in(1, 3), old, &inner);
+        T_vector(rnd_in(1, 4), 1, rnd_in(1, 3), old, &inner);
         keep(inner);
-        MPI_Type_create_hvector(rnd_in(1, 4), 1, true_end(inner) + rnd_in(0, 8), inner, &t);
+        T_hvector(rnd_in(1, 4), 1, true_end(inner) + rnd_in(0, 8), inner, &t);
         break;
     }
     }

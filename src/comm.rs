@@ -471,6 +471,20 @@ pub mod hooks {
     /// (collective, MPI-4.0 §7.4.3), so waiting for it here cannot deadlock; the wait
     /// advances the shim's other schedules too.
     pub unsafe fn MPI_Comm_free(comm: *mut MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
+        // SAFETY: the caller's pointer.
+        unsafe { complete_shadow(comm) };
+        native()
+    }
+
+    /// As `MPI_Comm_free` (MPI-4.0 §11.10.4: it also frees the communicator).
+    pub unsafe fn MPI_Comm_disconnect(comm: *mut MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
+        // SAFETY: the caller's pointer.
+        unsafe { complete_shadow(comm) };
+        native()
+    }
+
+    /// Waits for a shadow duplication still pending on `*comm` (see `MPI_Comm_free`).
+    unsafe fn complete_shadow(comm: *mut MPI_Comm) {
         if !comm.is_null() {
             // SAFETY: a non-NULL pointer to the application's handle.
             if let Some(st) = existing(unsafe { *comm }) {
@@ -480,6 +494,5 @@ pub mod hooks {
                 }
             }
         }
-        native()
     }
 }

@@ -11,7 +11,12 @@
  *   CONFORM_FROM=k     skip cases below k (the driver resumes after a case that crashed
  *                      or hung the job);
  *   CONFORM_LEVEL=full the full table (default: reduced);
- *   CONFORM_ONLY=k     run only case k (for reproducing one case by hand).
+ *   CONFORM_ONLY=k     run only case k (for reproducing one case by hand);
+ *   CONFORM_SKIP=id,id,... or @file (one id at the start of each line): cases not to run
+ *                      (e.g. the ones the system MPI itself crashes on, to save restarts);
+ *   CONFORM_PROGRESS=f rank 0 also appends "CASE <id>" / "DONE <id>" to file f with
+ *                      write(2), which survives an abort (stdout lines still in the pipe to
+ *                      mpirun can be lost when the job is torn down).
  *
  * Output (stdout, one line each, flushed):
  *   CASE <id> <name>             rank 0, before case <id> starts;
@@ -29,12 +34,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 static int h_rank = -1, h_size = 0;
 static MPI_Comm h_comm = MPI_COMM_NULL; /* the harness's own communicator */
 static int h_from = 0, h_only = -1, h_full = 0;
 static int h_ok;                       /* this rank's verdict on the current case */
 static int h_cases = 0;
+static int *h_skip, h_nskip;
+static int h_progress_fd = -1;
+
+static void h_read_skip(const char *s) {
+    FILE *f = NULL;
+    if (*s == '@' && !(f = fopen(s + 1, "r"))) {
+        fprintf(stderr, "cannot read %s\n", s + 1);
+        return;
+    }
+    const char *p = s;
+    int cap = 0;
+    char line[256];
+    for (;;) {
+        long id;
+        if (f) {
+            if (!fgets(line, sizeof line, f)) break;
+            if (sscanf(line, "%ld", &id) != 1) continue;
+        } else {
+            char *e;
+            if (!*p) break;
+            id = strtol(p, &e, 10);
+            if (e == p) break;
+            p = *e ? e + 1 : e;
+        }
+        if (h_nskip == cap) h_skip = realloc(h_skip, sizeof(int) * (cap = cap ? 2 * cap : 64));
+        h_skip[h_nskip++] = (int)id;
+    }
+    if (f) fclose(f);
+}
+
+static void h_progress(const char *what, int id) {
+    if (h_progress_fd < 0 || h_rank != 0) return;
+    char line[64];
+    int n = snprintf(line, sizeof line, "%s %d\n", what, id);
+    if (write(h_progress_fd, line, n) != n) h_progress_fd = -1;
+}
 
 static void h_init(int *argc, char ***argv) {
     int provided;
@@ -51,11 +94,16 @@ static void h_init(int *argc, char ***argv) {
     if ((s = getenv("CONFORM_FROM"))) h_from = atoi(s);
     if ((s = getenv("CONFORM_ONLY"))) h_only = atoi(s);
     if ((s = getenv("CONFORM_LEVEL"))) h_full = strcmp(s, "full") == 0;
+    if ((s = getenv("CONFORM_SKIP")) && *s) h_read_skip(s);
+    if ((s = getenv("CONFORM_PROGRESS")) && *s && h_rank == 0)
+        h_progress_fd = open(s, O_WRONLY | O_APPEND | O_CREAT, 0644);
 }
 
 /* Whether case `id` runs in this job (every rank decides the same). */
 static int h_selected(int id) {
     if (h_only >= 0) return id == h_only;
+    for (int i = 0; i < h_nskip; i++)
+        if (h_skip[i] == id) return 0;
     return id >= h_from;
 }
 
@@ -73,6 +121,7 @@ static int h_begin(int id, const char *fmt, ...) {
         va_end(ap);
         printf("CASE %d %s\n", id, name);
         fflush(stdout);
+        h_progress("CASE", id);
     }
     return 1;
 }
@@ -108,6 +157,7 @@ static void h_end(int id) {
     if (h_rank == 0) {
         printf("DONE %d %s\n", id, all ? "ok" : "fail");
         fflush(stdout);
+        h_progress("DONE", id);
     }
 }
 

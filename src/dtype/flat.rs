@@ -1,4 +1,4 @@
-//! Flattened datatypes: any MPI datatype decoded once through
+//! Flattened datatypes: any MPI datatype (classic or large-count constructors) decoded once through
 //! `MPI_Type_get_envelope`/`MPI_Type_get_contents` (MPI-4.0 §5.1.13) into a small tree of
 //! byte runs and loops, so a vector of a billion blocks is one loop node, not a billion runs.
 //!
@@ -382,12 +382,112 @@ fn named(dt: MPI_Datatype) -> Result<(Node, i64), Opaque> {
     Err(Opaque::Unsupported(MPI_COMBINER_NAMED))
 }
 
-/// Frees the derived datatypes `MPI_Type_get_contents` handed out (MPI-4.0 §5.1.13: they
-/// are new references the caller must free).
+/// A derived datatype's constructor arguments in the layout of the classic (`int`/`MPI_Aint`)
+/// constructors, whichever constructor built it; frees the datatypes
+/// `MPI_Type_get_contents` handed out (MPI-4.0 §5.1.13: they are new references the caller
+/// must free).
 struct Contents {
-    ints: Vec<c_int>,
-    addrs: Vec<MPI_Aint>,
+    ints: Vec<i64>,
+    addrs: Vec<i64>,
     types: Vec<MPI_Datatype>,
+}
+
+/// The combiner of `dt` and, unless it is `MPI_COMBINER_NAMED`, its contents. A type built
+/// by a large-count (`_c`) constructor keeps its counts, displacements and strides in the
+/// large-count array (MPI-4.0 §5.1.13, Table 5.1); they are moved to where the classic
+/// constructor keeps them, so one decoder reads both.
+fn contents(dt: MPI_Datatype) -> Result<(c_int, Contents), c_int> {
+    let (mut ni, mut na, mut nl, mut nd) = (0 as MPI_Count, 0 as MPI_Count, 0 as MPI_Count, 0);
+    let mut comb: c_int = 0;
+    // SAFETY: valid out-pointers.
+    let rc = unsafe {
+        pmpi::PMPI_Type_get_envelope_c(dt, &mut ni, &mut na, &mut nl, &mut nd, &mut comb)
+    };
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    let mut c = Contents {
+        ints: Vec::new(),
+        addrs: Vec::new(),
+        types: Vec::new(),
+    };
+    if comb == MPI_COMBINER_NAMED {
+        return Ok((comb, c));
+    }
+    let mut ints: Vec<c_int> = vec![0; ni.max(0) as usize];
+    let mut addrs: Vec<MPI_Aint> = vec![0; na.max(0) as usize];
+    let mut large: Vec<MPI_Count> = vec![0; nl.max(0) as usize];
+    c.types = vec![MPI_DATATYPE_NULL(); nd.max(0) as usize];
+    // SAFETY: arrays of exactly the sizes the envelope gave. The classic call when there
+    // are no large counts: an MPI-3 library (Open MPI 4) has no `_c` form.
+    let rc = unsafe {
+        if nl == 0 {
+            pmpi::PMPI_Type_get_contents(
+                dt,
+                ni as c_int,
+                na as c_int,
+                nd as c_int,
+                ints.as_mut_ptr(),
+                addrs.as_mut_ptr(),
+                c.types.as_mut_ptr(),
+            )
+        } else {
+            pmpi::PMPI_Type_get_contents_c(
+                dt,
+                ni,
+                na,
+                nl,
+                nd,
+                ints.as_mut_ptr(),
+                addrs.as_mut_ptr(),
+                large.as_mut_ptr(),
+                c.types.as_mut_ptr(),
+            )
+        }
+    };
+    if rc != MPI_SUCCESS {
+        c.types.clear();
+        return Err(rc);
+    }
+    let mut i: Vec<i64> = ints.iter().map(|&v| v as i64).collect();
+    let mut a: Vec<i64> = addrs.iter().map(|&v| v as i64).collect();
+    if nl > 0 {
+        let l = &large;
+        let n = |k: usize| l.get(k).copied().unwrap_or(0).max(0) as usize;
+        match comb {
+            // count, blocklength(s), displacements: the classic h-forms keep the
+            // displacements (and the hvector stride) as addresses
+            MPI_COMBINER_HVECTOR => {
+                i = l[..2.min(l.len())].to_vec();
+                a = l[2.min(l.len())..].to_vec();
+            }
+            MPI_COMBINER_HINDEXED | MPI_COMBINER_STRUCT => {
+                let k = (1 + n(0)).min(l.len());
+                i = l[..k].to_vec();
+                a = l[k..].to_vec();
+            }
+            MPI_COMBINER_HINDEXED_BLOCK => {
+                let k = 2.min(l.len());
+                i = l[..k].to_vec();
+                a = l[k..].to_vec();
+            }
+            MPI_COMBINER_RESIZED => a = l.clone(),
+            // ints: ndims, order; large: sizes, subsizes, starts
+            MPI_COMBINER_SUBARRAY if i.len() == 2 => {
+                let order = i[1];
+                i = [&[i[0]][..], &l[..], &[order][..]].concat();
+            }
+            // ints: size, rank, ndims, distribs, dargs, psizes, order; large: gsizes
+            MPI_COMBINER_DARRAY if i.len() >= 3 => {
+                i = [&i[..3], &l[..], &i[3..]].concat();
+            }
+            // contiguous, vector, indexed, indexed_block: all counts, in order
+            _ => i = [&i[..], &l[..]].concat(),
+        }
+    }
+    c.ints = i;
+    c.addrs = a;
+    Ok((comb, c))
 }
 
 impl Drop for Contents {
@@ -416,35 +516,9 @@ fn element_type_at(dt: MPI_Datatype, depth: usize) -> Result<Option<MPI_Datatype
     if depth > 64 || dt == MPI_DATATYPE_NULL() {
         return Err(MPI_ERR_TYPE);
     }
-    let (mut ni, mut na, mut nd, mut comb) = (0, 0, 0, 0);
-    // SAFETY: valid out-pointers.
-    let rc = unsafe { pmpi::PMPI_Type_get_envelope(dt, &mut ni, &mut na, &mut nd, &mut comb) };
-    if rc != MPI_SUCCESS {
-        return Err(MPI_ERR_TYPE);
-    }
+    let (comb, c) = contents(dt).map_err(|_| MPI_ERR_TYPE)?;
     if comb == MPI_COMBINER_NAMED {
         return Ok(Some(dt));
-    }
-    let mut c = Contents {
-        ints: vec![0; ni.max(0) as usize],
-        addrs: vec![0; na.max(0) as usize],
-        types: vec![MPI_DATATYPE_NULL(); nd.max(0) as usize],
-    };
-    // SAFETY: arrays of exactly the sizes the envelope gave.
-    let rc = unsafe {
-        pmpi::PMPI_Type_get_contents(
-            dt,
-            ni,
-            na,
-            nd,
-            c.ints.as_mut_ptr(),
-            c.addrs.as_mut_ptr(),
-            c.types.as_mut_ptr(),
-        )
-    };
-    if rc != MPI_SUCCESS {
-        c.types.clear();
-        return Err(MPI_ERR_TYPE);
     }
     let mut found: Option<MPI_Datatype> = None;
     for &t in &c.types {
@@ -464,44 +538,11 @@ fn decode(dt: MPI_Datatype, depth: usize) -> Result<Node, Opaque> {
     if is_predefined_datatype(dt) {
         return Ok(named(dt)?.0);
     }
-    let (mut ni, mut na, mut nl, mut nd) = (0 as MPI_Count, 0 as MPI_Count, 0 as MPI_Count, 0);
-    let mut comb: c_int = 0;
-    // SAFETY: valid out-pointers.
-    let rc = unsafe {
-        pmpi::PMPI_Type_get_envelope_c(dt, &mut ni, &mut na, &mut nl, &mut nd, &mut comb)
-    };
-    if rc != MPI_SUCCESS {
-        return Err(Opaque::Invalid(rc));
-    }
+    let (comb, c) = contents(dt).map_err(Opaque::Invalid)?;
     if comb == MPI_COMBINER_NAMED {
         return Ok(named(dt)?.0);
     }
-    if nl > 0 {
-        // Large-count constructors keep their counts elsewhere; the system MPI packs these.
-        return Err(Opaque::Unsupported(comb));
-    }
-    let mut c = Contents {
-        ints: vec![0; ni as usize],
-        addrs: vec![0; na as usize],
-        types: vec![MPI_DATATYPE_NULL(); nd as usize],
-    };
-    // SAFETY: arrays of exactly the sizes the envelope gave.
-    let rc = unsafe {
-        pmpi::PMPI_Type_get_contents(
-            dt,
-            ni as c_int,
-            na as c_int,
-            nd as c_int,
-            c.ints.as_mut_ptr(),
-            c.addrs.as_mut_ptr(),
-            c.types.as_mut_ptr(),
-        )
-    };
-    if rc != MPI_SUCCESS {
-        c.types.clear();
-        return Err(Opaque::Invalid(rc));
-    }
-    let i = |k: usize| c.ints[k] as i64;
+    let i = |k: usize| c.ints[k];
     let sub = |k: usize| -> Result<(Node, i64), Opaque> {
         let t = c.types[k];
         Ok((decode(t, depth + 1)?, extent(t)?.1))
@@ -583,10 +624,10 @@ fn decode(dt: MPI_Datatype, depth: usize) -> Result<Node, Opaque> {
             // ints: size, rank, ndims, gsizes[n], distribs[n], dargs[n], psizes[n], order
             let (size, rank, nd) = (i(0), i(1), i(2) as usize);
             let gs: Vec<i64> = (0..nd).map(|k| i(3 + k)).collect();
-            let dist: Vec<c_int> = (0..nd).map(|k| c.ints[3 + nd + k]).collect();
+            let dist: Vec<c_int> = (0..nd).map(|k| c.ints[3 + nd + k] as c_int).collect();
             let darg: Vec<i64> = (0..nd).map(|k| i(3 + 2 * nd + k)).collect();
             let ps: Vec<i64> = (0..nd).map(|k| i(3 + 3 * nd + k)).collect();
-            let order = c.ints[3 + 4 * nd];
+            let order = c.ints[3 + 4 * nd] as c_int;
             if ps.iter().product::<i64>() != size {
                 return Err(Opaque::Unsupported(comb));
             }

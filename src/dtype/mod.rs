@@ -93,9 +93,12 @@ pub fn info(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
     }
     let same_span = size == ext && text == ext && tlb == lb;
     // named types (the pair types) never reorder: the span decides; a derived type is
-    // contiguous only if its flattened map is one run at the lower bound
+    // contiguous only if its flattened map is one run at the lower bound, or empty (a
+    // zero-byte copy is trivially in order)
     let contiguous = same_span
-        && (predefined || flat::get(dt).is_ok_and(|f| f.contiguous == Some(lb) && f.size == size));
+        && (predefined
+            || size == 0
+            || flat::get(dt).is_ok_and(|f| f.contiguous == Some(lb) && f.size == size));
     let i = TypeInfo {
         size,
         lb,
@@ -160,6 +163,11 @@ pub unsafe fn copy(
         (Err(e), _) | (_, Err(e)) => return e,
     };
     let bytes = scount * si.size;
+    if bytes == 0 {
+        // nothing to move (an empty type map); the buffers may be MPI_BOTTOM, which the
+        // system MPI's pack would reject
+        return MPI_SUCCESS;
+    }
     if si.dense() && di.dense() && bytes == dcount * di.size {
         // SAFETY: dense layouts: `bytes` contiguous bytes start at lb in both buffers.
         unsafe {
