@@ -49,6 +49,25 @@ pub struct Neighbors {
     /// Cartesian: neighbour 2d is the source and 2d+1 the destination of a shift by 1 in
     /// dimension d, and messages are matched by direction.
     pub cart: bool,
+    /// A process appears more than once among the sources or among the destinations.
+    pub repeated: bool,
+}
+
+impl Neighbors {
+    fn new(sources: Vec<c_int>, dests: Vec<c_int>, cart: bool) -> Neighbors {
+        let twice = |l: &[c_int]| {
+            let mut v: Vec<c_int> = l.iter().copied().filter(|&r| r != MPI_PROC_NULL).collect();
+            v.sort_unstable();
+            v.windows(2).any(|w| w[0] == w[1])
+        };
+        let repeated = twice(&sources) || twice(&dests);
+        Neighbors {
+            sources,
+            dests,
+            cart,
+            repeated,
+        }
+    }
 }
 
 pub struct CommState {
@@ -56,6 +75,8 @@ pub struct CommState {
     pub rank: c_int,
     pub size: c_int,
     pub inter: bool,
+    /// The remote group's size (an intercommunicator's), else `size`.
+    pub remote_size: c_int,
     shadow: AtomicHandle,
     /// A pending `PMPI_Comm_idup`: the request and the cell it writes the new handle to.
     dup: Mutex<Option<Box<(MPI_Request, MPI_Comm)>>>,
@@ -70,7 +91,7 @@ impl CommState {
     /// Starts the shadow's duplication if it has not been started (see the module
     /// comment): called when a schedule is launched on the communicator.
     pub fn ensure_shadow(&self) {
-        if self.inter || self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL() {
+        if self.shadow.load(Ordering::Acquire) != MPI_COMM_NULL() {
             return;
         }
         let mut g = self.dup.lock().unwrap_or_else(|e| e.into_inner());
@@ -203,11 +224,7 @@ pub(crate) fn query_neighbors(comm: MPI_Comm, _rank: c_int) -> Result<Neighbors,
                     list.push(src);
                     list.push(dst);
                 }
-                Ok(Neighbors {
-                    sources: list.clone(),
-                    dests: list,
-                    cart: true,
-                })
+                Ok(Neighbors::new(list.clone(), list, true))
             }
             MPI_GRAPH => {
                 let (mut rank, mut n) = (0, 0);
@@ -215,11 +232,7 @@ pub(crate) fn query_neighbors(comm: MPI_Comm, _rank: c_int) -> Result<Neighbors,
                 pmpi::PMPI_Graph_neighbors_count(comm, rank, &mut n);
                 let mut list = vec![0; n as usize];
                 pmpi::PMPI_Graph_neighbors(comm, rank, n, list.as_mut_ptr());
-                Ok(Neighbors {
-                    sources: list.clone(),
-                    dests: list,
-                    cart: false,
-                })
+                Ok(Neighbors::new(list.clone(), list, false))
             }
             MPI_DIST_GRAPH => {
                 let (mut indeg, mut outdeg, mut weighted) = (0, 0, 0);
@@ -237,11 +250,7 @@ pub(crate) fn query_neighbors(comm: MPI_Comm, _rank: c_int) -> Result<Neighbors,
                     dst.as_mut_ptr(),
                     dw.as_mut_ptr(),
                 );
-                Ok(Neighbors {
-                    sources: src,
-                    dests: dst,
-                    cart: false,
-                })
+                Ok(Neighbors::new(src, dst, false))
             }
             _ => Err(MPI_ERR_TOPOLOGY),
         }
@@ -412,11 +421,17 @@ fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
         pmpi::PMPI_Comm_rank(comm, &mut rank);
         pmpi::PMPI_Comm_size(comm, &mut size);
     }
+    let mut remote_size = size;
+    if inter != 0 {
+        // SAFETY: as above.
+        unsafe { pmpi::PMPI_Comm_remote_size(comm, &mut remote_size) };
+    }
     let state = Arc::new(CommState {
         user: comm,
         rank,
         size,
         inter: inter != 0,
+        remote_size,
         shadow: AtomicHandle::new(MPI_COMM_NULL()),
         dup: Mutex::new(None),
         seq: AtomicU32::new(0),
@@ -434,6 +449,18 @@ fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     // SAFETY: the attribute takes over one strong count (released by delete_state).
     unsafe { pmpi::PMPI_Comm_set_attr(comm, kv, raw as *mut c_void) };
     Ok(state)
+}
+
+/// Whether the system MPI accepts `comm` as a communicator (a null, garbage or freed
+/// handle is not: it then reports the error itself).
+pub fn valid(comm: MPI_Comm) -> bool {
+    if comm == MPI_COMM_NULL() {
+        return false;
+    }
+    let mut size: c_int = 0;
+    // SAFETY: valid out-pointer; an invalid handle yields an error code (the real world's
+    // handler is MPI_ERRORS_RETURN, src/errors.rs).
+    unsafe { pmpi::PMPI_Comm_size(comm, &mut size) == MPI_SUCCESS }
 }
 
 /// The state of `comm` if the shim made one (no new state, no error).
@@ -494,5 +521,23 @@ pub mod hooks {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_neighbours_are_found() {
+        // a periodic dimension of size 2: both neighbours are the other process
+        assert!(Neighbors::new(vec![1, 1], vec![1, 1], true).repeated);
+        // of size 1 or non-periodic ends: MPI_PROC_NULL repeats without harm
+        assert!(!Neighbors::new(vec![MPI_PROC_NULL, 1], vec![1, MPI_PROC_NULL], true).repeated);
+        assert!(!Neighbors::new(vec![MPI_PROC_NULL; 2], vec![MPI_PROC_NULL; 2], true).repeated);
+        // a graph with a repeated edge, in either direction
+        assert!(Neighbors::new(vec![0, 2, 0], vec![1], false).repeated);
+        assert!(Neighbors::new(vec![1], vec![3, 2, 3], false).repeated);
+        assert!(!Neighbors::new(vec![0, 1, 2], vec![2, 1, 0], false).repeated);
     }
 }

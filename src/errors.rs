@@ -31,10 +31,36 @@ static KEEPER_OWNED: AtomicBool = AtomicBool::new(false);
 /// The application's world handler is `MPI_ERRORS_RETURN` (nothing to raise).
 static WORLD_RETURNS: AtomicBool = AtomicBool::new(false);
 
+/// The handler the real world gets instead of `MPI_ERRORS_RETURN` (0 until created): it
+/// records each error the system MPI raises on the world and returns, so that an entry
+/// point knows whether the error it returns was raised there ([`after_failure`]). The
+/// library raises a request's error on the request's communicator in `MPI_Wait`, but
+/// errors of several requests (`MPI_Waitall`) and errors without an object on the world.
+static RECORDER: AtomicI64 = AtomicI64::new(0);
+
 thread_local! {
     /// The error class a hook raised itself (through [`raise`]) in the current call, so
     /// that the entry point does not raise it a second time.
     static RAISED: Cell<c_int> = const { Cell::new(MPI_SUCCESS) };
+    /// The last error code the system MPI raised on the real world (see [`RECORDER`]).
+    static WORLD_RAISED: Cell<c_int> = const { Cell::new(MPI_SUCCESS) };
+}
+
+/// The real world's handler: records the code and returns (MPI-4.0 §9.3.1: a user
+/// handler that returns lets the call return the code).
+unsafe extern "C" fn record(_comm: *mut MPI_Comm, code: *mut c_int) {
+    if !code.is_null() {
+        // SAFETY: the system MPI passes a pointer to the error code.
+        WORLD_RAISED.set(unsafe { *code });
+    }
+}
+
+/// What the real world's handler is while the application's lives on the keeper.
+fn quiet() -> MPI_Errhandler {
+    match RECORDER.load(Ordering::Acquire) {
+        0 => MPI_ERRORS_RETURN(),
+        h => h as MPI_Errhandler,
+    }
 }
 
 fn keeper() -> MPI_Comm {
@@ -70,8 +96,16 @@ pub fn init_world(user_world: Option<MPI_Comm>) {
     };
     KEEPER.store(keeper as i64, Ordering::Release);
     refresh_world_returns();
-    // SAFETY: a predefined handler on the predefined communicator.
-    unsafe { pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), MPI_ERRORS_RETURN()) };
+    let mut rec: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+    // SAFETY: a handler function of the standard's C signature (the variadic tail is
+    // unused); valid out-pointer.
+    if unsafe { pmpi::PMPI_Comm_create_errhandler(record as *mut core::ffi::c_void, &mut rec) }
+        == MPI_SUCCESS
+    {
+        RECORDER.store(rec as i64, Ordering::Release);
+    }
+    // SAFETY: a valid handler on the predefined communicator.
+    unsafe { pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), quiet()) };
     VIRTUAL.store(true, Ordering::Release);
 }
 
@@ -91,6 +125,11 @@ pub fn finalize_world() {
         }
         if KEEPER_OWNED.swap(false, Ordering::Relaxed) {
             pmpi::PMPI_Comm_free(&mut k);
+        }
+        let mut rec = RECORDER.swap(0, Ordering::AcqRel) as MPI_Errhandler;
+        if rec as i64 != 0 {
+            // communicators that still use it keep a reference (MPI-4.0 §9.3.4)
+            pmpi::PMPI_Errhandler_free(&mut rec);
         }
     }
 }
@@ -140,7 +179,7 @@ fn raise_on_world(code: c_int, why: &str) -> c_int {
         }
         pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), h);
         pmpi::PMPI_Comm_call_errhandler(MPI_COMM_WORLD(), code);
-        pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), MPI_ERRORS_RETURN());
+        pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), quiet());
         pmpi::PMPI_Errhandler_free(&mut h);
     }
     code
@@ -229,12 +268,15 @@ pub fn checked(obj: Obj, rc: c_int) -> c_int {
 #[inline(never)]
 fn after_failure(obj: Obj, rc: c_int) -> c_int {
     let raised = RAISED.replace(MPI_SUCCESS);
+    let world_raised = WORLD_RAISED.replace(MPI_SUCCESS);
     if !virtualized() || raised != MPI_SUCCESS {
         return rc;
     }
     let on_world = match obj {
         Obj::Other => false,
-        Obj::None => true,
+        // no object: where the system MPI raised it (a request's error in MPI_Wait goes to
+        // the request's communicator), or the world if that is unknown
+        Obj::None => world_raised == rc || RECORDER.load(Ordering::Acquire) == 0,
         // a valid communicator other than the world: the system MPI used its handler
         Obj::Comm(c) => c == MPI_COMM_WORLD() || !comm_valid(c),
         Obj::Win(w) => !win_valid(w),
@@ -300,7 +342,7 @@ pub fn inherit(parent: MPI_Comm, newcomm: *mut MPI_Comm, rc: c_int) {
         if pmpi::PMPI_Comm_get_errhandler(nc, &mut now) != MPI_SUCCESS {
             return;
         }
-        if now == MPI_ERRORS_RETURN()
+        if (now == MPI_ERRORS_RETURN() || now == quiet())
             && pmpi::PMPI_Comm_get_errhandler(keeper(), &mut app) == MPI_SUCCESS
         {
             pmpi::PMPI_Comm_set_errhandler(nc, app);

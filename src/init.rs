@@ -332,6 +332,7 @@ fn post_init(mut loaded: config::Loaded) {
     at_finalize(crate::errors::finalize_world);
     crate::comm::init();
     at_finalize(crate::comm::finalize);
+    at_finalize(crate::retain::finalize);
     if let Some(t) = tuning {
         tracing::info!(target: "shim::select", "tuning file {}: {} measured rows", t.source, t.rows());
         crate::coll::select::tuning::install(t);

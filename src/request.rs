@@ -41,6 +41,9 @@ pub struct Persistent {
     pub send: usize,
     pub recv: usize,
     pub active: Option<Arc<RunCell>>,
+    /// The path each start counts under (`SHIM_STATS`): the schedule's algorithm, or its
+    /// name as a forced `native`'s fallback.
+    pub path: &'static str,
 }
 
 enum Kind {
@@ -316,7 +319,7 @@ fn start(h: MPI_Request) -> c_int {
         );
         let cell = RunCell::new(run);
         p.active = Some(Arc::clone(&cell));
-        crate::stats::note_path(fid, "schedule", p.sched.algorithm);
+        crate::stats::note_path(fid, "schedule", p.path);
         cell
     };
     progress::submit(&cell);
@@ -330,6 +333,21 @@ fn packed(h: MPI_Request) -> Option<Arc<PackedReq>> {
         Kind::Packed(p) => Some(Arc::clone(p)),
         _ => None,
     }
+}
+
+/// A request handle the application freed (see `retain`): `MPI_ERR_REQUEST`, raised as
+/// the system MPI raises request errors (on `MPI_COMM_WORLD`'s handler); the system MPI
+/// itself would crash on it.
+fn freed_request(function: &str) -> c_int {
+    crate::errors::raise_no_object(MPI_ERR_REQUEST, function, "the request was freed")
+}
+
+/// [`freed_request`] for the first freed handle in an array of `n` requests.
+fn freed_entry(reqs: *const MPI_Request, n: c_int) -> Option<c_int> {
+    // SAFETY: the caller's array of n requests.
+    (0..n.max(0) as usize)
+        .any(|i| crate::retain::request_freed(unsafe { *reqs.add(i) }))
+        .then(|| freed_request("a request completion function"))
 }
 
 fn has_shim(reqs: *const MPI_Request, n: c_int) -> bool {
@@ -418,6 +436,9 @@ pub mod hooks {
         } else {
             unsafe { *request }
         };
+        if crate::retain::request_freed(h) {
+            return freed_request("MPI_Wait");
+        }
         match state(h) {
             State::Native => {
                 if !progress::any_active() || h == MPI_REQUEST_NULL() {
@@ -462,6 +483,9 @@ pub mod hooks {
         } else {
             unsafe { *request }
         };
+        if crate::retain::request_freed(h) {
+            return freed_request("MPI_Test");
+        }
         match state(h) {
             State::Native => native(),
             State::Inactive => {
@@ -496,6 +520,9 @@ pub mod hooks {
         status: *mut MPI_Status,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        if crate::retain::request_freed(request) {
+            return freed_request("MPI_Request_get_status");
+        }
         match state(request) {
             State::Native => native(),
             State::Inactive => {
@@ -524,8 +551,17 @@ pub mod hooks {
         } else {
             unsafe { *request }
         };
+        if crate::retain::request_freed(h) {
+            return freed_request("MPI_Request_free");
+        }
         match state(h) {
-            State::Native => native(),
+            State::Native => {
+                let rc = native();
+                if rc == MPI_SUCCESS && h != MPI_REQUEST_NULL() {
+                    crate::retain::request_quarantine(h);
+                }
+                rc
+            }
             State::Inactive => {
                 if let Some(p) = packed(h) {
                     p.release();
@@ -559,6 +595,9 @@ pub mod hooks {
         } else {
             unsafe { *request }
         };
+        if crate::retain::request_freed(h) {
+            return freed_request("MPI_Cancel");
+        }
         if let Some(p) = packed(h) {
             return p.cancel();
         }
@@ -580,6 +619,9 @@ pub mod hooks {
         } else {
             unsafe { *request }
         };
+        if crate::retain::request_freed(h) {
+            return freed_request("MPI_Start");
+        }
         match state(h) {
             State::Native => native(),
             _ => {
@@ -602,6 +644,13 @@ pub mod hooks {
         reqs: *mut MPI_Request,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        if reqs.is_null() || count < 0 {
+            // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
+            return native();
+        }
+        if let Some(rc) = freed_entry(reqs, count) {
+            return rc;
+        }
         if !has_shim(reqs, count) {
             return native();
         }
@@ -639,6 +688,13 @@ pub mod hooks {
         wait: bool,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        if reqs.is_null() || count < 0 {
+            // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
+            return native();
+        }
+        if let Some(rc) = freed_entry(reqs, count) {
+            return rc;
+        }
         if !has_shim(reqs, count) && (!wait || !progress::any_active()) {
             return native();
         }
@@ -734,6 +790,13 @@ pub mod hooks {
         wait: bool,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        if reqs.is_null() || count < 0 {
+            // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
+            return native();
+        }
+        if let Some(rc) = freed_entry(reqs, count) {
+            return rc;
+        }
         if !has_shim(reqs, count) && (!wait || !progress::any_active()) {
             return native();
         }
@@ -863,6 +926,13 @@ pub mod hooks {
         wait: bool,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
+        if reqs.is_null() || incount < 0 {
+            // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
+            return native();
+        }
+        if let Some(rc) = freed_entry(reqs, incount) {
+            return rc;
+        }
         if !has_shim(reqs, incount) && (!wait || !progress::any_active()) {
             return native();
         }

@@ -10,10 +10,23 @@
 //! `MPI_Op_free` set the application's handle to the null handle and return at once; the
 //! system MPI's free runs when the last schedule using the object drops its reference.
 //! Predefined objects are never freed and need no reference.
+//!
+//! Freed handles. A datatype or operation handle the application freed is invalid
+//! (MPI-4.0 §2.5.1), and with `MPI_ERRORS_RETURN` a call that passes one should return
+//! `MPI_ERR_TYPE`/`MPI_ERR_OP`; Debian's MPICH 4.0.2 instead crashes in many calls (the
+//! handle indexes a freed object), and the shim's own decoding of datatypes
+//! (`PMPI_Type_get_envelope`) would crash in all of them. The system MPI reuses a freed
+//! handle for the next object it creates, so a freed handle cannot be told from a new one
+//! by its value alone: the shim keeps the value in quarantine instead, by creating a
+//! placeholder right after the free (an uncommitted one-byte type, a no-op operation),
+//! which the library allocates at the freed slot. While the placeholder lives, no new
+//! object can get that handle, and the hooks reject it (`is_freed`). The last
+//! [`QUARANTINE`] freed handles of each kind are kept; older ones are released.
 
-use core::ffi::c_int;
-use std::collections::HashMap;
+use core::ffi::{c_int, c_void};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::abi::*;
 use crate::pmpi;
@@ -22,6 +35,8 @@ use crate::pmpi;
 enum Kind {
     Datatype,
     Op,
+    /// Requests are only quarantined (see [`request_freed`]), never retained.
+    Request,
 }
 
 #[derive(Default)]
@@ -66,21 +81,155 @@ impl Drop for Retained {
         if free.is_none() || finalized() {
             return;
         }
-        // SAFETY: the application freed this handle while the shim used it; the deferred
-        // free is the system MPI's, on the handle it created.
-        unsafe {
-            match self.kind {
-                Kind::Datatype => {
-                    let mut dt = self.handle as MPI_Datatype;
-                    pmpi::PMPI_Type_free(&mut dt);
-                }
-                Kind::Op => {
-                    let mut op = self.handle as MPI_Op;
-                    pmpi::PMPI_Op_free(&mut op);
-                }
+        // the application freed this handle while the shim used it: the system MPI's free
+        // runs now, and the handle goes into quarantine
+        free_native(self.kind, self.handle);
+        quarantine(self.kind, self.handle);
+    }
+}
+
+/// Freed handles kept unusable per kind (see the module docs).
+const QUARANTINE: usize = 64;
+
+static FREED: Mutex<Option<HashMap<Kind, VecDeque<usize>>>> = Mutex::new(None);
+
+/// How many quarantined handles hash to each slot: the checks on every call (request
+/// arrays in particular) look here first and take the lock only on a hit.
+static FILTER: [AtomicU8; 1024] = [const { AtomicU8::new(0) }; 1024];
+
+fn slot(kind: Kind, handle: usize) -> &'static AtomicU8 {
+    let h = (handle as u64 ^ (kind as u64) << 40).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    &FILTER[(h >> 54) as usize]
+}
+
+unsafe extern "C" fn placeholder_op(
+    _inv: *mut c_void,
+    _inoutv: *mut c_void,
+    _len: *mut c_int,
+    _dt: *mut MPI_Datatype,
+) {
+}
+
+/// After the system MPI freed `handle`: occupies its slot with a placeholder and
+/// remembers it, releasing the oldest placeholder beyond [`QUARANTINE`]. A library that
+/// does not reuse the slot at once gets its placeholder back at once (nothing is kept).
+fn quarantine(kind: Kind, handle: usize) {
+    // SAFETY: out-pointers are valid locals; the placeholders are the shim's own objects.
+    let placeholder = unsafe {
+        match kind {
+            Kind::Request => {
+                let mut r = MPI_REQUEST_NULL();
+                pmpi::PMPI_Recv_init(
+                    core::ptr::null_mut(),
+                    0,
+                    MPI_BYTE(),
+                    MPI_PROC_NULL,
+                    0,
+                    MPI_COMM_SELF(),
+                    &mut r,
+                );
+                r as usize
+            }
+            Kind::Datatype => {
+                let mut t = MPI_DATATYPE_NULL();
+                pmpi::PMPI_Type_contiguous(1, MPI_BYTE(), &mut t);
+                t as usize
+            }
+            Kind::Op => {
+                let mut o = MPI_OP_NULL();
+                pmpi::PMPI_Op_create(placeholder_op as *mut c_void, 1, &mut o);
+                o as usize
+            }
+        }
+    };
+    let release = if placeholder != handle {
+        Some(placeholder)
+    } else {
+        let mut g = FREED.lock().unwrap_or_else(|e| e.into_inner());
+        let q = g.get_or_insert_with(HashMap::new).entry(kind).or_default();
+        q.push_back(handle);
+        slot(kind, handle).fetch_add(1, Ordering::Relaxed);
+        let old = (q.len() > QUARANTINE).then(|| q.pop_front()).flatten();
+        if let Some(h) = old {
+            slot(kind, h).fetch_sub(1, Ordering::Relaxed);
+        }
+        old
+    };
+    if let Some(h) = release {
+        free_native(kind, h);
+    }
+}
+
+fn free_native(kind: Kind, handle: usize) {
+    // SAFETY: a handle the shim owns (a placeholder) or the application freed through the
+    // shim (a deferred free).
+    unsafe {
+        match kind {
+            Kind::Datatype => {
+                let mut dt = handle as MPI_Datatype;
+                pmpi::PMPI_Type_free(&mut dt);
+            }
+            Kind::Op => {
+                let mut op = handle as MPI_Op;
+                pmpi::PMPI_Op_free(&mut op);
+            }
+            Kind::Request => {
+                let mut r = handle as MPI_Request;
+                pmpi::PMPI_Request_free(&mut r);
             }
         }
     }
+}
+
+/// Whether `handle` is in quarantine. A handle whose free is deferred (a schedule still
+/// uses it) is not: it is valid, for the shim's schedules that hold it.
+fn freed(kind: Kind, handle: usize) -> bool {
+    if slot(kind, handle).load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    FREED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(&kind))
+        .is_some_and(|q| q.contains(&handle))
+}
+
+/// Whether the application freed this request with `MPI_Request_free` (see the module
+/// docs): its slot is held by an inactive persistent receive from `MPI_PROC_NULL`.
+pub fn request_freed(r: MPI_Request) -> bool {
+    r != MPI_REQUEST_NULL() && freed(Kind::Request, r as usize)
+}
+
+/// After the system MPI freed the application's request `r`.
+pub fn request_quarantine(r: MPI_Request) {
+    quarantine(Kind::Request, r as usize);
+}
+
+/// At `MPI_Finalize`: the placeholders are released (the library reports handles still
+/// allocated at finalize as leaks).
+pub fn finalize() {
+    let all = FREED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap_or_default();
+    for (kind, q) in all {
+        for h in q {
+            slot(kind, h).fetch_sub(1, Ordering::Relaxed);
+            free_native(kind, h);
+        }
+    }
+}
+
+/// Whether the application freed this datatype handle (see the module docs).
+pub fn is_freed_type(dt: MPI_Datatype) -> bool {
+    !is_predefined_datatype(dt) && dt != MPI_DATATYPE_NULL() && freed(Kind::Datatype, dt as usize)
+}
+
+/// Whether the application freed this operation handle.
+pub fn is_freed_op(op: MPI_Op) -> bool {
+    !is_builtin_op(op) && op != MPI_OP_NULL() && freed(Kind::Op, op as usize)
 }
 
 fn finalized() -> bool {
@@ -127,17 +276,35 @@ pub mod hooks {
 
     pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype, native: &dyn Fn() -> c_int) -> c_int {
         if datatype.is_null() {
-            return native();
+            // the system MPI dereferences it
+            return crate::errors::raise_no_object(
+                MPI_ERR_ARG,
+                "MPI_Type_free",
+                "the datatype argument is NULL",
+            );
         }
         // SAFETY: a non-NULL pointer to the application's handle.
         let dt = unsafe { *datatype };
+        if is_freed_type(dt) {
+            return crate::errors::raise_no_object(
+                MPI_ERR_TYPE,
+                "MPI_Type_free",
+                "the datatype was already freed",
+            );
+        }
         match defer(Kind::Datatype, dt as usize) {
             Ok(true) => {
                 // SAFETY: as above.
                 unsafe { *datatype = MPI_DATATYPE_NULL() };
                 MPI_SUCCESS
             }
-            Ok(false) => native(),
+            Ok(false) => {
+                let rc = native();
+                if rc == MPI_SUCCESS {
+                    quarantine(Kind::Datatype, dt as usize);
+                }
+                rc
+            }
             Err(()) => crate::errors::raise_no_object(
                 MPI_ERR_TYPE,
                 "MPI_Type_free",
@@ -152,13 +319,26 @@ pub mod hooks {
         }
         // SAFETY: a non-NULL pointer to the application's handle.
         let o = unsafe { *op };
+        if is_freed_op(o) {
+            return crate::errors::raise_no_object(
+                MPI_ERR_OP,
+                "MPI_Op_free",
+                "the operation was already freed",
+            );
+        }
         match defer(Kind::Op, o as usize) {
             Ok(true) => {
                 // SAFETY: as above.
                 unsafe { *op = MPI_OP_NULL() };
                 MPI_SUCCESS
             }
-            Ok(false) => native(),
+            Ok(false) => {
+                let rc = native();
+                if rc == MPI_SUCCESS {
+                    quarantine(Kind::Op, o as usize);
+                }
+                rc
+            }
             Err(()) => crate::errors::raise_no_object(
                 MPI_ERR_OP,
                 "MPI_Op_free",

@@ -428,18 +428,26 @@ def values_for(f, role):
                 out.append(["truncated-receive", "V_TRUNC", "MPI_ERR_TRUNCATE",
                             ["F_OBJ"], [None]])
             if base == "start":
-                out.append(["non-persistent", "V_NONPERSIST", "MPI_ERR_REQUEST",
-                            ["F_OBJ"], [None]])
+                # no communicator argument: the error is about the handle, raised where
+                # errors without an object go (the system MPI: MPI_COMM_WORLD)
+                out.append(["non-persistent", "V_NONPERSIST", "MPI_ERR_REQUEST", [], [None]])
             if base in ("request_free", "cancel"):
-                out.append(["active-Iallreduce", "V_ACTIVECOLL", "MPI_ERR_REQUEST",
-                            ["F_OBJ"], [None]])
+                # about the handle, like a non-persistent request to MPI_Start: the system
+                # MPI raises it on MPI_COMM_WORLD when the collective is its own
+                out.append(["active-Iallreduce", "V_ACTIVECOLL", "MPI_ERR_REQUEST", [],
+                            [None]])
         if role == "R_REQS":
             if base == "startall":
-                out.append(["non-persistent-entry", "V_NONPERSIST", "MPI_ERR_REQUEST",
-                            ["F_OBJ"], [None]])
+                out.append(["non-persistent-entry", "V_NONPERSIST", "MPI_ERR_REQUEST", [],
+                            [None]])
             elif base.startswith(("wait", "test")):
-                cls = "MPI_ERR_TRUNCATE" if base.endswith("any") else "MPI_ERR_IN_STATUS"
-                out.append(["truncated-receive-entry", "V_TRUNC", cls, ["F_OBJ"], [None]])
+                # Waitany/Testany complete one request, whose communicator the error is
+                # raised on; the others report MPI_ERR_IN_STATUS for several requests, which
+                # the system MPI raises on MPI_COMM_WORLD (no one communicator applies)
+                one = base.endswith("any")
+                cls = "MPI_ERR_TRUNCATE" if one else "MPI_ERR_IN_STATUS"
+                out.append(["truncated-receive-entry", "V_TRUNC", cls,
+                            ["F_OBJ"] if one else [], [None]])
     return out
 
 

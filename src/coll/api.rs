@@ -16,8 +16,8 @@ use core::ffi::{c_int, c_void};
 
 use super::algo::{self, Blk, Red};
 use super::memo;
-use super::select::Algo;
-use super::{Call, Coll, Ctx, key};
+use super::select::{Algo, Form};
+use super::{Call, Coll, Ctx, inter, key};
 use crate::abi::*;
 use crate::dtype::TypeInfo;
 use crate::sched::Addr;
@@ -66,7 +66,8 @@ macro_rules! hook {
                 Err(rc) => rc,
                 Ok(ctx) => {
                     let shape = memo::Shape::new(ctx.size(), ctx.rank());
-                    let arrays = read(&shape);
+                    // an intercommunicator's arrays are sized by the remote group
+                    let arrays = if ctx.st.inter { None } else { read(&shape) };
                     let epoch = memo::epoch();
                     memo::arm();
                     let $c = &ctx;
@@ -178,9 +179,9 @@ impl Ctx<'_> {
     }
 
     /// Reads a count array of `n` entries, each non-negative.
-    fn counts(&self, c: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
+    pub(super) fn counts(&self, c: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
         if c.is_null() && n > 0 {
-            return self.fail(MPI_ERR_COUNT, format_args!("{what} is NULL"));
+            return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
         }
         // SAFETY: the standard sizes this array by the group or topology size.
         let v = unsafe { c.to_vec(n) };
@@ -194,7 +195,7 @@ impl Ctx<'_> {
     }
 
     /// Reads a displacement array of `n` entries.
-    fn displs(&self, d: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
+    pub(super) fn displs(&self, d: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
         if d.is_null() && n > 0 {
             return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
         }
@@ -203,14 +204,14 @@ impl Ctx<'_> {
     }
 
     /// Reads `n` datatypes and their infos.
-    fn types(
+    pub(super) fn types(
         &self,
         t: *const MPI_Datatype,
         n: usize,
         what: &str,
     ) -> Result<(Vec<MPI_Datatype>, Vec<TypeInfo>), c_int> {
         if t.is_null() && n > 0 {
-            return self.fail(MPI_ERR_TYPE, format_args!("{what} is NULL"));
+            return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
         }
         // SAFETY: an array of n datatypes (group or topology size).
         let v: Vec<MPI_Datatype> = (0..n).map(|i| unsafe { *t.add(i) }).collect();
@@ -239,6 +240,9 @@ impl Ctx<'_> {
 
 pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
     hook!(call, comm, native, memo[; types MPI_DATATYPE_NULL(); ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            return inter::barrier(c);
+        }
         let ch = c.choose(Coll::Barrier, 0, true);
         if ch.algo == Algo::Native {
             return c.native();
@@ -261,6 +265,9 @@ pub unsafe fn bcast(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, memo[buffer, count, datatype, root; types datatype; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            return inter::bcast(c, buffer, count, datatype, root);
+        }
         c.check_count(count, "count")?;
         c.check_root(root)?;
         let ti = c.type_info(datatype, "datatype")?;
@@ -384,6 +391,11 @@ pub unsafe fn gather(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as i64;
+            let recv = || Ok((vec![recvcount; q as usize], (0..q).map(|i| i * recvcount).collect()));
+            return inter::gather(c, Coll::Gather, sendbuf, sendcount, sendtype, recvbuf, &recv, recvtype, root);
+        }
         let root_side = Side::new(recvbuf, recvcount, recvtype, "recvcount", "recvtype");
         let own = Side::new(sendbuf, sendcount, sendtype, "sendcount", "sendtype");
         if let Some(rc) = c.rooted_native_first(Coll::Gather, root, root_side, own)? {
@@ -432,6 +444,11 @@ pub unsafe fn gatherv(
             m.rank() != root || unsafe { a.counts(recvcounts, n) && a.counts(displs, n) }
         };
         types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as usize;
+            let recv = || Ok((c.counts(recvcounts, q, "recvcounts")?, c.displs(displs, q, "displs")?));
+            return inter::gather(c, Coll::Gatherv, sendbuf, sendcount, sendtype, recvbuf, &recv, recvtype, root);
+        }
         let recv = if c.rank() == root {
             let n = c.size() as usize;
             Some((
@@ -545,6 +562,11 @@ pub unsafe fn scatter(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as i64;
+            let send = || Ok((vec![sendcount; q as usize], (0..q).map(|i| i * sendcount).collect()));
+            return inter::scatter(c, Coll::Scatter, sendbuf, &send, sendtype, recvbuf, recvcount, recvtype, root);
+        }
         let root_side = Side::new(sendbuf, sendcount, sendtype, "sendcount", "sendtype");
         let own = Side::new(recvbuf, recvcount, recvtype, "recvcount", "recvtype");
         if let Some(rc) = c.rooted_native_first(Coll::Scatter, root, root_side, own)? {
@@ -593,6 +615,11 @@ pub unsafe fn scatterv(
             m.rank() != root || unsafe { a.counts(sendcounts, n) && a.counts(displs, n) }
         };
         types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as usize;
+            let send = || Ok((c.counts(sendcounts, q, "sendcounts")?, c.displs(displs, q, "displs")?));
+            return inter::scatter(c, Coll::Scatterv, sendbuf, &send, sendtype, recvbuf, recvcount, recvtype, root);
+        }
         let send = if c.rank() == root {
             let n = c.size() as usize;
             Some((
@@ -685,6 +712,13 @@ pub unsafe fn allgather(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as i64;
+            let rext = c.type_info(recvtype, "recvtype")?.extent;
+            let send = (0..q).map(|_| (0, sendcount, sendtype)).collect();
+            let recv = (0..q).map(|i| (i * recvcount * rext, recvcount, recvtype)).collect();
+            return inter::exchange(c, Coll::Allgather, sendbuf, send, recvbuf, recv);
+        }
         let names = ("recvcount", "recvtype");
         if let Some(rc) = c.native_first(Coll::Allgather, recvcount, recvtype, names)? {
             return Ok(rc);
@@ -725,6 +759,15 @@ pub unsafe fn allgatherv(
             a.counts(recvcounts, n) && a.counts(displs, n)
         };
         types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as usize;
+            let rc = c.counts(recvcounts, q, "recvcounts")?;
+            let rd = c.displs(displs, q, "displs")?;
+            let rext = c.type_info(recvtype, "recvtype")?.extent;
+            let send = (0..q).map(|_| (0, sendcount, sendtype)).collect();
+            let recv = (0..q).map(|i| (rd[i] * rext, rc[i], recvtype)).collect();
+            return inter::exchange(c, Coll::Allgatherv, sendbuf, send, recvbuf, recv);
+        }
         let n = c.size() as usize;
         let counts = c.counts(recvcounts, n, "recvcounts")?;
         let displs = c.displs(displs, n, "displs")?;
@@ -739,6 +782,18 @@ pub unsafe fn allgatherv(
             displs,
             recvtype,
         )
+    })
+}
+
+/// Whether data sent and data received overlap when both buffers are the same address
+/// (blocks relative to their buffers): aliased arguments, erroneous (MPI-4.0 §2.3). Used
+/// where the system MPI has no aliasing check of its own and crashes (Alltoallv/w, the
+/// neighbourhood collectives); elsewhere the shim applies the system MPI's rule.
+fn overlapping(sends: &[Blk], recvs: &[Blk]) -> bool {
+    sends.iter().any(|s| {
+        recvs
+            .iter()
+            .any(|r| !s.empty() && !r.empty() && s.lo < r.hi && r.lo < s.hi)
     })
 }
 
@@ -777,6 +832,9 @@ fn alltoall_common(
     if recv.iter().any(|x| x.1 > 0) {
         c.check_buffer(recvbuf, 1, recv[0].2, "the receive buffer")?;
     }
+    if coll != Coll::Alltoall {
+        c.check_alias(overlapping(&sblocks, &rblocks), sendbuf, recvbuf)?;
+    }
     // only Alltoall's block size is known to every rank; on two processes the larger of
     // the two messages between them is known to both (`select::CollSpec::sized_at`)
     let regular = coll == Coll::Alltoall;
@@ -791,7 +849,10 @@ fn alltoall_common(
     } else {
         0
     };
-    let ch = c.choose(coll, bytes, true);
+    // MPICH 4.0.2's in-place MPI_Ialltoallw (and its persistent form) moves the wrong
+    // bytes with derived datatypes (README, "Problems of the system MPI")
+    let native_ok = !(inplace && coll == Coll::Alltoallw && c.form() != Form::Blocking);
+    let ch = c.choose_with(coll, bytes, true, native_ok);
     if ch.algo == Algo::Native {
         return c.native();
     }
@@ -832,6 +893,14 @@ pub unsafe fn alltoall(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as i64;
+            let sext = c.type_info(sendtype, "sendtype")?.extent;
+            let rext = c.type_info(recvtype, "recvtype")?.extent;
+            let send = (0..q).map(|i| (i * sendcount * sext, sendcount, sendtype)).collect();
+            let recv = (0..q).map(|i| (i * recvcount * rext, recvcount, recvtype)).collect();
+            return inter::exchange(c, Coll::Alltoall, sendbuf, send, recvbuf, recv);
+        }
         let names = ("recvcount", "recvtype");
         if let Some(rc) = c.native_first(Coll::Alltoall, recvcount, recvtype, names)? {
             return Ok(rc);
@@ -884,6 +953,13 @@ pub unsafe fn alltoallv(
                 && (in_place(sendbuf) || a.counts(sendcounts, n) && a.counts(sdispls, n))
         };
         types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as usize;
+            c.no_in_place(sendbuf, "the send buffer")?;
+            let recv = triples(c, &c.counts(recvcounts, q, "recvcounts")?, &c.displs(rdispls, q, "rdispls")?, recvtype, "recvtype")?;
+            let send = triples(c, &c.counts(sendcounts, q, "sendcounts")?, &c.displs(sdispls, q, "sdispls")?, sendtype, "sendtype")?;
+            return inter::exchange(c, Coll::Alltoallv, sendbuf, send, recvbuf, recv);
+        }
         let n = c.size() as usize;
         let recv = triples(
             c,
@@ -954,6 +1030,19 @@ pub unsafe fn alltoallw(
         };
         // SAFETY: read only after a successful call, which read them too
         types unsafe { all_types(m, sendbuf, sendtypes, recvtypes) }; ops MPI_OP_NULL()], |c| {
+        if c.st.inter {
+            let q = c.remote() as usize;
+            c.no_in_place(sendbuf, "the send buffer")?;
+            let side = |t: *const MPI_Datatype, n: Counts, d: Counts, names: [&str; 3]| -> Result<Vec<(i64, i64, MPI_Datatype)>, c_int> {
+                let (t, _) = c.types(t, q, names[0])?;
+                let n = c.counts(n, q, names[1])?;
+                let d = c.displs(d, q, names[2])?;
+                Ok((0..q).map(|i| (d[i], n[i], t[i])).collect())
+            };
+            let recv = side(recvtypes, recvcounts, rdispls, ["recvtypes", "recvcounts", "rdispls"])?;
+            let send = side(sendtypes, sendcounts, sdispls, ["sendtypes", "sendcounts", "sdispls"])?;
+            return inter::exchange(c, Coll::Alltoallw, sendbuf, send, recvbuf, recv);
+        }
         let n = c.size() as usize;
         let (rt, _) = c.types(recvtypes, n, "recvtypes")?;
         let rc = c.counts(recvcounts, n, "recvcounts")?;
@@ -985,6 +1074,9 @@ pub unsafe fn reduce(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op, root; types datatype; ops op], |c| {
+        if c.st.inter {
+            return inter::reduce(c, sendbuf, recvbuf, count, datatype, op, root);
+        }
         c.check_root(root)?;
         let r = c.red(count, datatype, op)?;
         let is_root = c.rank() == root;
@@ -999,7 +1091,7 @@ pub unsafe fn reduce(
             c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
             c.check_alias(count > 0 && !inplace, sendbuf, recvbuf)?;
         }
-        let ch = c.choose(Coll::Reduce, r.bytes(), r.commutative);
+        let ch = c.choose_with(Coll::Reduce, r.bytes(), r.commutative, r.native_trusted());
         if ch.algo == Algo::Native {
             return c.native();
         }
@@ -1030,6 +1122,9 @@ pub unsafe fn allreduce(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
+        if c.st.inter {
+            return inter::allreduce(c, sendbuf, recvbuf, count, datatype, op);
+        }
         let r = c.red(count, datatype, op)?;
         let inplace = in_place(sendbuf);
         if !inplace {
@@ -1037,7 +1132,7 @@ pub unsafe fn allreduce(
         }
         c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
         c.check_alias(!inplace && count != 0, sendbuf, recvbuf)?;
-        let ch = c.choose(Coll::Allreduce, r.bytes(), r.commutative);
+        let ch = c.choose_with(Coll::Allreduce, r.bytes(), r.commutative, r.native_trusted());
         if ch.algo == Algo::Native {
             return c.native();
         }
@@ -1079,7 +1174,7 @@ fn reduce_scatter_common(
         "the receive buffer",
     )?;
     c.check_alias(!inplace && total != 0, sendbuf, recvbuf)?;
-    let ch = c.choose(coll, total * r.ti.size, r.commutative);
+    let ch = c.choose_with(coll, total * r.ti.size, r.commutative, r.native_trusted());
     if ch.algo == Algo::Native {
         return c.native();
     }
@@ -1104,6 +1199,10 @@ pub unsafe fn reduce_scatter(
         // SAFETY: sized by the group (MPI-4.0 §6.10.1)
         arrays |m, a| unsafe { a.counts(recvcounts, m.size() as usize) };
         types [datatype]; ops op], |c| {
+        if c.st.inter {
+            let counts = c.counts(recvcounts, c.size() as usize, "recvcounts")?;
+            return inter::reduce_scatter(c, Coll::ReduceScatter, sendbuf, recvbuf, counts, datatype, op);
+        }
         let counts = c.counts(recvcounts, c.size() as usize, "recvcounts")?;
         reduce_scatter_common(
             c,
@@ -1128,6 +1227,11 @@ pub unsafe fn reduce_scatter_block(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, recvcount, datatype, op; types datatype; ops op], |c| {
+        if c.st.inter {
+            c.check_count(recvcount, "recvcount")?;
+            let counts = vec![recvcount; c.size() as usize];
+            return inter::reduce_scatter(c, Coll::ReduceScatterBlock, sendbuf, recvbuf, counts, datatype, op);
+        }
         c.check_count(recvcount, "recvcount")?;
         let counts = vec![recvcount; c.size() as usize];
         reduce_scatter_common(
@@ -1151,6 +1255,9 @@ fn scan_common(
     datatype: MPI_Datatype,
     op: MPI_Op,
 ) -> Result<c_int, c_int> {
+    if c.st.inter {
+        return inter::scan(c);
+    }
     let r = c.red(count, datatype, op)?;
     let inplace = in_place(sendbuf);
     if !inplace {
@@ -1158,7 +1265,7 @@ fn scan_common(
     }
     c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
     c.check_alias(!inplace && count != 0, sendbuf, recvbuf)?;
-    let ch = c.choose(coll, r.bytes(), r.commutative);
+    let ch = c.choose_with(coll, r.bytes(), r.commutative, r.native_trusted());
     if ch.algo == Algo::Native {
         return c.native();
     }
@@ -1240,7 +1347,16 @@ fn neighbor_common(
         kc.extend([d, n]);
         types.push(t);
     }
-    let ch = c.choose(coll, 0, true);
+    // the system MPI does not check aliased buffers here, and crashes
+    let (sb, rb): (Vec<Blk>, Vec<Blk>) = (
+        sends.iter().map(|x| x.0).collect(),
+        recvs.iter().map(|x| x.0).collect(),
+    );
+    c.check_alias(overlapping(&sb, &rb), sendbuf, recvbuf)?;
+    // with a process listed twice among the neighbours (a periodic dimension of size 1 or
+    // 2, a graph with a repeated edge), MPICH 4.0.2 matches the messages out of the order
+    // MPI-4.0 §8.6 defines (README, "Problems of the system MPI")
+    let ch = c.choose_with(coll, 0, true, !nb.repeated);
     if ch.algo == Algo::Native {
         return c.native();
     }

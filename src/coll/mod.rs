@@ -8,9 +8,11 @@
 
 pub mod algo;
 pub mod api;
+mod inter;
 pub mod memo;
 pub mod select;
 
+use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use std::fmt::Display;
 use std::sync::Arc;
@@ -78,6 +80,8 @@ pub struct Ctx<'a> {
     pub comm: MPI_Comm,
     pub st: Arc<CommState>,
     native: &'a dyn Fn() -> c_int,
+    /// A forced `native` runs a schedule instead (see `select::choose`).
+    fallback: Cell<bool>,
 }
 
 impl<'a> Ctx<'a> {
@@ -93,7 +97,9 @@ impl<'a> Ctx<'a> {
             Ok(s) => s,
             Err(_) => return Err(native()),
         };
-        if st.inter {
+        // blocking calls on an intercommunicator are the system MPI's; the other forms run
+        // on the shim's schedules (see `inter`)
+        if st.inter && matches!(call.variant, Variant::Blocking) {
             stats::note_path(call.fid, "forwarded", "inter-communicator");
             return Err(native());
         }
@@ -102,6 +108,7 @@ impl<'a> Ctx<'a> {
             comm,
             st,
             native,
+            fallback: Cell::new(false),
         })
     }
 
@@ -181,7 +188,7 @@ impl<'a> Ctx<'a> {
         dt: MPI_Datatype,
         what: &str,
     ) -> Result<(), c_int> {
-        if buf.is_null() && count > 0 && is_predefined_datatype(dt) {
+        if crate::dtype::null_buffer(buf, count, dt) {
             return self.fail(MPI_ERR_BUFFER, format_args!("{what} is NULL"));
         }
         if core::ptr::eq(buf, MPI_IN_PLACE) {
@@ -242,9 +249,14 @@ impl<'a> Ctx<'a> {
                 s
             }
         };
+        let path = if self.fallback.get() {
+            select::fallback_name(sched.algorithm)
+        } else {
+            sched.algorithm
+        };
         match self.call.variant {
             Variant::Blocking => {
-                stats::note_path(self.call.fid, "schedule", sched.algorithm);
+                stats::note_path(self.call.fid, "schedule", path);
                 let mut run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -260,9 +272,9 @@ impl<'a> Ctx<'a> {
             }
             Variant::Nonblocking(req) => {
                 if req.is_null() {
-                    return self.fail(MPI_ERR_REQUEST, "the request argument is NULL");
+                    return self.fail(MPI_ERR_ARG, "the request argument is NULL");
                 }
-                stats::note_path(self.call.fid, "schedule", sched.algorithm);
+                stats::note_path(self.call.fid, "schedule", path);
                 let run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -276,9 +288,17 @@ impl<'a> Ctx<'a> {
                 unsafe { *req = request::insert_nonblocking(cell, self.comm, self.call.fid) };
                 Ok(MPI_SUCCESS)
             }
-            Variant::Persistent(_info, req) => {
+            Variant::Persistent(info, req) => {
                 if req.is_null() {
-                    return self.fail(MPI_ERR_REQUEST, "the request argument is NULL");
+                    return self.fail(MPI_ERR_ARG, "the request argument is NULL");
+                }
+                if info != MPI_INFO_NULL() {
+                    let mut n: c_int = 0;
+                    // SAFETY: valid out-pointer; an invalid handle yields an error code.
+                    if unsafe { crate::pmpi::PMPI_Info_get_nkeys(info, &mut n) } != MPI_SUCCESS {
+                        return self
+                            .fail(MPI_ERR_INFO, "the info argument is not a valid info object");
+                    }
                 }
                 // the initialization is ordered like a collective (its starts need not
                 // be), so the shadow's duplication starts here
@@ -290,6 +310,7 @@ impl<'a> Ctx<'a> {
                     send: send as usize,
                     recv: recv as usize,
                     active: None,
+                    path,
                 };
                 // SAFETY: a non-NULL request pointer from the application.
                 unsafe { *req = request::insert_persistent(p, self.comm, self.call.fid) };
@@ -316,7 +337,30 @@ impl<'a> Ctx<'a> {
     /// The algorithm for this call (see `select`): `bytes` must be a size every rank of
     /// the communicator agrees on.
     pub fn choose(&self, coll: Coll, bytes: i64, commutative: bool) -> select::Choice {
-        select::choose(coll, self.form(), self.size(), bytes, commutative)
+        self.choose_with(coll, bytes, commutative, true)
+    }
+
+    /// [`Self::choose`] for a call the system MPI may be known to get wrong (`native_ok`
+    /// false; see `select::choose`).
+    pub fn choose_with(
+        &self,
+        coll: Coll,
+        bytes: i64,
+        commutative: bool,
+        native_ok: bool,
+    ) -> select::Choice {
+        let ch = select::choose(
+            coll,
+            self.form(),
+            self.size(),
+            bytes,
+            commutative,
+            native_ok,
+        );
+        if ch.fallback {
+            self.fallback.set(true);
+        }
+        ch
     }
 
     /// Runs the system MPI's own implementation (the `native` algorithm).

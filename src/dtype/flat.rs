@@ -313,6 +313,10 @@ pub fn get(dt: MPI_Datatype) -> Result<Arc<Flat>, Opaque> {
         let (_, ext) = extent(dt)?;
         return Ok(Arc::new(Flat::new(node, ext)));
     }
+    if crate::retain::is_freed_type(dt) {
+        // decoding a freed handle would crash in the system MPI
+        return Err(Opaque::Invalid(MPI_ERR_TYPE));
+    }
     if let Some(f) = cached(dt) {
         return if f.opaque { Err(Opaque::Cached) } else { Ok(f) };
     }

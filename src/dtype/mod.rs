@@ -66,6 +66,9 @@ pub fn info(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
         });
     }
     let predefined = is_predefined_datatype(dt);
+    if !predefined && crate::retain::is_freed_type(dt) {
+        return Err(MPI_ERR_TYPE);
+    }
     if predefined {
         if let Some(i) = PREDEFINED
             .read()
@@ -116,6 +119,15 @@ pub fn info(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
     Ok(i)
 }
 
+/// Whether `buf` is an invalid NULL buffer for `count` elements of `dt`: NULL is
+/// `MPI_BOTTOM`, valid only for a type whose data lies at absolute addresses (MPICH's rule,
+/// `MPIR_ERRTEST_USERBUFFER`: a nonzero true lower bound).
+pub fn null_buffer(buf: *const c_void, count: i64, dt: MPI_Datatype) -> bool {
+    buf.is_null()
+        && count > 0
+        && (is_predefined_datatype(dt) || info(dt).is_ok_and(|i| i.true_lb == 0 && i.size > 0))
+}
+
 /// Size in bytes of one element of `dt`, or `None` if the MPI library rejects the handle.
 pub fn size_of(dt: MPI_Datatype) -> Option<usize> {
     info(dt).ok().map(|i| i.size.max(0) as usize)
@@ -155,7 +167,7 @@ pub unsafe fn copy(
     dcount: i64,
     ddt: MPI_Datatype,
 ) -> c_int {
-    if scount <= 0 || dcount <= 0 {
+    if scount <= 0 {
         return MPI_SUCCESS;
     }
     let (si, di) = match (info(sdt), info(ddt)) {
@@ -167,6 +179,16 @@ pub unsafe fn copy(
         // nothing to move (an empty type map); the buffers may be MPI_BOTTOM, which the
         // system MPI's pack would reject
         return MPI_SUCCESS;
+    }
+    // more data than the destination holds: what fits is copied and the copy reports a
+    // truncation, as a receive does (MPI-4.0 §3.2.2)
+    let done = if bytes > dcount.max(0) * di.size {
+        MPI_ERR_TRUNCATE
+    } else {
+        MPI_SUCCESS
+    };
+    if dcount <= 0 {
+        return done;
     }
     if si.dense() && di.dense() && bytes == dcount * di.size {
         // SAFETY: dense layouts: `bytes` contiguous bytes start at lb in both buffers.
@@ -208,7 +230,7 @@ pub unsafe fn copy(
                 pack::run_bytes(&df, dcount, d, tmp.as_mut_ptr(), n, pack::Dir::Unpack);
             }
         }
-        return MPI_SUCCESS;
+        return done;
     }
     // Types the engine does not decode: the system MPI packs and unpacks.
     let mut packed_size: MPI_Count = 0;
@@ -325,6 +347,38 @@ pub mod hooks {
         (position.checked_add(bytes)? <= size).then_some((f, bytes))
     }
 
+    /// What a Pack/Unpack hook does with a call: the new position when the packer took
+    /// it, `Err(None)` to forward it, `Err(Some(class))` to raise that error.
+    type Step = Result<i64, Option<c_int>>;
+
+    /// Null buffers of a call that moves `bytes > 0` bytes: the packed buffer must exist
+    /// (the system MPI dereferences it and crashes; MPI-4.0 §5.2 names `MPI_ERR_BUFFER`);
+    /// a null user buffer is `MPI_BOTTOM`, valid with absolute addresses, so only one whose
+    /// data would start in the never-mapped first page is left to the system MPI to report.
+    fn null_buffers(
+        user: *const c_void,
+        packed: *const c_void,
+        dt: MPI_Datatype,
+        bytes: i64,
+    ) -> Result<(), Option<c_int>> {
+        if bytes <= 0 {
+            return Ok(());
+        }
+        if packed.is_null() {
+            return Err(Some(MPI_ERR_BUFFER));
+        }
+        if user.is_null() && info(dt).map_or(true, |i| i.true_lb < 4096) {
+            return Err(None);
+        }
+        Ok(())
+    }
+
+    /// Bytes of data in `count` elements of `dt` (0 when either is invalid: the call is
+    /// then the system MPI's to judge).
+    fn moved(count: i64, dt: MPI_Datatype) -> i64 {
+        info(dt).map_or(0, |i| count.saturating_mul(i.size))
+    }
+
     unsafe fn pack_at(
         inbuf: *const c_void,
         incount: i64,
@@ -332,8 +386,9 @@ pub mod hooks {
         outbuf: *mut c_void,
         outsize: i64,
         position: i64,
-    ) -> Option<i64> {
-        let (f, bytes) = plan(incount, dt, position, outsize)?;
+    ) -> Step {
+        null_buffers(inbuf, outbuf, dt, moved(incount, dt))?;
+        let (f, bytes) = plan(incount, dt, position, outsize).ok_or(None)?;
         // SAFETY: the application's buffers; the packed range fits in outsize.
         unsafe {
             pack::run(
@@ -344,7 +399,7 @@ pub mod hooks {
                 Dir::Pack,
             )
         };
-        Some(position + bytes)
+        Ok(position + bytes)
     }
 
     unsafe fn unpack_at(
@@ -354,8 +409,9 @@ pub mod hooks {
         outbuf: *mut c_void,
         outcount: i64,
         dt: MPI_Datatype,
-    ) -> Option<i64> {
-        let (f, bytes) = plan(outcount, dt, position, insize)?;
+    ) -> Step {
+        null_buffers(outbuf, inbuf, dt, moved(outcount, dt))?;
+        let (f, bytes) = plan(outcount, dt, position, insize).ok_or(None)?;
         // SAFETY: the application's buffers; the packed range lies within insize.
         unsafe {
             pack::run(
@@ -366,30 +422,41 @@ pub mod hooks {
                 Dir::Unpack,
             )
         };
-        Some(position + bytes)
+        Ok(position + bytes)
     }
 
     /// The position bookkeeping shared by the four hooks: `step` maps the position to the
     /// new one when the packer takes the call; otherwise (or for arguments the system MPI
     /// must judge) the call is forwarded. The new position never exceeds the buffer size,
     /// which has the position's own type, so the conversion back cannot fail.
+    /// `comm` is `None` for the external forms, which take no communicator (their errors
+    /// are raised as the system MPI raises them, on `MPI_COMM_WORLD`'s handler).
     unsafe fn at_position<P: Copy + Into<i64> + TryFrom<i64>>(
         position: *mut P,
-        comm: MPI_Comm,
+        comm: Option<MPI_Comm>,
+        function: &str,
         native: &dyn Fn() -> c_int,
-        step: impl FnOnce(i64) -> Option<i64>,
+        step: impl FnOnce(i64) -> Step,
     ) -> c_int {
-        if position.is_null() || comm == MPI_COMM_NULL() {
+        if position.is_null() || comm.is_some_and(|c| !crate::comm::valid(c)) {
             return native();
         }
         // SAFETY: the application's position.
-        match step(unsafe { *position }.into()).and_then(|p| P::try_from(p).ok()) {
-            Some(p) => {
+        let step = step(unsafe { *position }.into());
+        match step.map(|p| P::try_from(p).ok()) {
+            Ok(Some(p)) => {
                 // SAFETY: as above.
                 unsafe { *position = p };
                 MPI_SUCCESS
             }
-            None => native(),
+            Ok(None) | Err(None) => native(),
+            Err(Some(class)) => {
+                let why = "the packed buffer is NULL";
+                match comm {
+                    Some(c) => crate::errors::raise(c, class, function, why),
+                    None => crate::errors::raise_no_object(class, function, why),
+                }
+            }
         }
     }
 
@@ -405,7 +472,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the application's buffers.
         unsafe {
-            at_position(position, comm, native, |p| {
+            at_position(position, Some(comm), "MPI_Pack", native, |p| {
                 pack_at(inbuf, incount.into(), dt, outbuf, outsize.into(), p)
             })
         }
@@ -423,7 +490,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the application's buffers.
         unsafe {
-            at_position(position, comm, native, |p| {
+            at_position(position, Some(comm), "MPI_Pack_c", native, |p| {
                 pack_at(inbuf, incount, dt, outbuf, outsize, p)
             })
         }
@@ -441,7 +508,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the application's buffers.
         unsafe {
-            at_position(position, comm, native, |p| {
+            at_position(position, Some(comm), "MPI_Unpack", native, |p| {
                 unpack_at(inbuf, insize.into(), p, outbuf, outcount.into(), dt)
             })
         }
@@ -459,7 +526,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the application's buffers.
         unsafe {
-            at_position(position, comm, native, |p| {
+            at_position(position, Some(comm), "MPI_Unpack_c", native, |p| {
                 unpack_at(inbuf, insize, p, outbuf, outcount, dt)
             })
         }
@@ -574,19 +641,21 @@ pub mod hooks {
         psize: i64,
         position: i64,
         dir: Dir,
-    ) -> Option<i64> {
+    ) -> Step {
         // SAFETY: the application's name.
         if count == 0 && position >= 0 && unsafe { external_size(datarep, 0, dt) } == Some(0) {
-            return Some(position);
+            return Ok(position);
         }
         // SAFETY: as above.
-        let (f, bytes, unit) = unsafe { external_plan(datarep, count, dt, position, psize) }?;
+        null_buffers(user, packed, dt, moved(count, dt))?;
+        let (f, bytes, unit) =
+            unsafe { external_plan(datarep, count, dt, position, psize) }.ok_or(None)?;
         // SAFETY: the application's buffers; the packed range lies within psize.
         unsafe {
             let p = (packed as *mut u8).add(position as usize);
             pack::run_swapped(&f, count, user as *mut u8, p, dir, unit)
         };
-        Some(position + bytes)
+        Ok(position + bytes)
     }
 
     pub unsafe fn MPI_Pack_external(
@@ -601,7 +670,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the application's buffers.
         unsafe {
-            at_position(position, MPI_COMM_SELF(), native, |p| {
+            at_position(position, None, "MPI_Pack_external", native, |p| {
                 external_at(
                     datarep,
                     inbuf,
@@ -628,7 +697,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the application's buffers.
         unsafe {
-            at_position(position, MPI_COMM_SELF(), native, |p| {
+            at_position(position, None, "MPI_Pack_external_c", native, |p| {
                 external_at(datarep, inbuf, incount, dt, outbuf, outsize, p, Dir::Pack)
             })
         }
@@ -646,7 +715,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the application's buffers.
         unsafe {
-            at_position(position, MPI_COMM_SELF(), native, |p| {
+            at_position(position, None, "MPI_Unpack_external", native, |p| {
                 external_at(
                     datarep,
                     outbuf,
@@ -673,7 +742,7 @@ pub mod hooks {
     ) -> c_int {
         // SAFETY: the application's buffers.
         unsafe {
-            at_position(position, MPI_COMM_SELF(), native, |p| {
+            at_position(position, None, "MPI_Unpack_external_c", native, |p| {
                 external_at(datarep, outbuf, outcount, dt, inbuf, insize, p, Dir::Unpack)
             })
         }

@@ -431,6 +431,10 @@ pub mod hooks {
                 r: *mut MPI_Request,
                 native: &dyn Fn() -> c_int,
             ) -> c_int {
+                if r.is_null() {
+                    // the system MPI reports the missing request before anything is posted
+                    return native();
+                }
                 // SAFETY: the application's buffer, peer, tag and communicator; our bytes.
                 let post: Post =
                     &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), d, g, c, req) };
@@ -455,6 +459,10 @@ pub mod hooks {
                 r: *mut MPI_Request,
                 native: &dyn Fn() -> c_int,
             ) -> c_int {
+                if r.is_null() {
+                    // the system MPI reports the missing request before anything is posted
+                    return native();
+                }
                 // SAFETY: the application's source, tag and communicator; our bytes.
                 let post: Post =
                     &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), s, g, c, req) };
@@ -500,6 +508,10 @@ pub mod hooks {
                 r: *mut MPI_Request,
                 native: &dyn Fn() -> c_int,
             ) -> c_int {
+                if r.is_null() {
+                    // the system MPI reports the missing request before anything is posted
+                    return native();
+                }
                 // SAFETY: the application's message handle; our bytes.
                 let post: Post =
                     &|pb, pn, req| unsafe { pmpi::PMPI_Imrecv_c(pb, pn, MPI_PACKED(), m, req) };
@@ -531,6 +543,10 @@ pub mod hooks {
                 r: *mut MPI_Request,
                 native: &dyn Fn() -> c_int,
             ) -> c_int {
+                if r.is_null() {
+                    // the system MPI reports the missing request before anything is posted
+                    return native();
+                }
                 // SAFETY: the application's arguments.
                 let made = unsafe {
                     isendrecv(
@@ -563,7 +579,16 @@ pub mod hooks {
                 r: *mut MPI_Request,
                 native: &dyn Fn() -> c_int,
             ) -> c_int {
+                if r.is_null() {
+                    // the system MPI reports the missing request before anything is posted
+                    return native();
+                }
                 let n = n as i64;
+                if crate::dtype::null_buffer(b, n, t) {
+                    // copying the send side would read it (the system MPI reports it too)
+                    let why = "the buffer is NULL";
+                    return crate::errors::raise(c, MPI_ERR_BUFFER, stringify!($name), why);
+                }
                 // SAFETY: the application's arguments.
                 let made = unsafe { isendrecv((b, n, t, d, sg), (b, n, t, s, rg), c, true) };
                 hand_out(made, c, Fid::$name, r, native)
@@ -652,7 +677,17 @@ unsafe fn isendrecv(
             return rc;
         }
         // SAFETY: as above.
-        unsafe { pmpi::PMPI_Isend_c(sb, sn, stt, d, sg, c, &mut reqs[1]) }
+        let rc = unsafe { pmpi::PMPI_Isend_c(sb, sn, stt, d, sg, c, &mut reqs[1]) };
+        if rc != MPI_SUCCESS {
+            // an invalid send side (a wrong tag, rank, ...): the call fails as a whole,
+            // and its receive must not stay posted to take a later message
+            // SAFETY: the receive just posted.
+            unsafe {
+                pmpi::PMPI_Cancel(&mut reqs[0]);
+                pmpi::PMPI_Request_free(&mut reqs[0]);
+            }
+        }
+        rc
     };
     // SAFETY: the receive buffer stays valid until the request completes (MPI rule).
     Some(unsafe { PackedReq::sendrecv(out, inc, rb, post) })

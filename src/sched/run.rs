@@ -55,6 +55,11 @@ pub struct Run {
     finished: bool,
     /// First error (an MPI error code), or MPI_SUCCESS.
     pub error: c_int,
+    /// First truncation (a message or copy with more data than its destination): reported
+    /// when the run finishes, which it still does, as the system MPI's collectives do. A
+    /// run that stopped at the first truncation left the collective's other messages
+    /// unmatched, to be matched by a later one.
+    truncated: c_int,
 }
 
 // SAFETY: a Run only holds addresses of the application's buffers (which MPI requires to
@@ -91,6 +96,7 @@ impl Run {
             started: false,
             finished: n == 0,
             error: MPI_SUCCESS,
+            truncated: MPI_SUCCESS,
             sched,
             comm,
             tag,
@@ -152,8 +158,23 @@ impl Run {
         }
         if self.done as usize == self.sched.len() {
             self.finished = true;
+            self.error = self.truncated;
         }
         self.finished
+    }
+
+    /// Whether an error code is a truncation, which the run records and goes on after.
+    fn truncation(&mut self, rc: c_int) -> bool {
+        let mut class = rc;
+        // SAFETY: valid out-pointer.
+        unsafe { pmpi::PMPI_Error_class(rc, &mut class) };
+        if class != MPI_ERR_TRUNCATE {
+            return false;
+        }
+        if self.truncated == MPI_SUCCESS {
+            self.truncated = rc;
+        }
+        true
     }
 
     fn execute(&mut self, v: V) {
@@ -295,7 +316,7 @@ impl Run {
     }
 
     fn local_done(&mut self, v: V, rc: c_int) {
-        if rc != MPI_SUCCESS {
+        if rc != MPI_SUCCESS && !self.truncation(rc) {
             self.error = rc;
             return;
         }
@@ -341,8 +362,9 @@ impl Run {
         }
         for k in 0..outcount as usize {
             let i = self.indices[k] as usize;
-            if rc == MPI_ERR_IN_STATUS && self.statuses[k].MPI_ERROR != MPI_SUCCESS {
-                self.error = self.statuses[k].MPI_ERROR;
+            let e = self.statuses[k].MPI_ERROR;
+            if rc == MPI_ERR_IN_STATUS && e != MPI_SUCCESS && !self.truncation(e) {
+                self.error = e;
             }
             if let Some(Packed::In(inc, user)) = &self.req_packed[i] {
                 // SAFETY: the completed receive's status; the schedule's destination.
@@ -372,8 +394,13 @@ impl Run {
     /// background) and the run counts as finished, carrying the error.
     fn fail(&mut self) {
         for r in self.reqs.iter_mut() {
-            // SAFETY: a valid outstanding request of this run.
-            unsafe { pmpi::PMPI_Request_free(r) };
+            // A receive left posted would match a message of a later collective (the
+            // system MPI may give the shadow's context to a new communicator once it is
+            // freed): it is cancelled first. SAFETY: a valid outstanding request of this run.
+            unsafe {
+                pmpi::PMPI_Cancel(r);
+                pmpi::PMPI_Request_free(r);
+            }
         }
         self.reqs.clear();
         self.req_action.clear();

@@ -397,7 +397,12 @@ mod tests {
         let blocks: Vec<Blk> = (0..pu)
             .map(|i| blk(Addr::recv(displs[i] as i64 * 8), counts[i] as i64))
             .collect();
-        let ch = Choice { algo, k, seg: 0 };
+        let ch = Choice {
+            algo,
+            k,
+            seg: 0,
+            fallback: false,
+        };
         let scheds: Vec<Schedule> = (0..p)
             .map(|r| {
                 let send = (!inplace).then(|| blk(Addr::send(0), counts[r as usize] as i64));
@@ -444,6 +449,7 @@ mod tests {
                 algo: Algo::KPrefix,
                 k: 4,
                 seg: 0,
+                fallback: false,
             },
             me,
             None,
@@ -455,6 +461,7 @@ mod tests {
                 algo: Algo::KPrefix,
                 k: 2,
                 seg: 0,
+                fallback: false,
             },
             me,
             None,

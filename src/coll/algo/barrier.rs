@@ -103,7 +103,12 @@ mod tests {
         ] {
             for k in [1u32, 2, 3, 7] {
                 for p in 1..=17 {
-                    let ch = Choice { algo, k, seg: 0 };
+                    let ch = Choice {
+                        algo,
+                        k,
+                        seg: 0,
+                        fallback: false,
+                    };
                     let scheds: Vec<Schedule> = (0..p)
                         .map(|r| build(&ch, Me { rank: r, size: p }))
                         .collect();

@@ -254,7 +254,12 @@ mod tests {
                 for count in [0usize, 1, 3, 16, 37] {
                     for root in [0, p / 2, p - 1] {
                         for (k, seg) in [(2u32, 8i64), (3, 24), (5, 1000)] {
-                            let ch = Choice { algo, k, seg };
+                            let ch = Choice {
+                                algo,
+                                k,
+                                seg,
+                                fallback: false,
+                            };
                             let data = Data::new(Addr::recv(0), count as i64, MPI_UINT64_T());
                             let scheds: Vec<Schedule> = (0..p)
                                 .map(|r| build(&ch, Me { rank: r, size: p }, data, &ti8(), root))

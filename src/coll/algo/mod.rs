@@ -10,6 +10,7 @@ pub mod allgather;
 pub mod alltoall;
 pub mod barrier;
 pub mod bcast;
+pub mod inter;
 pub mod neighbor;
 pub mod reduce;
 pub mod reduce_scatter;
@@ -163,6 +164,10 @@ impl Red {
     }
     pub fn bytes(&self) -> i64 {
         self.count * self.ti.size
+    }
+    /// Whether the system MPI reduces this operation and datatype right (`ops`).
+    pub fn native_trusted(&self) -> bool {
+        crate::ops::native_trusted(self.op, self.dt)
     }
 }
 

@@ -801,7 +801,12 @@ pub(crate) mod tests {
                     for count in COUNTS {
                         for commutative in [true, false] {
                             for inplace in [false, true] {
-                                let ch = Choice { algo, k, seg };
+                                let ch = Choice {
+                                    algo,
+                                    k,
+                                    seg,
+                                    fallback: false,
+                                };
                                 let r = red(count, commutative);
                                 let scheds: Vec<Schedule> = (0..p)
                                     .map(|x| allreduce(&ch, Me { rank: x, size: p }, &r, inplace))
@@ -839,7 +844,12 @@ pub(crate) mod tests {
                         for commutative in [true, false] {
                             for root in [0, p / 2, p - 1] {
                                 for inplace in [false, true] {
-                                    let ch = Choice { algo, k, seg };
+                                    let ch = Choice {
+                                        algo,
+                                        k,
+                                        seg,
+                                        fallback: false,
+                                    };
                                     let r = red(count, commutative);
                                     let scheds: Vec<Schedule> = (0..p)
                                         .map(|x| {

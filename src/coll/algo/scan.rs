@@ -188,7 +188,12 @@ mod tests {
         inplace: bool,
         exclusive: bool,
     ) {
-        let ch = Choice { algo, k: 0, seg };
+        let ch = Choice {
+            algo,
+            k: 0,
+            seg,
+            fallback: false,
+        };
         let r = red(count, commutative);
         let scheds: Vec<Schedule> = (0..p)
             .map(|x| build(&ch, Me { rank: x, size: p }, &r, inplace, exclusive))

@@ -18,7 +18,7 @@ pub mod tuning;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{LazyLock, OnceLock, RwLock};
+use std::sync::{LazyLock, Mutex, OnceLock, RwLock};
 
 use super::Coll;
 
@@ -487,11 +487,19 @@ pub struct Choice {
     pub k: u32,
     /// Segment size in bytes (`SHIM_<COLL>_SEGMENT`; 0 = unsegmented where allowed).
     pub seg: i64,
+    /// `native` was forced but the system MPI gets this call wrong (see [`choose`]): the
+    /// algorithm is the best schedule instead, and the call's path says so.
+    pub fallback: bool,
 }
 
 impl Choice {
     pub fn new(algo: Algo) -> Choice {
-        Choice { algo, k: 0, seg: 0 }
+        Choice {
+            algo,
+            k: 0,
+            seg: 0,
+            fallback: false,
+        }
     }
 
     /// A compact encoding (for caches and schedule-cache keys).
@@ -594,9 +602,9 @@ pub fn bucket_floor(bucket: u32) -> i64 {
 const BUCKETS: usize = 128;
 
 /// Automatic decisions per communicator size, cached: index (coll, form, commutative,
-/// bucket), value `Choice::pack() + 1` (0 = not decided yet).
+/// native allowed, bucket), value `Choice::pack() + 1` (0 = not decided yet).
 type Table = &'static [AtomicU32];
-const TABLE_LEN: usize = 22 * 3 * 2 * BUCKETS;
+const TABLE_LEN: usize = 22 * 3 * 2 * 2 * BUCKETS;
 /// Decision tables per communicator size: a direct slot for small sizes (one atomic load
 /// on the per-call path, which the native path's overhead budget needs), a map beyond.
 /// Tables live for the whole run (a few KiB per communicator size ever seen).
@@ -635,16 +643,56 @@ fn table(p: i32) -> Table {
     w.entry(p).or_insert_with(new_table)
 }
 
+/// Whether the system MPI's own implementation of a collective can be trusted with any
+/// call. Debian's MPICH 4.0.2 gets `MPI_Reduce_scatter_block` wrong in all its forms:
+/// `MPI_MAX` on `MPI_UNSIGNED` compares as signed, user operations on derived datatypes
+/// combine the wrong elements, and some calls crash (README, "Problems of the system MPI";
+/// `ctests/conform/coll_matrix.c` finds them), so `auto` never hands it that collective.
+fn native_trusted(coll: Coll) -> bool {
+    coll != Coll::ReduceScatterBlock
+}
+
+/// The path a forced `native`'s fallback schedule counts under (`SHIM_STATS`,
+/// `shim_function_paths`): the algorithm's name with the reason, interned (one string
+/// per algorithm name for the whole run).
+pub fn fallback_name(algorithm: &'static str) -> &'static str {
+    static NAMES: Mutex<Vec<(&'static str, &'static str)>> = Mutex::new(Vec::new());
+    let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, n)) = g.iter().find(|(a, _)| *a == algorithm) {
+        return n;
+    }
+    let n: &'static str = Box::leak(
+        format!("{algorithm} (native: the system MPI gets this call wrong)").into_boxed_str(),
+    );
+    g.push((algorithm, n));
+    n
+}
+
 /// The algorithm to run for one call. `bytes` must be a size every rank agrees on (see
-/// the module docs); it is ignored for collectives that are not `sized`.
-pub fn choose(coll: Coll, form: Form, p: i32, bytes: i64, commutative: bool) -> Choice {
+/// the module docs); it is ignored for collectives that are not `sized`. `native_ok` is
+/// false when the call is one the system MPI is known to get wrong (a hook's test of its
+/// arguments, which every rank decides alike): then neither `auto` nor a forced `native`
+/// hands it to the system MPI. A forced `native` then runs the best schedule instead
+/// (`Choice::fallback`), as it does for a persistent call (the system MPI's persistent
+/// collectives cannot all be restarted).
+pub fn choose(
+    coll: Coll,
+    form: Form,
+    p: i32,
+    bytes: i64,
+    commutative: bool,
+    native_ok: bool,
+) -> Choice {
+    let native_ok = native_ok && native_trusted(coll);
     let f = forced(coll);
     let (k, seg) = params(coll, &f);
-    if f.algo != Algo::Auto {
+    let fallback = f.algo == Algo::Native && (!native_ok || form == Form::Persistent);
+    if f.algo != Algo::Auto && !fallback {
         return Choice {
             algo: f.algo,
             k,
             seg,
+            fallback: false,
         };
     }
     let spec = spec_of(coll);
@@ -655,18 +703,34 @@ pub fn choose(coll: Coll, form: Form, p: i32, bytes: i64, commutative: bool) -> 
         Form::Nonblocking => 1,
         Form::Persistent => 2,
     };
-    let idx = (((coll as usize - 1) * 3 + form_i) * 2 + commutative as usize) * BUCKETS
+    let idx = ((((coll as usize - 1) * 3 + form_i) * 2 + commutative as usize) * 2
+        + native_ok as usize)
+        * BUCKETS
         + bk.min(BUCKETS - 1);
     let t = table(p);
     let v = t[idx].load(Ordering::Relaxed);
     let algo = if v != 0 {
         Algo::from_u8((v - 1) as u8)
     } else {
-        let a = decide(coll, form, p, bucket_floor(bk as u32), commutative, k, seg);
+        let a = decide(
+            coll,
+            form,
+            p,
+            bucket_floor(bk as u32),
+            commutative,
+            k,
+            seg,
+            native_ok,
+        );
         t[idx].store(a as u32 + 1, Ordering::Relaxed);
         a
     };
-    Choice { algo, k, seg }
+    Choice {
+        algo,
+        k,
+        seg,
+        fallback,
+    }
 }
 
 /// The automatic decision: a measured winner from the tuning data when there is one for
@@ -679,14 +743,16 @@ pub fn decide(
     commutative: bool,
     k: u32,
     seg: i64,
+    native_ok: bool,
 ) -> Algo {
     let spec = spec_of(coll);
     let tun = tuning::get();
+    let native_ok = native_ok && native_trusted(coll) && native_allowed(form, p);
     if form == Form::Blocking {
         if let Some(a) = tun.measured(coll, p, bytes) {
             let a = model::runs_as(coll, a, p, commutative, k);
             if spec.algos.contains(&a)
-                && (a != Algo::Native || native_allowed(form, p))
+                && (a != Algo::Native || native_ok)
                 && model::applicable(coll, a, p, commutative, k)
             {
                 return a;
@@ -695,7 +761,7 @@ pub fn decide(
     }
     let mut best: Option<(f64, f64, Algo)> = None;
     for &a in spec.algos {
-        if a == Algo::Native && !native_allowed(form, p) {
+        if a == Algo::Native && !native_ok {
             continue;
         }
         if !model::applicable(coll, a, p, commutative, k) {
@@ -720,7 +786,12 @@ pub fn decide(
             best = Some((key.0, key.1, a));
         }
     }
-    best.map_or(Algo::Native, |b| b.2)
+    match best {
+        Some(b) => b.2,
+        // every collective has a schedule that applies everywhere after `native`
+        None if native_ok => Algo::Native,
+        None => spec.algos[1],
+    }
 }
 
 /// May `auto` hand this call to the system MPI? Not for persistent calls (the system
@@ -762,7 +833,7 @@ pub fn decision_table(sizes: &[i32], form: Form, commutative: bool) -> String {
                 let a = if f.algo != Algo::Auto {
                     f.algo
                 } else {
-                    decide(spec.coll, form, p, lo, commutative, k, seg)
+                    decide(spec.coll, form, p, lo, commutative, k, seg, true)
                 };
                 if ranges.last().is_none_or(|r| r.1 != a) {
                     ranges.push((lo, a));
@@ -820,6 +891,42 @@ pub fn fmt_bytes(b: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn native_is_never_chosen_for_calls_the_system_mpi_gets_wrong() {
+        // the configuration's defaults: every collective automatic
+        for spec in COLLS.iter() {
+            for form in [Form::Blocking, Form::Nonblocking, Form::Persistent] {
+                for bytes in [0, 8, 1 << 16, 1 << 22] {
+                    let ch = choose(spec.coll, form, 4, bytes, true, false);
+                    assert_ne!(ch.algo, Algo::Native, "{} {form:?} {bytes}", spec.mpi);
+                }
+            }
+            let any = (0..40).any(|b| {
+                choose(spec.coll, Form::Blocking, 4, bucket_floor(b), true, true).algo
+                    == Algo::Native
+            });
+            if spec.coll == Coll::ReduceScatterBlock {
+                assert!(!any, "MPI_Reduce_scatter_block must never go native");
+            }
+        }
+    }
+
+    #[test]
+    fn forced_native_falls_back_where_the_system_mpi_is_wrong() {
+        let coll = Coll::NeighborAlltoall;
+        set_override(coll, Some(Algo::Native));
+        let ok = choose(coll, Form::Blocking, 2, 0, true, true);
+        assert_eq!((ok.algo, ok.fallback), (Algo::Native, false));
+        let wrong = choose(coll, Form::Blocking, 2, 0, true, false);
+        assert_eq!((wrong.algo, wrong.fallback), (Algo::SingleRound, true));
+        let persistent = choose(coll, Form::Persistent, 2, 0, true, true);
+        assert!(persistent.fallback && persistent.algo != Algo::Native);
+        set_override(coll, None);
+        let name = fallback_name("single-round");
+        assert!(name.starts_with("single-round (") && name.ends_with(')'));
+        assert!(core::ptr::eq(name, fallback_name("single-round")));
+    }
 
     #[test]
     fn names_round_trip() {
