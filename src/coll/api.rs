@@ -223,7 +223,7 @@ impl Ctx<'_> {
     }
 
     /// The reduction parameters after checking count, datatype and operation.
-    fn red(&self, count: i64, dt: MPI_Datatype, op: MPI_Op) -> Result<Red, c_int> {
+    pub(super) fn red(&self, count: i64, dt: MPI_Datatype, op: MPI_Op) -> Result<Red, c_int> {
         self.check_count(count, "count")?;
         let ti = self.type_info(dt, "datatype")?;
         self.check_op(op, dt)?;

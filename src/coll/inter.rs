@@ -16,8 +16,8 @@
 
 use core::ffi::{c_int, c_void};
 
+use super::algo::Blk;
 use super::algo::inter::{self, Role};
-use super::algo::{Blk, Red};
 use super::select::{Algo, Choice};
 use super::{Coll, Ctx, key};
 use crate::abi::*;
@@ -152,6 +152,47 @@ fn rooted_blocks(
         .collect())
 }
 
+/// One side of a rooted call (the root's many blocks, or another process's one block).
+struct Side<'n> {
+    buf: *const c_void,
+    at: fn(i64) -> Addr,
+    dt: MPI_Datatype,
+    names: (&'n str, &'n str),
+}
+
+/// Gather(v) and Scatter(v) alike: the root checks its blocks, one per remote process from
+/// `arrays` (counts, displacements), a process of the other group its one block of `count`
+/// elements, the root's other group members nothing. Returns the role, the root's blocks,
+/// the other block and the counts for the cache key.
+fn rooted_parts(
+    c: &Ctx<'_>,
+    root: c_int,
+    root_side: Side<'_>,
+    arrays: &dyn Fn() -> Result<(Vec<i64>, Vec<i64>), c_int>,
+    own: Side<'_>,
+    count: i64,
+) -> Result<(Role, Vec<Blk>, Option<Blk>, Vec<i64>), c_int> {
+    let role = c.role(root)?;
+    let (mut blocks, mut one, mut kc) = (Vec::new(), None, Vec::new());
+    match role {
+        Role::Root => {
+            c.no_in_place(root_side.buf, "the root's buffer")?;
+            let (counts, displs) = arrays()?;
+            let (buf, at, dt) = (root_side.buf, root_side.at, root_side.dt);
+            blocks = rooted_blocks(c, at, buf, &counts, &displs, dt, root_side.names)?;
+            kc.extend(counts);
+            kc.extend(displs);
+        }
+        Role::Leaf(_) => {
+            c.no_in_place(own.buf, "the buffer")?;
+            one = Some(c.block((own.at)(0), own.buf, count, own.dt, own.names)?);
+            kc.push(count);
+        }
+        Role::Idle => {}
+    }
+    Ok((role, blocks, one, kc))
+}
+
 /// Gather and Gatherv: `recv` is the root's (counts, displacements), one per remote rank.
 pub fn gather(
     c: &Ctx<'_>,
@@ -164,47 +205,21 @@ pub fn gather(
     recvtype: MPI_Datatype,
     root: c_int,
 ) -> Result<c_int, c_int> {
-    let role = c.role(root)?;
-    let (mut send, mut rblocks, mut kc) = (None, Vec::new(), Vec::new());
-    match role {
-        Role::Root => {
-            c.no_in_place(recvbuf, "the receive buffer")?;
-            let (counts, displs) = recv()?;
-            rblocks = rooted_blocks(
-                c,
-                Addr::recv,
-                recvbuf,
-                &counts,
-                &displs,
-                recvtype,
-                ("recvcounts", "recvtype"),
-            )?;
-            kc.extend(counts);
-            kc.extend(displs);
-        }
-        Role::Leaf(_) => {
-            c.no_in_place(sendbuf, "the send buffer")?;
-            let s = c.block(
-                Addr::send(0),
-                sendbuf,
-                sendcount,
-                sendtype,
-                ("sendcount", "sendtype"),
-            )?;
-            kc.push(sendcount);
-            send = Some(s);
-        }
-        Role::Idle => {}
-    }
-    let k = key(
-        coll,
-        &choice(),
-        root,
-        0,
-        MPI_OP_NULL(),
-        &[sendtype, recvtype],
-        kc,
-    );
+    let root_side = Side {
+        buf: recvbuf,
+        at: Addr::recv,
+        dt: recvtype,
+        names: ("recvcounts", "recvtype"),
+    };
+    let own = Side {
+        buf: sendbuf,
+        at: Addr::send,
+        dt: sendtype,
+        names: ("sendcount", "sendtype"),
+    };
+    let (role, rblocks, send, kc) = rooted_parts(c, root, root_side, recv, own, sendcount)?;
+    let types = [sendtype, recvtype];
+    let k = key(coll, &choice(), root, 0, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(inter::gather(role, send, &rblocks))
     })
@@ -222,47 +237,21 @@ pub fn scatter(
     recvtype: MPI_Datatype,
     root: c_int,
 ) -> Result<c_int, c_int> {
-    let role = c.role(root)?;
-    let (mut recv, mut sblocks, mut kc) = (None, Vec::new(), Vec::new());
-    match role {
-        Role::Root => {
-            c.no_in_place(sendbuf, "the send buffer")?;
-            let (counts, displs) = send()?;
-            sblocks = rooted_blocks(
-                c,
-                Addr::send,
-                sendbuf,
-                &counts,
-                &displs,
-                sendtype,
-                ("sendcounts", "sendtype"),
-            )?;
-            kc.extend(counts);
-            kc.extend(displs);
-        }
-        Role::Leaf(_) => {
-            c.no_in_place(recvbuf, "the receive buffer")?;
-            let r = c.block(
-                Addr::recv(0),
-                recvbuf,
-                recvcount,
-                recvtype,
-                ("recvcount", "recvtype"),
-            )?;
-            kc.push(recvcount);
-            recv = Some(r);
-        }
-        Role::Idle => {}
-    }
-    let k = key(
-        coll,
-        &choice(),
-        root,
-        0,
-        MPI_OP_NULL(),
-        &[sendtype, recvtype],
-        kc,
-    );
+    let root_side = Side {
+        buf: sendbuf,
+        at: Addr::send,
+        dt: sendtype,
+        names: ("sendcounts", "sendtype"),
+    };
+    let own = Side {
+        buf: recvbuf,
+        at: Addr::recv,
+        dt: recvtype,
+        names: ("recvcount", "recvtype"),
+    };
+    let (role, sblocks, recv, kc) = rooted_parts(c, root, root_side, send, own, recvcount)?;
+    let types = [sendtype, recvtype];
+    let k = key(coll, &choice(), root, 0, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(inter::scatter(role, &sblocks, recv))
     })
@@ -298,20 +287,6 @@ pub fn exchange(
     })
 }
 
-fn red(c: &Ctx<'_>, count: i64, dt: MPI_Datatype, op: MPI_Op) -> Result<Red, c_int> {
-    c.check_count(count, "count")?;
-    let ti = c.type_info(dt, "datatype")?;
-    c.check_op(op, dt)?;
-    stats::note_bytes((count * ti.size) as u64);
-    Ok(Red {
-        count,
-        dt,
-        ti,
-        op,
-        commutative: crate::ops::commutative(op),
-    })
-}
-
 pub fn reduce(
     c: &Ctx<'_>,
     sendbuf: *const c_void,
@@ -322,7 +297,7 @@ pub fn reduce(
     root: c_int,
 ) -> Result<c_int, c_int> {
     let role = c.role(root)?;
-    let r = red(c, count, datatype, op)?;
+    let r = c.red(count, datatype, op)?;
     match role {
         Role::Root => {
             c.no_in_place(recvbuf, "the receive buffer")?;
@@ -355,7 +330,7 @@ pub fn allreduce(
     datatype: MPI_Datatype,
     op: MPI_Op,
 ) -> Result<c_int, c_int> {
-    let r = red(c, count, datatype, op)?;
+    let r = c.red(count, datatype, op)?;
     c.no_in_place(sendbuf, "the send buffer")?;
     c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
     c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
@@ -387,7 +362,7 @@ pub fn reduce_scatter(
     op: MPI_Op,
 ) -> Result<c_int, c_int> {
     let me = c.rank() as usize;
-    let r = red(c, counts[me], datatype, op)?;
+    let r = c.red(counts[me], datatype, op)?;
     let n: i64 = counts.iter().sum();
     c.no_in_place(sendbuf, "the send buffer")?;
     c.check_buffer(sendbuf, n, datatype, "the send buffer")?;
