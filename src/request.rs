@@ -556,8 +556,19 @@ pub mod hooks {
         }
         match state(h) {
             State::Native => {
+                // Only a complete request (an inactive persistent one, or one already
+                // finished) is released at once and its handle quarantined. An active one
+                // lives on in the library until it completes: allocating a placeholder then
+                // may take over a handle MPICH 4.0.2 still uses (a freed Isend to self
+                // whose message was never received is lost).
+                let mut done: c_int = 0;
+                if h != MPI_REQUEST_NULL() {
+                    // SAFETY: valid out-pointer; an invalid handle only yields a code (the
+                    // real world returns errors), reported again by the free below.
+                    unsafe { pmpi::PMPI_Request_get_status(h, &mut done, MPI_STATUS_IGNORE) };
+                }
                 let rc = native();
-                if rc == MPI_SUCCESS && h != MPI_REQUEST_NULL() {
+                if rc == MPI_SUCCESS && done != 0 {
                     crate::retain::request_quarantine(h);
                 }
                 rc
