@@ -687,9 +687,11 @@ fn allgather_common(
     // every rank knows all counts: decide by the average block
     let avg = rblocks.iter().map(|b| b.bytes).sum::<i64>() / c.size() as i64;
     types.push(recvtype);
+    // MPICH 4.0.2's Allgatherv on one process copies the block to displacement 0
+    let native_ok = !(coll == Coll::Allgatherv && c.size() == 1 && !inplace && displs[0] != 0);
     kc.extend(counts);
     kc.extend(displs);
-    let ch = c.choose(coll, avg, true);
+    let ch = c.choose_with(coll, avg, true, native_ok);
     if ch.algo == Algo::Native {
         return c.native();
     }
