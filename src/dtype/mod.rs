@@ -148,10 +148,12 @@ pub fn check_usable(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
 
 /// Whether a derived datatype has been committed: MPICH keeps no public flag, but packing
 /// an uncommitted type is an error, so ask `PMPI_Pack_size` (which checks commitment).
+/// Asked on the real world, whose handler only records: `MPI_COMM_SELF` may carry the
+/// program's fatal handler, and the error belongs on the program's communicator.
 fn is_committed(dt: MPI_Datatype) -> bool {
     let mut sz: c_int = 0;
     // SAFETY: out-pointer is a valid local.
-    unsafe { pmpi::PMPI_Pack_size(1, dt, MPI_COMM_SELF(), &mut sz) == MPI_SUCCESS }
+    unsafe { pmpi::PMPI_Pack_size(1, dt, MPI_COMM_WORLD(), &mut sz) == MPI_SUCCESS }
 }
 
 /// Copies `scount` elements of `sdt` at `src` into `dcount` elements of `ddt` at `dst`;
@@ -232,11 +234,12 @@ pub unsafe fn copy(
         }
         return done;
     }
-    // Types the engine does not decode: the system MPI packs and unpacks.
+    // Types the engine does not decode: the system MPI packs and unpacks (on the real
+    // world, whose handler only records; see `is_committed`).
     let mut packed_size: MPI_Count = 0;
     // SAFETY: valid out-pointer; buffers per the caller's contract.
     unsafe {
-        let rc = pmpi::PMPI_Pack_size_c(scount, sdt, MPI_COMM_SELF(), &mut packed_size);
+        let rc = pmpi::PMPI_Pack_size_c(scount, sdt, MPI_COMM_WORLD(), &mut packed_size);
         if rc != MPI_SUCCESS {
             return rc;
         }
@@ -249,7 +252,7 @@ pub unsafe fn copy(
             tmp.as_mut_ptr().cast(),
             packed_size,
             &mut pos,
-            MPI_COMM_SELF(),
+            MPI_COMM_WORLD(),
         );
         if rc != MPI_SUCCESS {
             return rc;
@@ -262,7 +265,7 @@ pub unsafe fn copy(
             dst,
             dcount,
             ddt,
-            MPI_COMM_SELF(),
+            MPI_COMM_WORLD(),
         )
     }
 }
