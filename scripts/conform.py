@@ -17,8 +17,10 @@ those cases are compared with the standard's class and listed in the report from
 record. `--no-skip` runs them anyway; `--record` rewrites the record for the programs and
 rank counts run.
 
-Usage: conform.py [--level reduced|full] [--only coll_matrix,errors,lifetime]
-                  [--ranks 1,2,3] [--idle S] [--no-skip] [--record]
+Usage: conform.py [--level reduced|full] [--only coll_matrix,errors,lifetime,rma_matrix]
+                  [--ranks 1,2,3] [--configs shim-ghosts,...] [--idle S] [--no-skip] [--record]
+With SHIM_GHOSTS=g in a configuration, g more processes are launched (one node), so that the
+program sees as many as natively.
 The reduced level is what scripts/test runs (CI); the full level is the README's
 `python3 scripts/conform.py --level full`.
 """
@@ -68,6 +70,7 @@ PROGRAMS = {
     "lifetime": "check",
     "errhandlers": "check",
     "errors": "rc",
+    "rma_matrix": "rc",
 }
 
 
@@ -79,6 +82,8 @@ def plan(level):
     rotation at 3-5 processes, the whole error table with its world-fatal variants at 1-3,
     and the lifetime loops at their full length (100,000 dup/free cycles at 2 processes)."""
     shim = {"LD_PRELOAD": LIB}
+    # one ghost per node: the program sees n processes, n + 1 are launched
+    ghost = dict(shim, SHIM_GHOSTS="1")
     runs = []
     full = level == "full"
     table = {"CONFORM_LEVEL": "full"} if full else {}
@@ -91,6 +96,8 @@ def plan(level):
         runs.append(("coll_matrix", n, "shim-cycle", dict(shim, CONFORM_ALGOS="cycle", **lvl)))
         if n in (2, 3) or full:
             runs.append(("coll_matrix", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread", **lvl)))
+        if n <= 2 or full:
+            runs.append(("coll_matrix", n, "shim-ghosts", dict(ghost, **lvl)))
         if full:
             runs.append(("coll_matrix", n, "shim-all", dict(shim, CONFORM_ALGOS="all", **lvl)))
             runs.append(("coll_matrix", n, "shim-thread-cycle",
@@ -100,18 +107,32 @@ def plan(level):
         runs.append(("errors", n, "shim", dict(shim, **table)))
         if full or n == 2:
             runs.append(("errors", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread", **table)))
+        runs.append(("errors", n, "shim-ghosts", dict(ghost, **table)))
     for n in ([1, 2, 3, 4, 5] if full else [1, 2, 3]):
         if n <= 2 or full:
             runs.append(("errhandlers", n, "native", dict(table)))
         runs.append(("errhandlers", n, "shim", dict(shim, **table)))
         if n == 2 or full:
             runs.append(("errhandlers", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread", **table)))
+        if n <= 2 or full:
+            runs.append(("errhandlers", n, "shim-ghosts", dict(ghost, **table)))
     for n in ([1, 2, 3, 4, 5] if full else [2, 3]):
         if n <= 2:
             runs.append(("lifetime", n, "native", dict(table)))
         runs.append(("lifetime", n, "shim", dict(shim, **table)))
         if n == 2 or full:
             runs.append(("lifetime", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread", **table)))
+        if n == 2 or full:
+            runs.append(("lifetime", n, "shim-ghosts", dict(ghost, **table)))
+    # RMA: natively, forwarded by the shim, and served by ghosts (in shared memory, the
+    # default on one node, and through the ghosts)
+    via = dict(ghost, SHIM_GHOST_DIRECT="off")
+    for n in [1, 2, 3, 4]:
+        runs.append(("rma_matrix", n, "native", dict(table)))
+        if n <= 2 or full:
+            runs.append(("rma_matrix", n, "shim", dict(shim, **table)))
+        runs.append(("rma_matrix", n, "shim-ghosts", dict(ghost, **table)))
+        runs.append(("rma_matrix", n, "shim-ghosts-via", dict(via, **table)))
     return runs
 
 
@@ -143,7 +164,8 @@ def run_once(exe, n, env, start, level, idle, log, res):
     e = dict(os.environ, CONFORM_FROM=str(start), CONFORM_LEVEL=level,
              CONFORM_PROGRESS=str(progress))
     e.update(env)
-    cmd = [MPIRUN, "-n", str(n), str(exe)]
+    # with ghosts the program sees n processes: SHIM_GHOSTS more are launched (one node)
+    cmd = [MPIRUN, "-n", str(n + int(env.get("SHIM_GHOSTS", "0"))), str(exe)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=e,
                          start_new_session=True)
     current = None
@@ -263,6 +285,7 @@ def main():
     ap.add_argument("--level", default="reduced", choices=["reduced", "full"])
     ap.add_argument("--only", default="")
     ap.add_argument("--ranks", default="")
+    ap.add_argument("--configs", default="", help="only these configurations (and native)")
     ap.add_argument("--idle", type=float, default=0, help="seconds without output = hang")
     ap.add_argument("--no-skip", action="store_true", help="run the recorded native crashes")
     ap.add_argument("--record", action="store_true", help="rewrite the record of native crashes")
@@ -271,7 +294,9 @@ def main():
     recorded = read_skips()
     only = set(filter(None, a.only.split(",")))
     ranks = set(int(x) for x in a.ranks.split(",") if x)
-    runs = [r for r in plan(a.level) if (not only or r[0] in only) and (not ranks or r[1] in ranks)]
+    configs = set(filter(None, a.configs.split(",")))
+    runs = [r for r in plan(a.level) if (not only or r[0] in only) and (not ranks or r[1] in ranks)
+            and (not configs or r[2] in configs or r[2] == "native")]
     exes = {p: build(p) for p in sorted({r[0] for r in runs})}
     results, recorded_as = {}, {}
     t0 = time.time()

@@ -49,7 +49,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_DISABLE",
         default: "0",
         allowed: "0, 1 (also true/false, yes/no, on/off)",
-        doc: "1 makes every entry point a pure pass-through to the system MPI (nothing else is read or initialized).",
+        doc: "1 makes every entry point a pure pass-through to the system MPI: nothing else is read or initialized, except that `MPI_Init` joins the ranks' check that `SHIM_DISABLE`, `SHIM_GHOSTS`, `SHIM_GHOST_*` and `SHIM_RANKS_PER_NODE` agree (one small reduction on `MPI_COMM_WORLD`; a disagreement stops every rank with status 2 instead of a hang).",
     },
     VarSpec {
         name: "SHIM_FAULT_INJECT",
@@ -61,7 +61,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_GHOSTS",
         default: "0",
         allowed: "0 to 64 (fewer than the ranks on every node)",
-        doc: "Ghost processes per node for asynchronous RMA progress (Casper-style): that many ranks of each node never return from `MPI_Init` and serve the RMA of `MPI_Win_allocate` windows; the application's `MPI_COMM_WORLD` holds the other ranks. Launch N more ranks per node. 0: every RMA call is a plain forward.",
+        doc: "Ghost processes per node for asynchronous RMA progress (Casper-style): that many ranks of each node never return from `MPI_Init` and serve the RMA of `MPI_Win_allocate` windows; the application's `MPI_COMM_WORLD` holds the other ranks. Launch N more ranks per node. Any number of windows may be alive; start-up costs one internal window. 0: every RMA call is a plain forward.",
     },
     VarSpec {
         name: "SHIM_GHOST_BALANCE",
@@ -80,12 +80,6 @@ pub static VARS: &[VarSpec] = &[
         default: "last",
         allowed: "first, last, spread",
         doc: "Which ranks of a node become ghosts: the lowest local ranks, the highest, or evenly spread.",
-    },
-    VarSpec {
-        name: "SHIM_GHOST_WINDOWS",
-        default: "4",
-        allowed: "1 to 64",
-        doc: "With ghosts: how many `MPI_Win_allocate` windows can be alive at once with asynchronous progress. Each is a slot of internal dynamic windows created at `MPI_Init` (one per user rank of the fullest node, plus one); further windows are forwarded to the system MPI with a warning.",
     },
     VarSpec {
         name: "SHIM_LOG",
@@ -225,7 +219,6 @@ pub struct Config {
     pub ghost_balance: GhostBalance,
     /// `SHIM_GHOST_DIRECT`: single-node windows move data in shared memory.
     pub ghost_direct: bool,
-    pub ghost_windows: u32,
     pub ranks_per_node: Option<u32>,
     /// `SHIM_PACK_THREADS` (None: processors per rank of the node).
     pub pack_threads: Option<u32>,
@@ -252,7 +245,6 @@ impl Default for Config {
             ghost_placement: GhostPlacement::Last,
             ghost_balance: GhostBalance::Static,
             ghost_direct: true,
-            ghost_windows: 4,
             ranks_per_node: None,
             pack_threads: None,
             pack_min_bytes: 256 * 1024,
@@ -562,12 +554,6 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
             _ => l.errors.push(error("SHIM_GHOST_DIRECT", &v)),
         }
     }
-    if let Some(v) = get("SHIM_GHOST_WINDOWS") {
-        match v.trim().parse::<u32>() {
-            Ok(n) if (1..=64).contains(&n) => c.ghost_windows = n,
-            _ => l.errors.push(error("SHIM_GHOST_WINDOWS", &v)),
-        }
-    }
     if let Some(v) = get("SHIM_PACK_THREADS") {
         match v.trim().parse::<u32>() {
             Ok(n) if (1..=256).contains(&n) => c.pack_threads = Some(n),
@@ -664,8 +650,24 @@ fn parse_coll_var(
 /// A hash of everything that steers algorithm selection, which must be equal on every
 /// rank (else ranks could pick different algorithms and deadlock).
 pub fn selection_fingerprint(c: &Config) -> u64 {
-    let text = format!("{:?}|{:?}|{}", c.algorithms, c.tuning_file, c.calibrate);
-    // FNV-1a
+    fnv1a(&format!(
+        "{:?}|{:?}|{}",
+        c.algorithms, c.tuning_file, c.calibrate
+    ))
+}
+
+/// Fingerprint of the settings that lay the job out (which ranks take part at all, and
+/// which become ghosts): ranks that disagree would wait for each other in different
+/// collectives at init.
+pub fn layout_fingerprint(c: &Config) -> u64 {
+    let text = format!(
+        "{}|{}|{:?}|{:?}|{}|{:?}",
+        c.disable, c.ghosts, c.ghost_placement, c.ghost_balance, c.ghost_direct, c.ranks_per_node
+    );
+    fnv1a(&text)
+}
+
+fn fnv1a(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })

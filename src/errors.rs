@@ -9,8 +9,11 @@
 //! whose world handler is fatal, from a function the program never called, although the
 //! program passed a communicator whose handler returns errors. So at init the real
 //! `MPI_COMM_WORLD` gets `MPI_ERRORS_RETURN`, and the handler the application sets on
-//! `MPI_COMM_WORLD` is kept on a private communicator (the *keeper*; under ghost processes,
-//! the user world, which the application sees as `MPI_COMM_WORLD`). Every exported entry
+//! `MPI_COMM_WORLD` is kept on a private communicator (the *keeper*). Under ghost
+//! processes the application's `MPI_COMM_WORLD` is the user world: its handler is a
+//! trampoline ([`user_world_handler`]) that invokes the application's handler on
+//! `MPI_COMM_WORLD`, so that a handler function is passed the handle the program knows
+//! (MPI-4.0 §9.3.1: the handler gets the communicator the call was made on). Every exported entry
 //! point whose call failed then raises the error where the system MPI would have raised it
 //! on the world ([`checked`]): on the keeper's handler, invoked on `MPI_COMM_WORLD`.
 //! Communicators made from `MPI_COMM_WORLD` inherit the application's handler ([`inherit`]).
@@ -26,8 +29,10 @@ use crate::pmpi;
 static VIRTUAL: AtomicBool = AtomicBool::new(false);
 /// The communicator that holds the application's handler for `MPI_COMM_WORLD`.
 static KEEPER: AtomicI64 = AtomicI64::new(0);
-/// Whether the keeper's private duplicate must be freed at finalize (not the user world).
-static KEEPER_OWNED: AtomicBool = AtomicBool::new(false);
+/// The user world (ghost processes), 0 without.
+static USER_WORLD: AtomicI64 = AtomicI64::new(0);
+/// The user world's handler (the trampoline), 0 until created.
+static TRAMPOLINE: AtomicI64 = AtomicI64::new(0);
 /// The application's world handler is `MPI_ERRORS_RETURN` (nothing to raise).
 static WORLD_RETURNS: AtomicBool = AtomicBool::new(false);
 
@@ -55,6 +60,27 @@ unsafe extern "C" fn record(_comm: *mut MPI_Comm, code: *mut c_int) {
     }
 }
 
+/// The user world's handler: an error the system MPI (or the shim) raises on the user
+/// world reaches the application's world handler, invoked on `MPI_COMM_WORLD`.
+unsafe extern "C" fn user_world_handler(_comm: *mut MPI_Comm, code: *mut c_int) {
+    if code.is_null() {
+        return;
+    }
+    // SAFETY: the system MPI passes a pointer to the error code.
+    let code = unsafe { *code };
+    // the entry point must not raise it a second time (`after_failure`)
+    RAISED.set(code);
+    raise_on_world(code, "");
+}
+
+/// Is `c` the application's `MPI_COMM_WORLD` (the real one, or the user world it maps to)?
+fn is_world(c: MPI_Comm) -> bool {
+    c == MPI_COMM_WORLD() || {
+        let uw = USER_WORLD.load(Ordering::Acquire);
+        uw != 0 && c as i64 == uw
+    }
+}
+
 /// What the real world's handler is while the application's lives on the keeper.
 fn quiet() -> MPI_Errhandler {
     match RECORDER.load(Ordering::Acquire) {
@@ -75,26 +101,19 @@ pub fn virtualized() -> bool {
 /// At init, once the user world exists (`user_world` under ghost processes, else `None`):
 /// the application's world handler moves to the keeper and the real world returns errors.
 pub fn init_world(user_world: Option<MPI_Comm>) {
-    let keeper = match user_world {
-        Some(uw) => uw,
-        None => {
-            let mut k: MPI_Comm = MPI_COMM_NULL();
-            let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
-            // SAFETY: MPI is initialized; valid out-pointers; MPI_COMM_SELF involves this
-            // process only.
-            unsafe {
-                if pmpi::PMPI_Comm_dup(MPI_COMM_SELF(), &mut k) != MPI_SUCCESS {
-                    return;
-                }
-                pmpi::PMPI_Comm_get_errhandler(MPI_COMM_WORLD(), &mut h);
-                pmpi::PMPI_Comm_set_errhandler(k, h);
-                pmpi::PMPI_Errhandler_free(&mut h);
-            }
-            KEEPER_OWNED.store(true, Ordering::Relaxed);
-            k
+    let mut k: MPI_Comm = MPI_COMM_NULL();
+    let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+    // SAFETY: MPI is initialized; valid out-pointers; MPI_COMM_SELF involves this
+    // process only.
+    unsafe {
+        if pmpi::PMPI_Comm_dup(MPI_COMM_SELF(), &mut k) != MPI_SUCCESS {
+            return;
         }
-    };
-    KEEPER.store(keeper as i64, Ordering::Release);
+        pmpi::PMPI_Comm_get_errhandler(MPI_COMM_WORLD(), &mut h);
+        pmpi::PMPI_Comm_set_errhandler(k, h);
+        pmpi::PMPI_Errhandler_free(&mut h);
+    }
+    KEEPER.store(k as i64, Ordering::Release);
     refresh_world_returns();
     let mut rec: MPI_Errhandler = MPI_ERRHANDLER_NULL();
     // SAFETY: a handler function of the standard's C signature (the variadic tail is
@@ -103,6 +122,21 @@ pub fn init_world(user_world: Option<MPI_Comm>) {
         == MPI_SUCCESS
     {
         RECORDER.store(rec as i64, Ordering::Release);
+    }
+    if let Some(uw) = user_world {
+        let mut t: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+        // SAFETY: as above; the user world is valid.
+        unsafe {
+            if pmpi::PMPI_Comm_create_errhandler(
+                user_world_handler as *mut core::ffi::c_void,
+                &mut t,
+            ) == MPI_SUCCESS
+            {
+                TRAMPOLINE.store(t as i64, Ordering::Release);
+                pmpi::PMPI_Comm_set_errhandler(uw, t);
+            }
+        }
+        USER_WORLD.store(uw as i64, Ordering::Release);
     }
     // SAFETY: a valid handler on the predefined communicator.
     unsafe { pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), quiet()) };
@@ -123,13 +157,18 @@ pub fn finalize_world() {
             pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), h);
             pmpi::PMPI_Errhandler_free(&mut h);
         }
-        if KEEPER_OWNED.swap(false, Ordering::Relaxed) {
-            pmpi::PMPI_Comm_free(&mut k);
+        let uw = USER_WORLD.swap(0, Ordering::AcqRel);
+        if uw != 0 && pmpi::PMPI_Comm_get_errhandler(k, &mut h) == MPI_SUCCESS {
+            pmpi::PMPI_Comm_set_errhandler(uw as MPI_Comm, h);
+            pmpi::PMPI_Errhandler_free(&mut h);
         }
-        let mut rec = RECORDER.swap(0, Ordering::AcqRel) as MPI_Errhandler;
-        if rec as i64 != 0 {
-            // communicators that still use it keep a reference (MPI-4.0 §9.3.4)
-            pmpi::PMPI_Errhandler_free(&mut rec);
+        pmpi::PMPI_Comm_free(&mut k);
+        for slot in [&RECORDER, &TRAMPOLINE] {
+            let mut eh = slot.swap(0, Ordering::AcqRel) as MPI_Errhandler;
+            if eh as i64 != 0 {
+                // communicators that still use it keep a reference (MPI-4.0 §9.3.4)
+                pmpi::PMPI_Errhandler_free(&mut eh);
+            }
         }
     }
 }
@@ -149,7 +188,7 @@ fn refresh_world_returns() {
 
 /// The communicator whose handler serves `comm`: the keeper for `MPI_COMM_WORLD`.
 fn holder(comm: MPI_Comm) -> MPI_Comm {
-    if virtualized() && comm == MPI_COMM_WORLD() {
+    if virtualized() && is_world(comm) {
         keeper()
     } else {
         comm
@@ -190,7 +229,7 @@ fn raise_on_world(code: c_int, why: &str) -> c_int {
 pub fn raise(comm: MPI_Comm, class: c_int, function: &str, why: &str) -> c_int {
     tracing::debug!(target: "shim::errors", "{function}: {why} (error class {class})");
     RAISED.set(class);
-    if virtualized() && comm == MPI_COMM_WORLD() {
+    if virtualized() && is_world(comm) {
         return raise_on_world(class, &format!("{function}: {why}"));
     }
     let mut eh: MPI_Errhandler = MPI_ERRHANDLER_NULL();
@@ -278,7 +317,7 @@ fn after_failure(obj: Obj, rc: c_int) -> c_int {
         // the request's communicator), or the world if that is unknown
         Obj::None => world_raised == rc || RECORDER.load(Ordering::Acquire) == 0,
         // a valid communicator other than the world: the system MPI used its handler
-        Obj::Comm(c) => c == MPI_COMM_WORLD() || !comm_valid(c),
+        Obj::Comm(c) => is_world(c) || !comm_valid(c),
         Obj::Win(w) => !win_valid(w),
     };
     if on_world {
@@ -287,7 +326,7 @@ fn after_failure(obj: Obj, rc: c_int) -> c_int {
     rc
 }
 
-fn comm_valid(c: MPI_Comm) -> bool {
+pub(crate) fn comm_valid(c: MPI_Comm) -> bool {
     if c == MPI_COMM_NULL() {
         return false;
     }
@@ -326,7 +365,7 @@ pub fn inherit(parent: MPI_Comm, newcomm: *mut MPI_Comm, rc: c_int) {
     if rc != MPI_SUCCESS
         || newcomm.is_null()
         || !virtualized()
-        || parent != MPI_COMM_WORLD()
+        || !is_world(parent)
         || WORLD_RETURNS.load(Ordering::Acquire)
     {
         return;
@@ -342,7 +381,8 @@ pub fn inherit(parent: MPI_Comm, newcomm: *mut MPI_Comm, rc: c_int) {
         if pmpi::PMPI_Comm_get_errhandler(nc, &mut now) != MPI_SUCCESS {
             return;
         }
-        if (now == MPI_ERRORS_RETURN() || now == quiet())
+        let tramp = TRAMPOLINE.load(Ordering::Acquire);
+        if (now == MPI_ERRORS_RETURN() || now == quiet() || (tramp != 0 && now as i64 == tramp))
             && pmpi::PMPI_Comm_get_errhandler(keeper(), &mut app) == MPI_SUCCESS
         {
             pmpi::PMPI_Comm_set_errhandler(nc, app);
@@ -403,7 +443,7 @@ pub mod hooks {
         errorcode: c_int,
         native: &dyn Fn() -> c_int,
     ) -> c_int {
-        if virtualized() && comm == MPI_COMM_WORLD() {
+        if virtualized() && is_world(comm) {
             raise_on_world(errorcode, "");
             // the handler returned (MPI-4.0 §9.3.6)
             return MPI_SUCCESS;

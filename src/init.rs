@@ -191,100 +191,90 @@ pub fn abort_job(code: c_int) -> ! {
     std::process::abort();
 }
 
-/// Everything after a successful `PMPI_Init*`.
-fn post_init(mut loaded: config::Loaded) {
-    let (mut rank, mut size) = (0, 1);
-    // SAFETY: MPI is initialized; out-pointers are valid locals.
-    unsafe {
-        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank);
-        pmpi::PMPI_Comm_size(MPI_COMM_WORLD(), &mut size);
-    }
-    WORLD_RANK.store(rank, Ordering::Relaxed);
-    WORLD_SIZE.store(size, Ordering::Relaxed);
-    // The node's processes (for the progress thread's placement and `auto` decision).
-    let mut node: MPI_Comm = MPI_COMM_NULL();
-    // SAFETY: collective over MPI_COMM_WORLD, valid out-pointers; the communicator is freed.
-    unsafe {
-        if pmpi::PMPI_Comm_split_type(
-            MPI_COMM_WORLD(),
-            MPI_COMM_TYPE_SHARED,
-            0,
-            MPI_INFO_NULL(),
-            &mut node,
-        ) == MPI_SUCCESS
-        {
-            let (mut lr, mut ls) = (0, 1);
-            pmpi::PMPI_Comm_rank(node, &mut lr);
-            pmpi::PMPI_Comm_size(node, &mut ls);
-            LOCAL_RANK.store(lr, Ordering::Relaxed);
-            LOCAL_SIZE.store(ls, Ordering::Relaxed);
-            pmpi::PMPI_Comm_free(&mut node);
-        }
-    }
-    crate::log::init(&loaded.config.log, loaded.config.log_file.as_deref(), rank);
-    let verbose = loaded.config.log.contains("debug") || loaded.config.log.contains("trace");
-    crate::entry::install_panic_hook(verbose);
+/// A name of this process's node: its host name and boot id (two machines never share a
+/// boot id; two containers of one machine with different host names may not share
+/// `/dev/shm`, and count as two nodes).
+fn node_key() -> u64 {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most the buffer's length.
+    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    let host = buf.split(|&b| b == 0).next().unwrap_or(&[]);
+    let boot = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    [host, b"|", &boot]
+        .concat()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        })
+}
 
-    // Tuning data for `auto` (SHIM_TUNING_FILE); a file that cannot be used is a
-    // configuration error like a bad value.
-    let mut tuning = None;
-    if let Some(path) = &loaded.config.tuning_file {
-        match crate::coll::select::tuning::load_file(path) {
-            Ok(t) => tuning = Some(t),
-            Err(e) => loaded.errors.push(config::ConfigError {
-                var: "SHIM_TUNING_FILE".into(),
-                value: path.clone(),
-                allowed: format!(
-                    "a regular file of at most {} MiB in the tuning format ({e})",
-                    crate::coll::select::tuning::MAX_FILE_BYTES >> 20
-                ),
-            }),
-        }
+/// What every rank told the others at init.
+pub struct Census {
+    /// Each world rank's node key.
+    pub nodes: Vec<u64>,
+}
+
+impl Census {
+    /// This rank's index among the ranks of its node (in world rank order), and their number.
+    pub fn local(&self, rank: usize) -> (usize, usize) {
+        let k = self.nodes[rank];
+        let before = self.nodes[..rank].iter().filter(|&&x| x == k).count();
+        (before, self.nodes.iter().filter(|&&x| x == k).count())
     }
-    // Algorithm selection must be the same everywhere: compare the settings' fingerprint.
-    let fp = config::selection_fingerprint(&loaded.config);
-    let (mut lo, mut hi) = (0u64, 0u64);
-    // SAFETY: one u64 in, one out, on MPI_COMM_WORLD.
+}
+
+/// The settings that must be the same on every rank are compared, configuration errors
+/// are agreed on (so that every rank stops, even if only one rank's environment is wrong:
+/// the lowest such rank prints the messages and every rank exits with status 2), and every
+/// rank learns every rank's node. One allgather, the first collective of the job, made by
+/// ranks with `SHIM_DISABLE=1` too (`disabled_init`): on an oversubscribed node each
+/// collective costs time slices (`MPI_Comm_split_type` took 56 ms at 3 ranks on 2 cores).
+fn agree(loaded: &mut config::Loaded, rank: c_int, size: c_int) -> Census {
+    let mine = [
+        config::selection_fingerprint(&loaded.config),
+        config::layout_fingerprint(&loaded.config),
+        if loaded.errors.is_empty() { size } else { rank } as u64,
+        node_key(),
+    ];
+    let mut all = vec![0u64; 4 * size.max(1) as usize];
+    // SAFETY: four u64 from every rank into a buffer for `size` ranks, on MPI_COMM_WORLD.
     unsafe {
-        pmpi::PMPI_Allreduce(
-            (&fp as *const u64).cast(),
-            (&mut lo as *mut u64).cast(),
-            1,
+        pmpi::PMPI_Allgather(
+            mine.as_ptr().cast(),
+            4,
             MPI_UINT64_T(),
-            MPI_MIN(),
-            MPI_COMM_WORLD(),
-        );
-        pmpi::PMPI_Allreduce(
-            (&fp as *const u64).cast(),
-            (&mut hi as *mut u64).cast(),
-            1,
+            all.as_mut_ptr().cast(),
+            4,
             MPI_UINT64_T(),
-            MPI_MAX(),
             MPI_COMM_WORLD(),
         );
     }
-    if lo != hi {
+    let col = |i: usize| all.chunks(4).map(move |r| r[i]);
+    let lo = [col(0).min().unwrap_or(0), col(1).min().unwrap_or(0)];
+    let hi = [col(0).max().unwrap_or(0), col(1).max().unwrap_or(0)];
+    let census = Census {
+        nodes: col(3).collect(),
+    };
+    if lo[0] != hi[0] {
         loaded.errors.push(config::ConfigError {
             var: "SHIM_<COLL>_ALGORITHM/_K/_SEGMENT, SHIM_TUNING_FILE, SHIM_CALIBRATE".into(),
             value: "(differs between ranks)".into(),
             allowed: "the same settings on every rank (ranks choosing different algorithms would deadlock)".into(),
         });
     }
-    // Agree on configuration errors so that every rank stops, even if only one rank's
-    // environment is wrong. The lowest such rank prints the messages.
-    let mine: c_int = if loaded.errors.is_empty() { size } else { rank };
-    let mut first_bad: c_int = size;
-    // SAFETY: one int in, one int out, on MPI_COMM_WORLD.
-    unsafe {
-        pmpi::PMPI_Allreduce(
-            (&mine as *const c_int).cast(),
-            (&mut first_bad as *mut c_int).cast(),
-            1,
-            MPI_INT(),
-            MPI_MIN(),
-            MPI_COMM_WORLD(),
-        );
+    if lo[1] != hi[1] {
+        loaded.errors.push(config::ConfigError {
+            var: "SHIM_DISABLE, SHIM_GHOSTS, SHIM_GHOST_*, SHIM_RANKS_PER_NODE".into(),
+            value: "(differs between ranks)".into(),
+            allowed: "the same settings on every rank (ranks laying the job out differently would deadlock at init)".into(),
+        });
     }
+    // a disagreement found here is an error of every rank: the lowest reports it
+    let first_bad = if lo != hi {
+        0
+    } else {
+        col(2).min().unwrap_or(size as u64) as c_int
+    };
     if first_bad < size {
         if rank == first_bad {
             for e in &loaded.errors {
@@ -302,6 +292,64 @@ fn post_init(mut loaded: config::Loaded) {
         unsafe { pmpi::PMPI_Finalize() };
         std::process::exit(2);
     }
+    census
+}
+
+/// `SHIM_DISABLE=1`: the system MPI's initialization, then only the agreement on the
+/// settings (a rank whose neighbours run the shim would otherwise leave them waiting in
+/// the shim's init collectives); nothing else of the shim runs.
+fn disabled_init(mut loaded: config::Loaded, native: &dyn Fn() -> c_int) -> c_int {
+    let rc = native();
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let (mut rank, mut size) = (0, 1);
+    // SAFETY: MPI is initialized; out-pointers are valid locals.
+    unsafe {
+        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank);
+        pmpi::PMPI_Comm_size(MPI_COMM_WORLD(), &mut size);
+    }
+    // the other variables of a disabled rank are not used: not its errors either
+    loaded.errors.clear();
+    agree(&mut loaded, rank, size);
+    rc
+}
+
+/// Everything after a successful `PMPI_Init*`.
+fn post_init(mut loaded: config::Loaded) {
+    let (mut rank, mut size) = (0, 1);
+    // SAFETY: MPI is initialized; out-pointers are valid locals.
+    unsafe {
+        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank);
+        pmpi::PMPI_Comm_size(MPI_COMM_WORLD(), &mut size);
+    }
+    WORLD_RANK.store(rank, Ordering::Relaxed);
+    WORLD_SIZE.store(size, Ordering::Relaxed);
+    crate::log::init(&loaded.config.log, loaded.config.log_file.as_deref(), rank);
+    let verbose = loaded.config.log.contains("debug") || loaded.config.log.contains("trace");
+    crate::entry::install_panic_hook(verbose);
+    // Tuning data for `auto` (SHIM_TUNING_FILE); a file that cannot be used is a
+    // configuration error like a bad value.
+    let mut tuning = None;
+    if let Some(path) = &loaded.config.tuning_file {
+        match crate::coll::select::tuning::load_file(path) {
+            Ok(t) => tuning = Some(t),
+            Err(e) => loaded.errors.push(config::ConfigError {
+                var: "SHIM_TUNING_FILE".into(),
+                value: path.clone(),
+                allowed: format!(
+                    "a regular file of at most {} MiB in the tuning format ({e})",
+                    crate::coll::select::tuning::MAX_FILE_BYTES >> 20
+                ),
+            }),
+        }
+    }
+    // first of all collectives: a rank with another layout would wait in another one
+    let census = agree(&mut loaded, rank, size);
+    // The node's processes (for the progress thread's placement and `auto` decision).
+    let (lr, ls) = census.local(rank as usize);
+    LOCAL_RANK.store(lr as i32, Ordering::Relaxed);
+    LOCAL_SIZE.store(ls as i32, Ordering::Relaxed);
     if rank == 0 {
         for w in &loaded.warnings {
             tracing::warn!(target: "shim::config", "{w}");
@@ -315,7 +363,7 @@ fn post_init(mut loaded: config::Loaded) {
     let calibrate = loaded.config.calibrate;
     config::install(loaded.config);
     // Ghost processes leave here for good; users continue with their own world.
-    crate::ghost::setup(config::get());
+    crate::ghost::setup(config::get(), &census);
     if crate::ghost::active() {
         let uw = crate::ghost::user_world();
         let (mut r, mut n) = (0, 0);
@@ -373,8 +421,8 @@ fn initialize(
     }
     let loaded = config::load();
     if loaded.config.disable {
-        config::install(loaded.config);
-        return native();
+        config::install(loaded.config.clone());
+        return disabled_init(loaded, native);
     }
     check_abi(native);
     let thread = wants_thread(&loaded.config);

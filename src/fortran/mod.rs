@@ -49,6 +49,7 @@ use crate::abi::*;
 use crate::api::Fid;
 use crate::pmpi;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 include!(concat!(env!("OUT_DIR"), "/fortran_gen.rs"));
 
@@ -343,6 +344,7 @@ pub(crate) fn system(name: &'static CStr) -> *mut c_void {
             // SAFETY: dlopen of a library name; its constructors are the MPI's own.
             let h = unsafe { libc::dlopen(l.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
             if !h.is_null() {
+                LOST.store(true, Ordering::Relaxed);
                 tracing::debug!(target: "shim::fortran", "loaded {} for the system's Fortran bindings", l.to_string_lossy());
                 return h as usize;
             }
@@ -354,6 +356,35 @@ pub(crate) fn system(name: &'static CStr) -> *mut c_void {
     }
     // SAFETY: a handle from dlopen and a NUL-terminated name.
     unsafe { libc::dlsym(lib as *mut c_void, name.as_ptr()) }
+}
+
+/// The program was linked without the MPI library's Fortran library (a linker with
+/// `--as-needed` drops it when libshim defines every name the program calls): the
+/// shim loaded it, but the `mpif.h` common blocks the program passes are then its own
+/// copies, unknown to any library, and the sentinels cannot be recognized by address.
+static LOST: AtomicBool = AtomicBool::new(false);
+
+/// After `MPI_INIT`: says so, once, on rank 0.
+fn warn_if_lost() {
+    if LOST.load(Ordering::Relaxed) && crate::init::world().rank == 0 {
+        tracing::warn!(target: "shim::fortran", "this Fortran program was linked without the MPI library's Fortran library ({}; dropped by the linker's --as-needed): MPI_IN_PLACE, MPI_BOTTOM and MPI_STATUS(ES)_IGNORE are not recognized. Link with $(pkg-config --libs shim), or put -Wl,--no-as-needed before -lshim (README, \"Ways in\")", FORTRAN_LIBRARIES[0].to_string_lossy());
+    }
+}
+
+unsafe fn init_checked(ierr: *mut MPI_Fint) {
+    // SAFETY: the caller's IERROR.
+    unsafe { init(ierr) };
+    warn_if_lost();
+}
+
+unsafe fn init_thread_checked(
+    required: *const MPI_Fint,
+    provided: *mut MPI_Fint,
+    ierr: *mut MPI_Fint,
+) {
+    // SAFETY: the caller's REQUIRED, PROVIDED and IERROR.
+    unsafe { init_thread(required, provided, ierr) };
+    warn_if_lost();
 }
 
 /// `MPI_INIT` without the system's Fortran binding: the shim's C `MPI_Init` with no
@@ -397,9 +428,9 @@ macro_rules! fortran_names {
     ($inner:ident ($($a:ident : $t:ty),*) => ) => {};
 }
 
-fortran_names!(init(ierr: *mut MPI_Fint) => MPI_INIT, mpi_init, mpi_init_, mpi_init__);
+fortran_names!(init_checked(ierr: *mut MPI_Fint) => MPI_INIT, mpi_init, mpi_init_, mpi_init__);
 
-fortran_names!(init_thread(required: *const MPI_Fint, provided: *mut MPI_Fint, ierr: *mut MPI_Fint)
+fortran_names!(init_thread_checked(required: *const MPI_Fint, provided: *mut MPI_Fint, ierr: *mut MPI_Fint)
     => MPI_INIT_THREAD, mpi_init_thread, mpi_init_thread_, mpi_init_thread__);
 
 /// `(handle, keyval, attribute_val, flag, ierr)` of MPICH's Fortran attribute getters.

@@ -10,11 +10,11 @@
 //!
 //! Windows (`win.rs`) differ from Casper's in one point: ghosts never take part in a
 //! collective call after init. Casper has ghosts join each window's creation, which needs
-//! a global lock to order concurrent creations on overlapping groups. Here the internal
-//! windows are dynamic windows over users and ghosts, created once at init (a pool of
-//! slots, each a set of per-local-user lock windows and one global window, §4.4 table);
-//! a window's node-shared memory is a POSIX shared-memory object that the node's ghosts
-//! map and attach on command, both local operations.
+//! a global lock to order concurrent creations on overlapping groups. Here one internal
+//! dynamic window over users and ghosts, created at init, serves every window; a window's
+//! node-shared memory is a POSIX shared-memory object that the node's ghosts map and attach
+//! on command, both local operations, and passive-target locks are the shim's own lock
+//! words in that memory.
 
 pub mod direct;
 pub mod hooks;
@@ -54,8 +54,6 @@ pub struct Layout {
     pub user_local: Vec<usize>,
     /// World ranks of each node's ghosts.
     pub node_ghosts: Vec<Vec<i32>>,
-    /// The most users on any node (the lock windows per slot).
-    pub max_local_users: usize,
     /// A duplicate of the real MPI_COMM_WORLD: commands, replies and the internal windows.
     pub ctl: MPI_Comm,
 }
@@ -88,15 +86,6 @@ pub fn user_world() -> MPI_Comm {
     map_world(MPI_COMM_WORLD())
 }
 
-/// One process's part of the layout exchange.
-#[derive(Clone, Copy, Default)]
-#[repr(C)]
-struct Entry {
-    ghost: i32,
-    /// Lowest world rank of the process's (virtual) node: the node's name.
-    node_key: i32,
-}
-
 /// Which local ranks of a node of `n` processes are ghosts.
 pub fn ghost_positions(n: usize, g: usize, how: GhostPlacement) -> Vec<usize> {
     match how {
@@ -107,7 +96,7 @@ pub fn ghost_positions(n: usize, g: usize, how: GhostPlacement) -> Vec<usize> {
 }
 
 /// Prints the reason on this rank and ends the job cleanly on every rank (all of them
-/// call this with the same decision).
+/// call this with the same decision), with the status of every configuration error (2).
 fn fail_everywhere(msg: &str) -> ! {
     crate::log::raw_stderr(&format!(
         "{} configuration error: {msg}\n",
@@ -118,80 +107,57 @@ fn fail_everywhere(msg: &str) -> ! {
         pmpi::PMPI_Barrier(MPI_COMM_WORLD());
         pmpi::PMPI_Finalize();
     }
-    std::process::exit(1);
+    std::process::exit(2);
 }
 
-/// Sets the ghosts aside (called in `MPI_Init*` after the configuration was agreed on).
-/// Returns in user processes only; ghosts serve and exit.
-pub fn setup(c: &config::Config) {
+/// Where one process sits: its (virtual) node, its index there and the node's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    node: (u64, usize),
+    local: usize,
+    size: usize,
+}
+
+/// Every world rank's place, from the census of init (`census[r]`: rank r's node key):
+/// a node's processes in world rank order, split into virtual nodes of `rpn` processes.
+fn places(census: &[u64], rpn: Option<u32>) -> Vec<Place> {
+    (0..census.len())
+        .map(|r| {
+            let k = census[r];
+            let pl = census[..r].iter().filter(|&&x| x == k).count();
+            let ps = census.iter().filter(|&&x| x == k).count();
+            match rpn.map(|k| k as usize) {
+                Some(v) => Place {
+                    node: (k, pl / v),
+                    local: pl % v,
+                    size: v.min(ps - (pl / v) * v),
+                },
+                None => Place {
+                    node: (k, 0),
+                    local: pl,
+                    size: ps,
+                },
+            }
+        })
+        .collect()
+}
+
+/// Sets the ghosts aside (called in `MPI_Init*` after the configuration was agreed on, with
+/// every rank's node from that agreement). Returns in user processes only; ghosts serve
+/// and exit. Every rank computes the same layout from the census, so the only collective
+/// calls are the user world's split, the control duplicate and the internal window.
+pub fn setup(c: &config::Config, census: &crate::init::Census) {
     if c.ghosts == 0 {
         return;
     }
     let g = c.ghosts as usize;
-    let (mut rank, mut size) = (0, 0);
-    let mut node: MPI_Comm = MPI_COMM_NULL();
-    // SAFETY: MPI is initialized; valid out-pointers; collective over the real world.
-    unsafe {
-        pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank);
-        pmpi::PMPI_Comm_size(MPI_COMM_WORLD(), &mut size);
-        pmpi::PMPI_Comm_split_type(
-            MPI_COMM_WORLD(),
-            MPI_COMM_TYPE_SHARED,
-            rank,
-            MPI_INFO_NULL(),
-            &mut node,
-        );
-    }
-    if let Some(k) = c.ranks_per_node {
-        let mut lr = 0;
-        let mut vnode: MPI_Comm = MPI_COMM_NULL();
-        // SAFETY: `node` is valid; collective over it; the old communicator is freed.
-        unsafe {
-            pmpi::PMPI_Comm_rank(node, &mut lr);
-            pmpi::PMPI_Comm_split(node, lr / k as c_int, lr, &mut vnode);
-            pmpi::PMPI_Comm_free(&mut node);
-        }
-        node = vnode;
-    }
-    let (mut lr, mut ls, mut key) = (0, 0, 0);
-    // SAFETY: valid communicator and out-pointers.
-    unsafe {
-        pmpi::PMPI_Comm_rank(node, &mut lr);
-        pmpi::PMPI_Comm_size(node, &mut ls);
-        pmpi::PMPI_Allreduce(
-            (&rank as *const c_int).cast(),
-            (&mut key as *mut c_int).cast(),
-            1,
-            MPI_INT(),
-            MPI_MIN(),
-            node,
-        );
-        pmpi::PMPI_Comm_free(&mut node);
-    }
-    // Every rank must agree that the layout is valid before anyone becomes a ghost.
-    let bad_here: c_int = (g >= ls as usize) as c_int;
-    let mut bad: c_int = 0;
-    let mut min_local: c_int = 0;
-    // SAFETY: one int each, collective over the real world.
-    unsafe {
-        pmpi::PMPI_Allreduce(
-            (&bad_here as *const c_int).cast(),
-            (&mut bad as *mut c_int).cast(),
-            1,
-            MPI_INT(),
-            MPI_MAX(),
-            MPI_COMM_WORLD(),
-        );
-        pmpi::PMPI_Allreduce(
-            (&ls as *const c_int).cast(),
-            (&mut min_local as *mut c_int).cast(),
-            1,
-            MPI_INT(),
-            MPI_MIN(),
-            MPI_COMM_WORLD(),
-        );
-    }
-    if bad != 0 {
+    let mut rank = 0;
+    // SAFETY: MPI is initialized; valid out-pointer.
+    unsafe { pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank) };
+    let all = places(&census.nodes, c.ranks_per_node);
+    // Every rank sees the same table and decides alike, before anyone becomes a ghost.
+    let min_local = all.iter().map(|p| p.size).min().unwrap_or(0);
+    if g >= min_local {
         let vnode = match c.ranks_per_node {
             Some(k) => format!(" (SHIM_RANKS_PER_NODE={k})"),
             None => String::new(),
@@ -200,46 +166,31 @@ pub fn setup(c: &config::Config) {
             "SHIM_GHOSTS={g} leaves a node without user processes: the smallest node{vnode} has {min_local} processes; launch more ranks per node or set fewer ghosts (SHIM_GHOSTS must be below the number of processes on every node)"
         ));
     }
-    let is_ghost = ghost_positions(ls as usize, g, c.ghost_placement).contains(&(lr as usize));
-    let me = Entry {
-        ghost: is_ghost as i32,
-        node_key: key,
-    };
-    let mut all = vec![Entry::default(); size as usize];
+    let ghost_at = |p: &Place| ghost_positions(p.size, g, c.ghost_placement).contains(&p.local);
+    let is_ghost = ghost_at(&all[rank as usize]);
     let mut split: MPI_Comm = MPI_COMM_NULL();
     let mut ctl: MPI_Comm = MPI_COMM_NULL();
-    // SAFETY: two ints per process, into a buffer of `size` entries; collective calls over
-    // the real world in the same order everywhere.
+    // SAFETY: collective calls over the real world in the same order everywhere.
     unsafe {
-        pmpi::PMPI_Allgather(
-            (&me as *const Entry).cast(),
-            2,
-            MPI_INT(),
-            all.as_mut_ptr().cast(),
-            2,
-            MPI_INT(),
-            MPI_COMM_WORLD(),
-        );
         pmpi::PMPI_Comm_split(MPI_COMM_WORLD(), is_ghost as c_int, rank, &mut split);
         pmpi::PMPI_Comm_dup(MPI_COMM_WORLD(), &mut ctl);
     }
-    let mut keys: Vec<i32> = all.iter().map(|e| e.node_key).collect();
+    let mut keys: Vec<(u64, usize)> = all.iter().map(|p| p.node).collect();
     keys.sort_unstable();
     keys.dedup();
-    let node_of = |k: i32| keys.binary_search(&k).expect("node key");
+    let node_of = |k: (u64, usize)| keys.binary_search(&k).expect("node key");
     let mut lay = Layout {
         ghosts: g,
         user_world_rank: Vec::new(),
         user_node: Vec::new(),
         user_local: Vec::new(),
         node_ghosts: vec![Vec::new(); keys.len()],
-        max_local_users: 0,
         ctl,
     };
     let mut users_on = vec![0usize; keys.len()];
-    for (r, e) in all.iter().enumerate() {
-        let n = node_of(e.node_key);
-        if e.ghost != 0 {
+    for (r, p) in all.iter().enumerate() {
+        let n = node_of(p.node);
+        if ghost_at(p) {
             lay.node_ghosts[n].push(r as i32);
         } else {
             lay.user_world_rank.push(r as i32);
@@ -248,11 +199,10 @@ pub fn setup(c: &config::Config) {
             users_on[n] += 1;
         }
     }
-    lay.max_local_users = users_on.iter().copied().max().unwrap_or(0);
     let lay = LAYOUT.get_or_init(|| lay);
-    let slots = win::create_pool(lay);
+    win::create_global(lay);
     if is_ghost {
-        serve::run(lay, slots, split);
+        serve::run(lay, split);
     }
     if crate::init::oversubscribed() {
         // Users too: an origin waiting for a ghost's answer on a core shared with a
@@ -265,8 +215,8 @@ pub fn setup(c: &config::Config) {
     }
     USER_WORLD.store(split, Ordering::Relaxed);
     ON.store(true, Ordering::Relaxed);
-    win::open_pool(slots);
-    tracing::info!(target: "shim::ghost", "{} ghost(s) per node: {} users, {} nodes, {} window slots", g, lay.user_world_rank.len(), keys.len(), slots.len());
+    win::open_global();
+    tracing::info!(target: "shim::ghost", "{} ghost(s) per node: {} users, {} nodes", g, lay.user_world_rank.len(), keys.len());
 }
 
 /// In a user's `MPI_Finalize`, before the shim's own finalization: tells the node's
@@ -283,7 +233,7 @@ pub fn finalize_user() {
     for &gh in &lay.node_ghosts[lay.user_node[me]] {
         serve::command(lay, gh, serve::Cmd::Finalize, &[], None);
     }
-    win::close_pool();
+    win::close_global();
     ON.store(false, Ordering::Relaxed);
 }
 
@@ -314,6 +264,55 @@ pub fn world_attr_comm(comm: MPI_Comm, keyval: c_int) -> MPI_Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn places_from_the_census() {
+        // ranks 0, 2, 3 on host A; 1, 4 on host B
+        let c = [7, 9, 7, 7, 9];
+        let p = places(&c, None);
+        assert_eq!(
+            p[3],
+            Place {
+                node: (7, 0),
+                local: 2,
+                size: 3
+            }
+        );
+        assert_eq!(
+            p[4],
+            Place {
+                node: (9, 0),
+                local: 1,
+                size: 2
+            }
+        );
+        // virtual nodes of 2: A = {0, 2} {3}, B = {1, 4}
+        let v = places(&c, Some(2));
+        assert_eq!(
+            v[2],
+            Place {
+                node: (7, 0),
+                local: 1,
+                size: 2
+            }
+        );
+        assert_eq!(
+            v[3],
+            Place {
+                node: (7, 1),
+                local: 0,
+                size: 1
+            }
+        );
+        assert_eq!(
+            v[1],
+            Place {
+                node: (9, 0),
+                local: 0,
+                size: 2
+            }
+        );
+    }
 
     #[test]
     fn placements() {

@@ -2,14 +2,13 @@
 //! its node until they have all finalized (thesis §4.3: ghosts "loop on MPI_Recv waiting
 //! for commands"; being inside MPI is what lets RMA aimed at them complete).
 //!
-//! Every command is local work (map a shared-memory object and attach it to the slot's
-//! dynamic windows, or detach and unmap; hand out a window slot), so a ghost never blocks
-//! in anything that belongs to one window or epoch (thesis §4.5.4, pitfall 8).
+//! Every command is local work (map a shared-memory object and attach it to the internal
+//! dynamic window, or detach and unmap it), so a ghost never blocks in anything that
+//! belongs to one window or epoch (thesis §4.5.4, pitfall 8).
 
 use core::ffi::c_int;
 use std::collections::HashMap;
 
-use super::win::Slot;
 use super::{CMD_TAG, Layout, REPLY_TAG};
 use crate::abi::*;
 use crate::pmpi;
@@ -26,14 +25,10 @@ const NAME_AT: usize = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i64)]
 pub enum Cmd {
-    /// args: slot, bytes, attach to the lock windows (0/1); name. Reply: the address.
+    /// args: bytes; name. Reply: the address.
     Attach = 1,
-    /// args: slot, address, lock windows (0/1). Reply: 0.
+    /// args: address. Reply: 0.
     Detach = 2,
-    /// (to the slot server) Reply: a free slot, or -1.
-    SlotAlloc = 3,
-    /// (to the slot server) args: slot. No reply.
-    SlotFree = 4,
     /// No reply.
     Finalize = 5,
 }
@@ -43,25 +38,13 @@ impl Cmd {
         Some(match v {
             1 => Cmd::Attach,
             2 => Cmd::Detach,
-            3 => Cmd::SlotAlloc,
-            4 => Cmd::SlotFree,
             5 => Cmd::Finalize,
             _ => return None,
         })
     }
     fn replies(self) -> bool {
-        matches!(self, Cmd::Attach | Cmd::Detach | Cmd::SlotAlloc)
+        matches!(self, Cmd::Attach | Cmd::Detach)
     }
-}
-
-/// The world rank of the ghost that hands out window slots (the lowest ghost).
-pub fn slot_server(lay: &Layout) -> i32 {
-    lay.node_ghosts
-        .iter()
-        .flatten()
-        .copied()
-        .min()
-        .expect("ghosts exist")
 }
 
 /// Sends a command to ghost `to` (a world rank) and returns its reply, if it has one.
@@ -117,7 +100,7 @@ fn name_of(m: &[i64; WORDS]) -> String {
 }
 
 /// Serves until every user of this node has finalized, then finalizes and exits 0.
-pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) -> ! {
+pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
     let mut me = 0;
     // SAFETY: valid out-pointer.
     unsafe { pmpi::PMPI_Comm_rank(lay.ctl, &mut me) };
@@ -127,8 +110,6 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
         .position(|g| g.contains(&me))
         .expect("a ghost is on a node");
     let users_here = lay.user_node.iter().filter(|&&n| n == node).count();
-    let server = slot_server(lay) == me;
-    let mut free_slots: Vec<usize> = (0..slots.len()).rev().collect();
     // (user, address) -> mapping
     let mut maps: HashMap<(i32, i64), (*mut libc::c_void, usize)> = HashMap::new();
     let mut finalized = 0;
@@ -176,10 +157,10 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
         let mut reply = [0i64; WORDS];
         match Cmd::from(m[0]) {
             Some(Cmd::Attach) => {
-                let (slot, len, locks) = (m[1] as usize, m[2] as usize, m[3] != 0);
+                let len = m[1] as usize;
                 reply[0] = match attach(&name_of(&m), len) {
                     Ok(ptr) => {
-                        slots[slot].attach(ptr, len, locks);
+                        super::win::attach(ptr, len);
                         maps.insert((from, ptr as i64), (ptr, len));
                         ptr as i64
                     }
@@ -190,17 +171,13 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
                 };
             }
             Some(Cmd::Detach) => {
-                let (slot, addr, locks) = (m[1] as usize, m[2], m[3] != 0);
+                let addr = m[1];
                 if let Some((ptr, len)) = maps.remove(&(from, addr)) {
-                    slots[slot].detach(ptr, locks);
+                    super::win::detach(ptr);
                     // SAFETY: the mapping made by `attach`, no longer attached anywhere.
                     unsafe { libc::munmap(ptr, len.max(1)) };
                 }
             }
-            Some(Cmd::SlotAlloc) if server => {
-                reply[0] = free_slots.pop().map_or(-1, |s| s as i64);
-            }
-            Some(Cmd::SlotFree) if server => free_slots.push(m[1] as usize),
             Some(Cmd::Finalize) => finalized += 1,
             other => {
                 tracing::error!(target: "shim::ghost", "unexpected command {other:?} ({}) from {from}", m[0]);
@@ -220,7 +197,7 @@ pub fn run(lay: &'static Layout, slots: &'static [Slot], _ghost_comm: MPI_Comm) 
             }
         }
     }
-    super::win::close_pool_ghost(slots);
+    super::win::close_global_ghost();
     for (_, (ptr, len)) in maps.drain() {
         // SAFETY: mappings made by `attach`; the windows they were attached to are freed.
         unsafe { libc::munmap(ptr, len.max(1)) };

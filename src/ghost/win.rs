@@ -1,21 +1,30 @@
 //! The user side of ghost RMA: windows in node-shared memory, redirection of operations
 //! to ghosts, and the epochs translated to passive target (thesis §4.4–4.10).
 //!
-//! Internal windows are a pool of slots created at init over users and ghosts (see the
-//! module docs of `ghost`). A slot is one dynamic "lock window" per local user index
-//! (the i-th user of every node is reached through lock window i, so that exclusive locks
-//! on two users of one node never nest at their shared ghost, §4.7) and one global window
-//! that every user keeps locked (`lock_all`) for fence and PSCW epochs (§4.10).
+//! One internal window serves every ghost-served window: a dynamic window over users and
+//! ghosts, created at init, to which each ghost attaches the memory of every window of its
+//! node, and which every user keeps locked (`lock_all`) for its whole life. Operations go
+//! there, to a ghost of the target's node, at displacement (address of the target's memory
+//! in that ghost) + disp * disp_unit (§4.5). Accumulate-type operations always go to the
+//! target's bound ghost (static rank binding, §4.9.1); Put and Get may be spread over the
+//! target's node's ghosts inside an epoch, as `SHIM_GHOST_BALANCE` says (§4.9.3: once the
+//! lock is held, which it is here when `MPI_Win_lock` returns).
 //!
-//! An operation to user t goes to a ghost of t's node on the window of t's epoch, at
-//! displacement (address of t's memory in that ghost) + disp * disp_unit (§4.5). Accumulate
-//! -type operations always go to t's bound ghost (static rank binding, §4.9.1); Put and Get
-//! may be spread over t's node's ghosts once t's lock is known to be held (after a flush)
-//! or in a fence epoch (§4.9.3), as `SHIM_GHOST_BALANCE` says.
+//! Passive-target locks are the shim's own, not the MPI library's (Casper keeps one set of
+//! internal windows per user window, created collectively with the ghosts, and translates
+//! the locks to them; that costs window creations at init or a global ordering of
+//! creations, and a lock per ghost per epoch). Each target has a reader-writer lock word in
+//! the hidden bytes after its window memory, changed with atomic operations: in shared
+//! memory when every process of the window is on one node (`SHIM_GHOST_DIRECT`), otherwise
+//! with `MPI_Compare_and_swap`/`MPI_Fetch_and_op` at the target's bound ghost (one process
+//! applies them all, so they are atomic, MPI-4.0 §12.7.1). A lock is acquired before
+//! `MPI_Win_lock` returns (the standard allows either, §12.5.3), released after the
+//! epoch's operations are complete at the target; `MPI_MODE_NOCHECK` takes no lock at all
+//! (§12.5.5: the program guarantees that no conflicting lock is held or attempted).
 
 use core::ffi::{c_int, c_void};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 
 use super::serve::{self, Cmd};
@@ -24,96 +33,60 @@ use crate::abi::*;
 use crate::config::{self, GhostBalance};
 use crate::pmpi;
 
-/// Internal windows of one slot.
-#[derive(Debug)]
-pub struct Slot {
-    pub lock: Vec<MPI_Win>,
-    pub global: MPI_Win,
+static GLOBAL: OnceLock<MPI_Win> = OnceLock::new();
+
+/// The internal window.
+fn global() -> MPI_Win {
+    *GLOBAL
+        .get()
+        .expect("the internal window exists while ghosts are on")
 }
 
-impl Slot {
-    /// (ghost) Exposes `len` bytes at `ptr` in the slot's windows.
-    pub fn attach(&self, ptr: *mut c_void, len: usize, locks: bool) {
-        // SAFETY: a live mapping of `len` bytes; dynamic windows of this process.
+/// Creates the internal window (collective over users and ghosts, at init).
+pub fn create_global(lay: &Layout) -> MPI_Win {
+    let mut w: MPI_Win = MPI_WIN_NULL();
+    // SAFETY: collective over the control communicator; valid out-pointer.
+    unsafe { pmpi::PMPI_Win_create_dynamic(MPI_INFO_NULL(), lay.ctl, &mut w) };
+    *GLOBAL.get_or_init(|| w)
+}
+
+/// (ghost) Exposes `len` bytes at `ptr` in the internal window.
+pub fn attach(ptr: *mut c_void, len: usize) {
+    // SAFETY: a live mapping of `len` bytes; the dynamic window of this process.
+    unsafe { pmpi::PMPI_Win_attach(global(), ptr, len as MPI_Aint) };
+}
+
+/// (ghost) Withdraws a region attached by `attach`.
+pub fn detach(ptr: *mut c_void) {
+    // SAFETY: the region was attached to the internal window.
+    unsafe { pmpi::PMPI_Win_detach(global(), ptr) };
+}
+
+/// (user) Opens the internal window's standing `lock_all`.
+pub fn open_global() {
+    // SAFETY: the internal window; shared locks never conflict.
+    unsafe { pmpi::PMPI_Win_lock_all(0, global()) };
+}
+
+/// (user) Closes and frees the internal window at finalize.
+pub fn close_global() {
+    if let Some(&w) = GLOBAL.get() {
+        let mut w = w;
+        // SAFETY: the lock_all opened by `open_global`; then freed once, collectively.
         unsafe {
-            pmpi::PMPI_Win_attach(self.global, ptr, len as MPI_Aint);
-            if locks {
-                for &w in &self.lock {
-                    pmpi::PMPI_Win_attach(w, ptr, len as MPI_Aint);
-                }
-            }
-        }
-    }
-    /// (ghost) Withdraws a region attached by `attach`.
-    pub fn detach(&self, ptr: *mut c_void, locks: bool) {
-        // SAFETY: the region was attached to these windows.
-        unsafe {
-            pmpi::PMPI_Win_detach(self.global, ptr);
-            if locks {
-                for &w in &self.lock {
-                    pmpi::PMPI_Win_detach(w, ptr);
-                }
-            }
-        }
-    }
-    fn free(&self) {
-        let mut all = self.lock.clone();
-        all.push(self.global);
-        for mut w in all {
-            // SAFETY: windows of the pool, freed once, collectively, at finalize.
-            unsafe { pmpi::PMPI_Win_free(&mut w) };
-        }
-    }
-}
-
-static POOL: OnceLock<Vec<Slot>> = OnceLock::new();
-
-/// Creates the slots (collective over users and ghosts, at init).
-pub fn create_pool(lay: &Layout) -> &'static [Slot] {
-    let n = config::get().ghost_windows as usize;
-    let pool = (0..n)
-        .map(|_| {
-            let mk = || {
-                let mut w: MPI_Win = MPI_WIN_NULL();
-                // SAFETY: collective over the control communicator; valid out-pointer.
-                unsafe { pmpi::PMPI_Win_create_dynamic(MPI_INFO_NULL(), lay.ctl, &mut w) };
-                w
-            };
-            Slot {
-                lock: (0..lay.max_local_users).map(|_| mk()).collect(),
-                global: mk(),
-            }
-        })
-        .collect();
-    POOL.get_or_init(|| pool)
-}
-
-/// (user) Opens the global windows' standing `lock_all`.
-pub fn open_pool(slots: &[Slot]) {
-    for s in slots {
-        // SAFETY: a window of the pool; shared locks never conflict.
-        unsafe { pmpi::PMPI_Win_lock_all(0, s.global) };
-    }
-}
-
-/// (user) Closes and frees the pool at finalize.
-pub fn close_pool() {
-    if let Some(slots) = POOL.get() {
-        for s in slots {
-            // SAFETY: the lock_all opened by `open_pool`.
-            unsafe { pmpi::PMPI_Win_unlock_all(s.global) };
-        }
-        for s in slots {
-            s.free();
+            pmpi::PMPI_Win_unlock_all(w);
+            pmpi::PMPI_Win_free(&mut w);
         }
     }
     finalize_barrier();
 }
 
-/// (ghost) Frees the pool at finalize, with the users.
-pub fn close_pool_ghost(slots: &[Slot]) {
-    for s in slots {
-        s.free();
+/// (ghost) Frees the internal window at finalize, with the users.
+pub fn close_global_ghost() {
+    if let Some(&w) = GLOBAL.get() {
+        let mut w = w;
+        // SAFETY: freed once, collectively, at finalize.
+        unsafe { pmpi::PMPI_Win_free(&mut w) };
     }
     finalize_barrier();
 }
@@ -137,20 +110,20 @@ struct Target {
     disp_unit: i64,
     /// Its window size in bytes.
     size: i64,
-    /// Local user index on its node (its lock window).
-    local: usize,
+    /// Offset of its hidden bytes (after its window memory).
+    hidden: i64,
     /// World ranks of its node's ghosts, and where its memory is in each.
     ghosts: Vec<i32>,
     addrs: Vec<i64>,
-    /// The ghost its accumulates (and bound Put/Get) go to.
+    /// The ghost its accumulates (and bound Put/Get, and its lock word's atomics) go to.
     bound: usize,
 }
 
-/// A passive-target lock this origin holds.
+/// A passive-target lock epoch this origin has open to one target.
 #[derive(Clone, Copy, Debug)]
 struct Lock {
-    /// A flush completed since the lock: the lock is held on every ghost.
-    flushed: bool,
+    /// The lock word is held (not under `MPI_MODE_NOCHECK`), and how.
+    held: Option<bool>,
     /// The second, uncontended self-lock on the user window (§4.8).
     self_lock: bool,
 }
@@ -161,20 +134,19 @@ struct UserWin {
     /// Duplicate of the window's communicator, for the shim's own synchronisation.
     ctl: MPI_Comm,
     me: i32,
-    slot: usize,
     targets: Vec<Target>,
     base: *mut c_void,
     map_len: usize,
-    /// Offset of the hidden bytes (self-lock acquisition) in every user's memory.
-    hidden: i64,
     locks_used: bool,
     no_local_load_store: bool,
     fence: bool,
+    /// An access epoch (`MPI_Win_start`) is open, to these targets.
+    started: bool,
     access: Vec<i32>,
     exposure: Vec<MPI_Request>,
     locked: HashMap<i32, Lock>,
-    lock_all: bool,
-    all_flushed: HashSet<i32>,
+    /// A `lock_all` epoch is open; whether it holds the lock words (not NOCHECK).
+    lock_all: Option<bool>,
     /// Per ghost (world rank): operations and bytes sent there.
     sent: HashMap<i32, (u64, u64)>,
     rng: u64,
@@ -191,8 +163,6 @@ struct UserWin {
 struct Peer {
     base: *mut u8,
     map_len: usize,
-    /// Offset of its hidden bytes.
-    hidden: i64,
     /// Mapped for this window (to be unmapped at free); false for this process's own.
     mapped: bool,
 }
@@ -206,7 +176,18 @@ static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
 const POST_TAG: c_int = 7311;
 const DONE_TAG: c_int = 7312;
+/// Bytes after each target's window memory: a byte no operation touches, the direct
+/// accumulate lock at +8 (`direct.rs`) and the reader-writer lock word at +16.
 const HIDDEN_BYTES: usize = 64;
+const LOCK_WORD_AT: i64 = 16;
+/// The lock word's value while a writer holds it (readers count up from 0; a reader that
+/// finds it negative takes its increment back and retries).
+const WRITER: i64 = -(1 << 40);
+
+/// Where a target's hidden bytes start, for a window of `size` bytes.
+fn hidden_at(size: i64) -> i64 {
+    ((size.max(0) as usize).div_ceil(HIDDEN_BYTES) * HIDDEN_BYTES) as i64
+}
 
 fn lookup(win: MPI_Win) -> Option<Arc<Mutex<UserWin>>> {
     if !super::active() {
@@ -246,32 +227,17 @@ pub enum Routed {
 pub static DIRECT: AtomicU64 = AtomicU64::new(0);
 
 impl UserWin {
-    fn slot(&self) -> &'static Slot {
-        &POOL.get().expect("pool")[self.slot]
-    }
-    /// The internal window of target `t`'s current epoch, or None outside any.
-    fn epoch_win(&self, t: i32) -> Option<MPI_Win> {
-        if self.lock_all || self.locked.contains_key(&t) {
-            Some(self.slot().lock[self.targets[t as usize].local])
-        } else if self.fence || self.access.contains(&t) {
-            Some(self.slot().global)
-        } else {
-            None
-        }
-    }
-    fn binding_free(&self, t: i32) -> bool {
-        if let Some(l) = self.locked.get(&t) {
-            l.flushed
-        } else if self.lock_all {
-            self.all_flushed.contains(&t)
-        } else {
-            self.fence
-        }
+    /// Is an access epoch to target `t` open?
+    fn in_epoch(&self, t: i32) -> bool {
+        self.lock_all.is_some()
+            || self.locked.contains_key(&t)
+            || self.fence
+            || (self.started && self.access.contains(&t))
     }
     fn pick(&mut self, t: i32, acc: bool) -> usize {
         let tg = &self.targets[t as usize];
         let policy = config::get().ghost_balance;
-        if acc || tg.ghosts.len() == 1 || policy == GhostBalance::Static || !self.binding_free(t) {
+        if acc || tg.ghosts.len() == 1 || policy == GhostBalance::Static {
             return tg.bound;
         }
         let load = |g: &i32| self.sent.get(g).copied().unwrap_or((0, 0));
@@ -314,7 +280,7 @@ pub fn route(
         return Ok(Some(Routed::Ghost(Route {
             rank: MPI_PROC_NULL,
             disp,
-            win: w.slot().global,
+            win: global(),
         })));
     }
     if target < 0 || target as usize >= w.targets.len() {
@@ -324,20 +290,20 @@ pub fn route(
             &format!("{fname}: target rank {target} is not in the window's group"),
         ));
     }
-    let Some(iw) = w.epoch_win(target) else {
+    if !w.in_epoch(target) {
         return Err(raise(
             win,
             MPI_ERR_RMA_SYNC,
             &format!("{fname}: no access epoch to target {target} is open"),
         ));
-    };
+    }
     if let Some(peers) = &w.direct {
         let (p, tg) = (&peers[target as usize], &w.targets[target as usize]);
         let d = super::direct::Direct {
             base: p.base,
             size: tg.size,
             offset: disp * tg.disp_unit,
-            lock: p.base.wrapping_offset(p.hidden as isize + 8).cast(),
+            lock: p.base.wrapping_offset(tg.hidden as isize + 8).cast(),
             win,
         };
         w.direct_ops += 1;
@@ -362,7 +328,7 @@ pub fn route(
     Ok(Some(Routed::Ghost(Route {
         rank,
         disp: addr + disp * du,
-        win: iw,
+        win: global(),
     })))
 }
 
@@ -422,8 +388,33 @@ fn group_to_comm(group: MPI_Group, ctl: MPI_Comm) -> Vec<i32> {
     }
 }
 
+/// Arguments the ghosts can serve: a valid intracommunicator, size >= 0, disp_unit > 0,
+/// a valid info, non-null out-pointers. Anything else goes to the system MPI, which
+/// reports it with its own class through the communicator's handler, before the shim has
+/// created anything (a shared-memory object, an attachment at the ghosts).
+fn servable(
+    size: MPI_Aint,
+    disp_unit: i64,
+    info: MPI_Info,
+    comm: MPI_Comm,
+    out: [bool; 2],
+) -> bool {
+    if size < 0 || disp_unit <= 0 || out.contains(&true) || !crate::errors::comm_valid(comm) {
+        return false;
+    }
+    let (mut inter, mut nkeys) = (0, 0);
+    // SAFETY: a valid communicator; an invalid info yields an error code (the real world,
+    // where it would be raised, only records it).
+    unsafe {
+        pmpi::PMPI_Comm_test_inter(comm, &mut inter) == MPI_SUCCESS
+            && inter == 0
+            && (info == MPI_INFO_NULL()
+                || pmpi::PMPI_Info_get_nkeys(info, &mut nkeys) == MPI_SUCCESS)
+    }
+}
+
 /// `MPI_Win_allocate(_c)` with ghosts. None: not handled (ghosts off, `async_config=off`,
-/// no free slot); the caller forwards.
+/// arguments the system MPI must judge); the caller forwards.
 pub fn allocate(
     size: MPI_Aint,
     disp_unit: i64,
@@ -433,7 +424,15 @@ pub fn allocate(
     win: *mut MPI_Win,
 ) -> Option<c_int> {
     let lay = layout()?;
-    if !super::active() {
+    if !super::active()
+        || !servable(
+            size,
+            disp_unit,
+            info,
+            comm,
+            [baseptr.is_null(), win.is_null()],
+        )
+    {
         return None;
     }
     if info_get(info, c"async_config").is_some_and(|v| v.eq_ignore_ascii_case("off")) {
@@ -452,22 +451,8 @@ pub fn allocate(
         pmpi::PMPI_Comm_rank(comm, &mut me);
         pmpi::PMPI_Comm_size(comm, &mut n);
     }
-    // A slot: the communicator's rank 0 asks the slot server, everyone learns it.
-    let mut slot: i64 = 0;
-    if me == 0 {
-        slot = serve::command(lay, serve::slot_server(lay), Cmd::SlotAlloc, &[], None)[0];
-    }
-    // SAFETY: one int64, collective over the window's communicator.
-    unsafe { pmpi::PMPI_Bcast((&mut slot as *mut i64).cast(), 1, MPI_INT64_T(), 0, comm) };
-    if slot < 0 {
-        if me == 0 {
-            tracing::warn!(target: "shim::ghost", "more than SHIM_GHOST_WINDOWS={} windows alive: this MPI_Win_allocate is forwarded without asynchronous progress", config::get().ghost_windows);
-        }
-        return None;
-    }
-    let slot = slot as usize;
-    let size = size.max(0) as usize;
-    let hidden = size.div_ceil(HIDDEN_BYTES) * HIDDEN_BYTES;
+    let size = size as usize;
+    let hidden = hidden_at(size as i64) as usize;
     let map_len = hidden + HIDDEN_BYTES;
     static OBJ: AtomicUsize = AtomicUsize::new(0);
     let obj = OBJ.fetch_add(1, Ordering::Relaxed);
@@ -496,13 +481,7 @@ pub fn allocate(
     rec[4] = obj as i64;
     rec[5] = nonce as i64;
     for (j, &gh) in my_ghosts.iter().enumerate() {
-        rec[HEAD + j] = serve::command(
-            lay,
-            gh,
-            Cmd::Attach,
-            &[slot as i64, map_len as i64, locks_used as i64],
-            Some(&name),
-        )[0];
+        rec[HEAD + j] = serve::command(lay, gh, Cmd::Attach, &[map_len as i64], Some(&name))[0];
     }
     if !may_direct {
         // SAFETY: the name of the object created above (the ghosts have it mapped).
@@ -545,7 +524,7 @@ pub fn allocate(
             Target {
                 disp_unit: r[0],
                 size: r[1],
-                local: lay.user_local[u],
+                hidden: hidden_at(r[1]),
                 bound: lay.user_local[u] % ghosts.len(),
                 ghosts,
                 addrs: r[HEAD..].to_vec(),
@@ -557,7 +536,7 @@ pub fn allocate(
         let peers = (0..n as usize)
             .map(|t| {
                 let (r, me) = (recs[t], t as i32 == me);
-                let hidden = (r[1].max(0) as usize).div_ceil(HIDDEN_BYTES) * HIDDEN_BYTES;
+                let hidden = hidden_at(r[1]) as usize;
                 let len = hidden + HIDDEN_BYTES;
                 Peer {
                     base: if me {
@@ -566,7 +545,6 @@ pub fn allocate(
                         map_object(&object_name(r[3], r[4], r[5] as u64), len)
                     },
                     map_len: len,
-                    hidden: hidden as i64,
                     mapped: !me,
                 }
             })
@@ -589,19 +567,17 @@ pub fn allocate(
         win: uwin,
         ctl,
         me,
-        slot,
         targets,
         base,
         map_len,
-        hidden: hidden as i64,
         locks_used,
         no_local_load_store: no_lls,
         fence: false,
+        started: false,
         access: Vec::new(),
         exposure: Vec::new(),
         locked: HashMap::new(),
-        lock_all: false,
-        all_flushed: HashSet::new(),
+        lock_all: None,
         sent: HashMap::new(),
         rng: 0x9e37_79b9_7f4a_7c15 ^ ((uw_rank as u64 + 1) << 20) ^ id as u64,
         id,
@@ -616,7 +592,7 @@ pub fn allocate(
         *baseptr.cast::<*mut c_void>() = base;
         *win = uwin;
     }
-    tracing::debug!(target: "shim::ghost", "window {id}: {size} bytes in slot {slot}, {n} processes");
+    tracing::debug!(target: "shim::ghost", "window {id}: {size} bytes, {n} processes");
     Some(MPI_SUCCESS)
 }
 
@@ -747,31 +723,23 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
     let lay = layout()?;
     let arc = WINS.write().unwrap_or_else(|e| e.into_inner()).remove(&h)?;
     let mut w = arc.lock().unwrap_or_else(|e| e.into_inner());
-    // Nobody may still reach this memory through a ghost once it is detached.
-    // SAFETY: collective over the window's private duplicate.
-    unsafe { pmpi::PMPI_Barrier(w.ctl) };
+    // Nobody may still reach this memory through a ghost once it is detached: lock
+    // releases still in flight complete first.
+    // SAFETY: the internal window is in the standing lock_all epoch; collective over the
+    // window's private duplicate.
+    unsafe {
+        if w.direct.is_none() {
+            pmpi::PMPI_Win_flush_all(global());
+        }
+        pmpi::PMPI_Barrier(w.ctl);
+    }
     let mine = w.targets[w.me as usize].clone();
     for (j, &gh) in mine.ghosts.iter().enumerate() {
-        serve::command(
-            lay,
-            gh,
-            Cmd::Detach,
-            &[w.slot as i64, mine.addrs[j], w.locks_used as i64],
-            None,
-        );
+        serve::command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
     }
     // SAFETY: collective over the duplicate; then only this rank's own objects are freed.
     let rc = unsafe {
         pmpi::PMPI_Barrier(w.ctl);
-        if w.me == 0 {
-            serve::command(
-                lay,
-                serve::slot_server(lay),
-                Cmd::SlotFree,
-                &[w.slot as i64],
-                None,
-            );
-        }
         let rc = pmpi::PMPI_Win_free(&mut w.win);
         libc::munmap(w.base, w.map_len);
         for p in w.direct.iter().flatten().filter(|p| p.mapped) {
@@ -843,12 +811,12 @@ fn sync_err(what: &str) -> (c_int, String) {
 pub fn fence(assert: c_int, win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         let r = (|| {
-            if !w.locked.is_empty() || w.lock_all || !w.access.is_empty() {
+            if !w.locked.is_empty() || w.lock_all.is_some() || w.started {
                 return Err(sync_err(
                     "MPI_Win_fence: a passive-target or PSCW epoch is open",
                 ));
             }
-            let g = w.slot().global;
+            let g = global();
             std::sync::atomic::fence(Ordering::SeqCst);
             // SAFETY: the global window is always in the users' lock_all epoch.
             unsafe {
@@ -905,18 +873,29 @@ pub fn post(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
         }
         if assert & MPI_MODE_NOCHECK == 0 {
             for &o in &origins {
-                // SAFETY: a zero-byte send (eager: completes at once).
-                unsafe { pmpi::PMPI_Send(std::ptr::null(), 0, MPI_BYTE(), o, POST_TAG, w.ctl) };
+                notify(o, POST_TAG, w.ctl);
             }
         }
         MPI_SUCCESS
     })
 }
 
+/// A zero-byte notice that completes on its own: the peer may be this process, whose
+/// receive is posted later (a blocking send to self can wait for it forever).
+fn notify(to: c_int, tag: c_int, comm: MPI_Comm) {
+    let mut r = MPI_REQUEST_NULL();
+    // SAFETY: a zero-byte send on the window's private communicator; freeing an active
+    // send request lets it complete in the background (MPI-4.0 §3.7.3).
+    unsafe {
+        pmpi::PMPI_Isend(std::ptr::null(), 0, MPI_BYTE(), to, tag, comm, &mut r);
+        pmpi::PMPI_Request_free(&mut r);
+    }
+}
+
 /// `MPI_Win_start`: waits for each target's post notice (unless NOCHECK).
 pub fn start(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
-        if !w.access.is_empty() {
+        if w.started {
             return result(win, Err(sync_err("MPI_Win_start: an access epoch is open")));
         }
         let targets = group_to_comm(group, w.ctl);
@@ -937,6 +916,7 @@ pub fn start(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
             }
         }
         w.access = targets;
+        w.started = true;
         MPI_SUCCESS
     })
 }
@@ -945,7 +925,13 @@ pub fn start(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
 /// each target.
 pub fn complete(win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
-        let g = w.slot().global;
+        if !w.started {
+            return result(
+                win,
+                Err(sync_err("MPI_Win_complete: no access epoch is open")),
+            );
+        }
+        let g = global();
         let mut done = HashSet::new();
         std::sync::atomic::fence(Ordering::SeqCst);
         let via_ghosts: &[i32] = if w.direct.is_some() { &[] } else { &w.access };
@@ -958,10 +944,10 @@ pub fn complete(win: MPI_Win) -> Option<c_int> {
             }
         }
         for &t in &w.access {
-            // SAFETY: a zero-byte send.
-            unsafe { pmpi::PMPI_Send(std::ptr::null(), 0, MPI_BYTE(), t, DONE_TAG, w.ctl) };
+            notify(t, DONE_TAG, w.ctl);
         }
         w.access.clear();
+        w.started = false;
         MPI_SUCCESS
     })
 }
@@ -982,7 +968,7 @@ pub fn wait(win: MPI_Win) -> Option<c_int> {
                 w.exposure.as_mut_ptr(),
                 MPI_STATUSES_IGNORE,
             );
-            pmpi::PMPI_Win_sync(w.slot().global);
+            pmpi::PMPI_Win_sync(global());
         }
         w.exposure.clear();
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -1012,7 +998,7 @@ pub fn test(win: MPI_Win, flag: *mut c_int) -> Option<c_int> {
         if f != 0 {
             w.exposure.clear();
             // SAFETY: as in wait.
-            unsafe { pmpi::PMPI_Win_sync(w.slot().global) };
+            unsafe { pmpi::PMPI_Win_sync(global()) };
             std::sync::atomic::fence(Ordering::SeqCst);
         }
         if !flag.is_null() {
@@ -1023,25 +1009,160 @@ pub fn test(win: MPI_Win, flag: *mut c_int) -> Option<c_int> {
     })
 }
 
-impl UserWin {
-    /// Forces the lock on this process's own memory to be held before returning: a
-    /// one-byte Get of the hidden bytes through the bound ghost, then a flush (§4.8).
-    fn force_self(&self, iw: MPI_Win) {
-        let t = &self.targets[self.me as usize];
-        force(t.ghosts[t.bound], t.addrs[t.bound] + self.hidden, iw);
-    }
-    /// On a direct window, operations never reach the ghosts, so a lock (which the MPI
-    /// library acquires lazily, at the first operation) is forced at every ghost of the
-    /// target before the lock call returns: otherwise two exclusive locks, or a shared and
-    /// an exclusive one, could both be "held" (`direct.rs`).
-    fn force_direct(&self, rank: i32, iw: MPI_Win) {
-        if self.direct.is_some() {
-            let t = &self.targets[rank as usize];
-            let hidden = (t.size.max(0) as usize).div_ceil(HIDDEN_BYTES) * HIDDEN_BYTES;
-            for (j, &gh) in t.ghosts.iter().enumerate() {
-                force(gh, t.addrs[j] + hidden as i64, iw);
+/// A target's lock word: in this process's mapping (direct windows), or at its bound
+/// ghost in the internal window.
+enum Word {
+    Here(&'static AtomicI64),
+    Ghost { gh: i32, disp: MPI_Aint },
+}
+
+impl Word {
+    /// Adds `v` and returns the previous value.
+    fn fetch_add(&self, v: i64) -> i64 {
+        match self {
+            Word::Here(a) => a.fetch_add(v, Ordering::AcqRel),
+            Word::Ghost { gh, disp } => {
+                let mut old: i64 = 0;
+                // SAFETY: one int64 each way; the internal window is in the standing
+                // lock_all epoch; the flush completes the operation.
+                unsafe {
+                    pmpi::PMPI_Fetch_and_op(
+                        (&v as *const i64).cast(),
+                        (&mut old as *mut i64).cast(),
+                        MPI_INT64_T(),
+                        *gh,
+                        *disp,
+                        MPI_SUM(),
+                        global(),
+                    );
+                    pmpi::PMPI_Win_flush(*gh, global());
+                }
+                old
             }
         }
+    }
+    /// Adds `v` without waiting for it at a ghost: a release, issued after the epoch's
+    /// operations completed. This origin's next atomic on the word is ordered after it
+    /// (accumulate ordering, MPI-4.0 §12.7.2); `free` and finalize flush it.
+    fn add(&self, v: &'static i64) {
+        match self {
+            Word::Here(a) => {
+                a.fetch_add(*v, Ordering::AcqRel);
+            }
+            Word::Ghost { gh, disp } => {
+                // SAFETY: one int64 from a constant (the origin buffer must not change
+                // until the operation completes, which it never does), on the internal
+                // window.
+                unsafe {
+                    pmpi::PMPI_Accumulate(
+                        (v as *const i64).cast(),
+                        1,
+                        MPI_INT64_T(),
+                        *gh,
+                        *disp,
+                        1,
+                        MPI_INT64_T(),
+                        MPI_SUM(),
+                        global(),
+                    );
+                }
+            }
+        }
+    }
+    /// Replaces `current` with `new`; returns the previous value.
+    fn compare_exchange(&self, current: i64, new: i64) -> i64 {
+        match self {
+            Word::Here(a) => a
+                .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+                .unwrap_or_else(|v| v),
+            Word::Ghost { gh, disp } => {
+                let mut old: i64 = 0;
+                // SAFETY: as in fetch_add.
+                unsafe {
+                    pmpi::PMPI_Compare_and_swap(
+                        (&new as *const i64).cast(),
+                        (&current as *const i64).cast(),
+                        (&mut old as *mut i64).cast(),
+                        MPI_INT64_T(),
+                        *gh,
+                        *disp,
+                        global(),
+                    );
+                    pmpi::PMPI_Win_flush(*gh, global());
+                }
+                old
+            }
+        }
+    }
+}
+
+/// Waiting for a lock another process holds: spin briefly, then yield the core (the
+/// holder may share it), then nap.
+fn backoff(tries: &mut u32) {
+    *tries += 1;
+    if *tries < 16 {
+        core::hint::spin_loop();
+    } else if *tries < 64 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+}
+
+impl UserWin {
+    fn word(&self, t: i32) -> Word {
+        let tg = &self.targets[t as usize];
+        match &self.direct {
+            Some(peers) => {
+                let p = &peers[t as usize];
+                // SAFETY: the lock word lies in the target's hidden bytes, mapped for the
+                // window's life, 8-byte aligned (hidden bytes start at a multiple of 64).
+                Word::Here(unsafe {
+                    &*p.base
+                        .wrapping_offset((tg.hidden + LOCK_WORD_AT) as isize)
+                        .cast::<AtomicI64>()
+                })
+            }
+            None => Word::Ghost {
+                gh: tg.ghosts[tg.bound],
+                disp: tg.addrs[tg.bound] + tg.hidden + LOCK_WORD_AT,
+            },
+        }
+    }
+    /// Takes target `t`'s lock word, shared or exclusive; returns when it is held.
+    fn acquire(&self, t: i32, exclusive: bool) {
+        let word = self.word(t);
+        let mut tries = 0;
+        if exclusive {
+            while word.compare_exchange(0, WRITER) != 0 {
+                backoff(&mut tries);
+            }
+        } else {
+            while word.fetch_add(1) < 0 {
+                word.fetch_add(-1);
+                backoff(&mut tries);
+            }
+        }
+    }
+    fn release(&self, t: i32, exclusive: bool) {
+        static WRITER_OUT: i64 = -WRITER;
+        static READER_OUT: i64 = -1;
+        self.word(t)
+            .add(if exclusive { &WRITER_OUT } else { &READER_OUT });
+    }
+    /// Completes this origin's operations to target `t` at the target.
+    fn complete_at(&self, t: i32) -> Result<(), (c_int, String)> {
+        if self.direct.is_some() {
+            // the operations completed when they were issued (`direct.rs`)
+            std::sync::atomic::fence(Ordering::SeqCst);
+            return Ok(());
+        }
+        for &gh in &self.targets[t as usize].ghosts {
+            // SAFETY: the internal window is in the standing lock_all epoch.
+            check(unsafe { pmpi::PMPI_Win_flush(gh, global()) })
+                .map_err(|c| (c, "MPI_Win_flush".to_string()))?;
+        }
+        Ok(())
     }
     fn check_target(&self, rank: c_int, what: &str) -> Result<(), (c_int, String)> {
         if rank < 0 || rank as usize >= self.targets.len() {
@@ -1054,36 +1175,8 @@ impl UserWin {
     }
 }
 
-/// A one-byte Get of hidden bytes at `addr` through ghost `gh`, then a flush: the lock on
-/// `iw` at `gh` is then held.
-fn force(gh: i32, addr: i64, iw: MPI_Win) {
-    let mut byte = 0u8;
-    // SAFETY: one byte into a local; the hidden bytes are never user data.
-    unsafe {
-        pmpi::PMPI_Get(
-            (&mut byte as *mut u8).cast(),
-            1,
-            MPI_BYTE(),
-            gh,
-            addr,
-            1,
-            MPI_BYTE(),
-            iw,
-        );
-        pmpi::PMPI_Win_flush(gh, iw);
-    }
-}
-
-/// The assert for the internal locks. MPI_MODE_NOCHECK is not passed on: MPICH 4.0
-/// skips acquiring such a lock at the target but still releases it there at unlock, and a
-/// later exclusive lock at that ghost then waits forever (found by ctests/rma_ghost.c).
-/// It still shortens the self-lock protocol (§4.8).
-fn internal_assert(assert: c_int) -> c_int {
-    assert & !MPI_MODE_NOCHECK
-}
-
-/// `MPI_Win_lock`: the lock on every ghost of the target's node, on the target's lock
-/// window; a self-lock is forced to be acquired and doubled on the user window (§4.8).
+/// `MPI_Win_lock`: the target's lock word, unless NOCHECK; a self-lock is doubled on the
+/// user window (§4.8).
 pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         let r = (|| {
@@ -1091,37 +1184,35 @@ pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> Optio
                 return Ok(());
             }
             w.check_target(rank, "MPI_Win_lock")?;
+            if lock_type != MPI_LOCK_EXCLUSIVE && lock_type != MPI_LOCK_SHARED {
+                return Err((
+                    MPI_ERR_LOCKTYPE,
+                    format!("MPI_Win_lock: lock type {lock_type}"),
+                ));
+            }
             if !w.locks_used {
                 return Err(sync_err(
                     "MPI_Win_lock on a window whose info epochs_used excludes lock",
                 ));
             }
-            if w.locked.contains_key(&rank) || w.lock_all {
+            if w.locked.contains_key(&rank) || w.lock_all.is_some() {
                 return Err(sync_err("MPI_Win_lock: the target is already locked"));
             }
-            let t = w.targets[rank as usize].clone();
-            let iw = w.slot().lock[t.local];
-            for &gh in &t.ghosts {
-                // SAFETY: a lock on an internal window of the pool.
-                check(unsafe { pmpi::PMPI_Win_lock(lock_type, gh, internal_assert(assert), iw) })
-                    .map_err(|c| (c, "MPI_Win_lock".to_string()))?;
+            let exclusive = lock_type == MPI_LOCK_EXCLUSIVE;
+            let held = (assert & MPI_MODE_NOCHECK == 0).then_some(exclusive);
+            if held.is_some() {
+                w.acquire(rank, exclusive);
             }
             let mut l = Lock {
-                flushed: false,
+                held,
                 self_lock: false,
             };
-            if assert & MPI_MODE_NOCHECK == 0 {
-                w.force_direct(rank, iw);
-            }
             if rank == w.me && !w.no_local_load_store {
-                if assert & MPI_MODE_NOCHECK == 0 {
-                    w.force_self(iw);
-                    l.flushed = true;
-                }
                 // SAFETY: an uncontended lock: nobody else locks the user window.
                 unsafe { pmpi::PMPI_Win_lock(lock_type, w.me, 0, w.win) };
                 l.self_lock = true;
             }
+            std::sync::atomic::fence(Ordering::SeqCst);
             w.locked.insert(rank, l);
             Ok(())
         })();
@@ -1129,7 +1220,8 @@ pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> Optio
     })
 }
 
-/// `MPI_Win_unlock`.
+/// `MPI_Win_unlock`: the epoch's operations complete at the target, then the lock word is
+/// released.
 pub fn unlock(rank: c_int, win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         let r = (|| {
@@ -1141,17 +1233,13 @@ pub fn unlock(rank: c_int, win: MPI_Win) -> Option<c_int> {
                 return Err(sync_err("MPI_Win_unlock: the target is not locked"));
             };
             std::sync::atomic::fence(Ordering::SeqCst);
-            let t = &w.targets[rank as usize];
-            let iw = w.slot().lock[t.local];
-            flush_before_unlock(t.ghosts.iter().map(|&gh| (gh, iw)));
-            for &gh in &t.ghosts {
-                // SAFETY: the lock taken by `lock`.
-                check(unsafe { pmpi::PMPI_Win_unlock(gh, iw) })
-                    .map_err(|c| (c, "MPI_Win_unlock".to_string()))?;
-            }
+            w.complete_at(rank)?;
             if l.self_lock {
                 // SAFETY: the second self-lock taken by `lock`.
                 unsafe { pmpi::PMPI_Win_unlock(w.me, w.win) };
+            }
+            if let Some(exclusive) = l.held {
+                w.release(rank, exclusive);
             }
             Ok(())
         })();
@@ -1159,8 +1247,8 @@ pub fn unlock(rank: c_int, win: MPI_Win) -> Option<c_int> {
     })
 }
 
-/// `MPI_Win_lock_all`: a shared lock on every ghost, on every target's lock window, so
-/// that another origin's exclusive lock conflicts as it must (§4.10).
+/// `MPI_Win_lock_all`: a shared lock on every target's word, unless NOCHECK (§12.5.3:
+/// the epoch is a shared lock on every process of the window).
 pub fn lock_all(assert: c_int, win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         let r = (|| {
@@ -1169,36 +1257,17 @@ pub fn lock_all(assert: c_int, win: MPI_Win) -> Option<c_int> {
                     "MPI_Win_lock_all on a window whose info epochs_used excludes lockall",
                 ));
             }
-            if w.lock_all || !w.locked.is_empty() {
+            if w.lock_all.is_some() || !w.locked.is_empty() {
                 return Err(sync_err("MPI_Win_lock_all: a lock is already held"));
             }
-            let slot = w.slot();
-            for t in &w.targets {
-                for &gh in &t.ghosts {
-                    // SAFETY: a shared lock on an internal window of the pool.
-                    check(unsafe {
-                        pmpi::PMPI_Win_lock(
-                            MPI_LOCK_SHARED,
-                            gh,
-                            internal_assert(assert),
-                            slot.lock[t.local],
-                        )
-                    })
-                    .map_err(|c| (c, "MPI_Win_lock_all".to_string()))?;
+            let held = assert & MPI_MODE_NOCHECK == 0;
+            if held {
+                for t in 0..w.targets.len() as i32 {
+                    w.acquire(t, false);
                 }
             }
-            w.lock_all = true;
-            w.all_flushed.clear();
-            if assert & MPI_MODE_NOCHECK == 0 {
-                for t in 0..w.targets.len() {
-                    w.force_direct(t as i32, slot.lock[w.targets[t].local]);
-                }
-            }
-            if !w.no_local_load_store && assert & MPI_MODE_NOCHECK == 0 {
-                let t = &w.targets[w.me as usize];
-                w.force_self(slot.lock[t.local]);
-                w.all_flushed.insert(w.me);
-            }
+            std::sync::atomic::fence(Ordering::SeqCst);
+            w.lock_all = Some(held);
             Ok(())
         })();
         result(win, r)
@@ -1209,83 +1278,48 @@ pub fn lock_all(assert: c_int, win: MPI_Win) -> Option<c_int> {
 pub fn unlock_all(win: MPI_Win) -> Option<c_int> {
     with(win, |w| {
         let r = (|| {
-            if !w.lock_all {
+            let Some(held) = w.lock_all else {
                 return Err(sync_err("MPI_Win_unlock_all: no lock_all epoch is open"));
-            }
+            };
             std::sync::atomic::fence(Ordering::SeqCst);
-            let slot = w.slot();
-            flush_before_unlock(
-                w.targets
-                    .iter()
-                    .flat_map(|t| t.ghosts.iter().map(|&gh| (gh, slot.lock[t.local]))),
-            );
-            for t in &w.targets {
-                for &gh in &t.ghosts {
-                    // SAFETY: the locks taken by `lock_all`.
-                    check(unsafe { pmpi::PMPI_Win_unlock(gh, slot.lock[t.local]) })
-                        .map_err(|c| (c, "MPI_Win_unlock_all".to_string()))?;
+            if w.direct.is_none() {
+                // SAFETY: the internal window is in the standing lock_all epoch.
+                check(unsafe { pmpi::PMPI_Win_flush_all(global()) })
+                    .map_err(|c| (c, "MPI_Win_unlock_all".to_string()))?;
+            }
+            if held {
+                for t in 0..w.targets.len() as i32 {
+                    w.release(t, false);
                 }
             }
-            w.lock_all = false;
-            w.all_flushed.clear();
+            w.lock_all = None;
             Ok(())
         })();
         result(win, r)
     })
 }
 
-/// Two workarounds for Open MPI 4.1's osc/pt2pt (the component its TCP transport uses), for
-/// epochs that reach more than one ghost. Both hangs were reproduced without the shim, with
-/// Debian's Open MPI 4.1.4 (`--mca osc pt2pt`), on a dynamic window whose targets sit in
-/// `MPI_Iprobe` loops as ghosts do:
-/// - `MPI_Win_flush_local` never returns after an `MPI_Get` in a `lock_all` epoch with two
-///   such targets; `MPI_Win_flush` does. So local flushes on the internal windows are full
-///   flushes (a full flush also completes the operations locally, MPI-4.0 §12.5.4).
-/// - With locks on targets A and B and an `MPI_Get` from B outstanding, `MPI_Win_unlock(A)`
-///   never returns (one origin suffices); after flushing both it does. So every lock is
-///   flushed before the first of a group of unlocks.
+/// A workaround for Open MPI 4.1's osc/pt2pt (the component its TCP transport uses), for
+/// epochs that reach more than one ghost, reproduced without the shim with Debian's Open
+/// MPI 4.1.4 (`--mca osc pt2pt`) on a dynamic window whose targets sit in `MPI_Iprobe`
+/// loops as ghosts do: `MPI_Win_flush_local` never returns after an `MPI_Get` in a
+/// `lock_all` epoch with two such targets; `MPI_Win_flush` does. So local flushes on the
+/// internal window are full flushes (a full flush also completes the operations locally,
+/// MPI-4.0 §12.5.4).
 const FULL_FLUSH_ONLY: bool = cfg!(feature = "abi-ompi");
-const FLUSH_BEFORE_UNLOCK: bool = cfg!(feature = "abi-ompi");
 
-/// Flushes the (ghost, internal window) locks about to be released, where the MPI library
-/// needs it ([`FLUSH_BEFORE_UNLOCK`]).
-fn flush_before_unlock(locks: impl Iterator<Item = (c_int, MPI_Win)>) {
-    if FLUSH_BEFORE_UNLOCK {
-        for (gh, iw) in locks {
-            // SAFETY: a passive-target epoch to `gh` on `iw` is open (the caller unlocks it next).
-            unsafe { pmpi::PMPI_Win_flush(gh, iw) };
-        }
-    }
-}
-
-/// Flushes (or locally flushes) the ghosts serving `rank`; a completed flush starts a
-/// binding-free interval (§4.9.3).
+/// Flushes (or locally flushes) the ghosts serving `rank`.
 fn flush_target(w: &mut UserWin, rank: c_int, local: bool) -> Result<(), (c_int, String)> {
-    let iw = w
-        .epoch_win(rank)
-        .ok_or_else(|| sync_err("MPI_Win_flush: no epoch is open to the target"))?;
-    if w.direct.is_some() {
-        // the operations completed when they were issued (`direct.rs`)
-        std::sync::atomic::fence(Ordering::SeqCst);
-        return Ok(());
+    if !w.in_epoch(rank) {
+        return Err(sync_err("MPI_Win_flush: no epoch is open to the target"));
+    }
+    if w.direct.is_some() || !local || FULL_FLUSH_ONLY {
+        return w.complete_at(rank);
     }
     for &gh in &w.targets[rank as usize].ghosts {
-        // SAFETY: `iw` is in a passive epoch to `gh` (a lock or the standing lock_all).
-        let rc = unsafe {
-            if local && !FULL_FLUSH_ONLY {
-                pmpi::PMPI_Win_flush_local(gh, iw)
-            } else {
-                pmpi::PMPI_Win_flush(gh, iw)
-            }
-        };
-        check(rc).map_err(|c| (c, "MPI_Win_flush".to_string()))?;
-    }
-    if !local {
-        if let Some(l) = w.locked.get_mut(&rank) {
-            l.flushed = true;
-        } else if w.lock_all {
-            w.all_flushed.insert(rank);
-        }
+        // SAFETY: the internal window is in the standing lock_all epoch.
+        check(unsafe { pmpi::PMPI_Win_flush_local(gh, global()) })
+            .map_err(|c| (c, "MPI_Win_flush_local".to_string()))?;
     }
     Ok(())
 }
@@ -1308,7 +1342,7 @@ pub fn flush(rank: c_int, win: MPI_Win, local: bool) -> Option<c_int> {
 pub fn flush_all(win: MPI_Win, local: bool) -> Option<c_int> {
     with(win, |w| {
         let r = (|| {
-            let targets: Vec<i32> = if w.lock_all {
+            let targets: Vec<i32> = if w.lock_all.is_some() {
                 (0..w.targets.len() as i32).collect()
             } else {
                 let mut v: Vec<i32> = w.locked.keys().copied().collect();
@@ -1318,7 +1352,7 @@ pub fn flush_all(win: MPI_Win, local: bool) -> Option<c_int> {
             for t in targets {
                 flush_target(w, t, local)?;
             }
-            let g = w.slot().global;
+            let g = global();
             // SAFETY: the global window is always in the lock_all epoch.
             unsafe {
                 if local && !FULL_FLUSH_ONLY {
@@ -1335,10 +1369,10 @@ pub fn flush_all(win: MPI_Win, local: bool) -> Option<c_int> {
 
 /// `MPI_Win_sync`: the memory barrier the MPI library issues, on the windows in use.
 pub fn sync(win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
+    with(win, |_w| {
         std::sync::atomic::fence(Ordering::SeqCst);
         // SAFETY: the global window is always in the lock_all epoch.
-        unsafe { pmpi::PMPI_Win_sync(w.slot().global) }
+        unsafe { pmpi::PMPI_Win_sync(global()) }
     })
 }
 
