@@ -303,6 +303,93 @@ static const int err_expect[] = {MPI_ERR_RMA_SYNC, MPI_ERR_RANK, MPI_ERR_RMA_SYN
                                  MPI_ERR_RMA_SYNC, MPI_ERR_RMA_SYNC};
 static void user_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { (void)in, (void)inout, (void)len, (void)dt; }
 
+/* Operations with invalid arguments inside a lock_all epoch, per flavor. */
+enum { A_PUT_BAD_TYPE, A_PUT_NEG_COUNT, A_ACC_BAD_OP, A_GET_FREED_TYPE, NARG };
+static const char *arg_name[] = {"MPI_Put with a garbage datatype", "MPI_Put with count -1",
+                                 "MPI_Accumulate with a garbage op", "MPI_Get with a freed datatype"};
+static const int arg_expect[] = {MPI_ERR_TYPE, MPI_ERR_COUNT, MPI_ERR_OP, MPI_ERR_TYPE};
+
+/* Window creation with invalid arguments (MPI_COMM_WORLD returns errors): the class, and
+ * no shared-memory object left behind (/dev/shm/shim-*, made for ghost-served windows). */
+enum { W_COMM_NULL, W_NEG_SIZE, W_BAD_DISP, W_FREED_COMM, NWIN };
+static const char *win_name[] = {"MPI_Win_allocate on MPI_COMM_NULL", "MPI_Win_allocate with size -1",
+                                 "MPI_Win_allocate with disp_unit -4", "MPI_Win_allocate on a freed communicator"};
+static const int win_expect[] = {MPI_ERR_COMM, MPI_ERR_SIZE, MPI_ERR_DISP, MPI_ERR_COMM};
+
+#include <dirent.h>
+static int shm_objects(void) {
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strncmp(e->d_name, "shim-", 5) == 0) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void arg_case(int id, int f, int a) {
+    if (!h_begin(id, "errors: %s on %s", arg_name[a], flavor_name[f])) return;
+    int to = (h_rank + 1) % h_size, x[4] = {0};
+    void *mem = NULL;
+    MPI_Win win;
+    if (f == F_CREATE) {
+        mem = calloc(1, 64);
+        MPI_Win_create(mem, 64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    } else if (f == F_ALLOCATE) {
+        MPI_Win_allocate(64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
+    } else {
+        MPI_Win_allocate_shared(64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
+    }
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    MPI_Datatype freed;
+    MPI_Type_contiguous(2, MPI_INT, &freed);
+    MPI_Type_commit(&freed);
+    MPI_Type_free(&freed);
+    MPI_Win_lock_all(0, win);
+    int rc = MPI_SUCCESS;
+    switch (a) {
+    case A_PUT_BAD_TYPE: rc = MPI_Put(x, 1, (MPI_Datatype)0x12345, to, 0, 1, MPI_INT, win); break;
+    case A_PUT_NEG_COUNT: rc = MPI_Put(x, -1, MPI_INT, to, 0, 1, MPI_INT, win); break;
+    case A_ACC_BAD_OP: rc = MPI_Accumulate(x, 1, MPI_INT, to, 0, 1, MPI_INT, (MPI_Op)0x12345, win); break;
+    case A_GET_FREED_TYPE: rc = MPI_Get(x, 1, MPI_INT, to, 0, 1, freed, win); break;
+    }
+    MPI_Win_unlock_all(win);
+    h_rc(id, rc);
+    h_expect(id, arg_expect[a]);
+    PMPI_Barrier(h_comm);
+    MPI_Win_free(&win);
+    if (f == F_CREATE) free(mem);
+    h_end(id);
+}
+
+static void win_case(int id, int w) {
+    if (!h_begin(id, "errors: %s", win_name[w])) return;
+    PMPI_Barrier(h_comm);
+    int before = shm_objects();
+    void *mem = NULL;
+    MPI_Win win = MPI_WIN_NULL;
+    MPI_Comm c = MPI_COMM_NULL;
+    int rc = MPI_SUCCESS;
+    switch (w) {
+    case W_COMM_NULL: rc = MPI_Win_allocate(64, 1, MPI_INFO_NULL, MPI_COMM_NULL, &mem, &win); break;
+    case W_NEG_SIZE: rc = MPI_Win_allocate(-1, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win); break;
+    case W_BAD_DISP: rc = MPI_Win_allocate(64, -4, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win); break;
+    case W_FREED_COMM: {
+        MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        MPI_Comm stale = c;
+        MPI_Comm_free(&c);
+        rc = MPI_Win_allocate(64, 1, MPI_INFO_NULL, stale, &mem, &win);
+        break;
+    }
+    }
+    if (rc == MPI_SUCCESS && win != MPI_WIN_NULL) MPI_Win_free(&win);
+    h_rc(id, rc);
+    h_expect(id, win_expect[w]);
+    PMPI_Barrier(h_comm);
+    H_CHECK(id, shm_objects() <= before, "%d shared-memory objects left behind", shm_objects() - before);
+    h_end(id);
+}
+
 static void err_case(int id, int f, int e) {
     if (!h_begin(id, "errors: %s on %s", err_name[e], flavor_name[f])) return;
     int me = h_rank, to = (me + 1) % h_size, x[4] = {0};
@@ -354,6 +441,35 @@ static void err_case(int id, int f, int e) {
     h_end(id);
 }
 
+/* Many windows alive at once (a coarray program has one per coarray), each used in a
+ * passive epoch while all the others exist, freed in reverse order. */
+static void many_case(int id, int nwin) {
+    if (!h_begin(id, "%d MPI_Win_allocate windows alive at once, lock/put/unlock on each", nwin)) return;
+    MPI_Win *w = malloc(sizeof(MPI_Win) * nwin);
+    int **mem = malloc(sizeof(int *) * nwin), to = (h_rank + 1) % h_size, from = (h_rank + h_size - 1) % h_size;
+    for (int i = 0; i < nwin; i++) {
+        MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem[i], &w[i]);
+        *mem[i] = -1;
+    }
+    PMPI_Barrier(h_comm);
+    for (int i = 0; i < nwin; i++) {
+        int v = 1000 * h_rank + i;
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, to, 0, w[i]);
+        MPI_Put(&v, 1, MPI_INT, to, 0, 1, MPI_INT, w[i]);
+        MPI_Win_unlock(to, w[i]);
+    }
+    PMPI_Barrier(h_comm);
+    for (int i = 0; i < nwin; i++) {
+        MPI_Win_lock(MPI_LOCK_SHARED, h_rank, 0, w[i]);
+        H_CHECK(id, *mem[i] == 1000 * from + i, "window %d holds %d, want %d", i, *mem[i], 1000 * from + i);
+        MPI_Win_unlock(h_rank, w[i]);
+    }
+    PMPI_Barrier(h_comm);
+    for (int i = nwin - 1; i >= 0; i--) MPI_Win_free(&w[i]);
+    free(w), free(mem);
+    h_end(id);
+}
+
 int main(int argc, char **argv) {
     h_init(&argc, &argv);
     int id = 0, k = 0;
@@ -371,6 +487,14 @@ int main(int argc, char **argv) {
     id = 100000; /* the error table keeps its numbers at every level */
     for (int f = 0; f < 3; f++)
         for (int e = 0; e < NERR; e++) err_case(id++, f, e);
+    /* errors without a window go to MPI_COMM_WORLD's handler */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    id = 100100;
+    for (int f = 0; f < 3; f++)
+        for (int a = 0; a < NARG; a++) arg_case(id++, f, a);
+    id = 100200;
+    for (int w = 0; w < NWIN; w++) win_case(id++, w);
+    many_case(100300, 70);
     h_finish();
     return 0;
 }

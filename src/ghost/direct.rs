@@ -78,6 +78,17 @@ impl Direct {
         Ok(self.base.wrapping_offset(self.offset as isize))
     }
 
+    /// Checks an origin (or result) buffer's count and datatype, as the MPI library checks
+    /// them before anything moves (MPI-4.0 §12.3: `MPI_ERR_COUNT`, `MPI_ERR_TYPE`).
+    fn buffer(&self, count: i64, dt: MPI_Datatype, what: &str) -> Result<(), c_int> {
+        if count < 0 {
+            return Err(self.fail(MPI_ERR_COUNT, what, "negative count"));
+        }
+        dtype::check_usable(dt)
+            .map(|_| ())
+            .map_err(|c| self.fail(c, what, "invalid datatype"))
+    }
+
     /// Holds the target's accumulate lock until dropped.
     fn locked(&self) -> Guard {
         // SAFETY: the lock word lives in the target's mapped hidden bytes for the window's
@@ -165,6 +176,9 @@ unsafe fn transfer(
     to_target: bool,
 ) -> c_int {
     let what = if to_target { "MPI_Put" } else { "MPI_Get" };
+    if let Err(rc) = d.buffer(oc, ot, what) {
+        return rc;
+    }
     let t = match d.target(tc, tt, what) {
         Ok(t) => t.cast::<c_void>(),
         Err(rc) => return rc,
@@ -274,6 +288,17 @@ unsafe fn apply(
     op: MPI_Op,
     what: &str,
 ) -> c_int {
+    // MPI_NO_OP ignores the origin buffer (MPI-4.0 §12.3.4)
+    if op != MPI_NO_OP() {
+        if let Err(rc) = d.buffer(oc, ot, what) {
+            return rc;
+        }
+    }
+    if let Some((_, rn, rt)) = result {
+        if let Err(rc) = d.buffer(rn, rt, what) {
+            return rc;
+        }
+    }
     let t = match d.target(tc, tt, what) {
         Ok(t) => t,
         Err(rc) => return rc,
