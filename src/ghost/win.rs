@@ -51,13 +51,13 @@ pub fn create_global(lay: &Layout) -> MPI_Win {
 }
 
 /// (ghost) Exposes `len` bytes at `ptr` in the internal window.
-pub fn attach(ptr: *mut c_void, len: usize) {
+pub(super) fn attach(ptr: *mut c_void, len: usize) {
     // SAFETY: a live mapping of `len` bytes; the dynamic window of this process.
     unsafe { pmpi::PMPI_Win_attach(global(), ptr, len as MPI_Aint) };
 }
 
 /// (ghost) Withdraws a region attached by `attach`.
-pub fn detach(ptr: *mut c_void) {
+pub(super) fn detach(ptr: *mut c_void) {
     // SAFETY: the region was attached to the internal window.
     unsafe { pmpi::PMPI_Win_detach(global(), ptr) };
 }
