@@ -723,16 +723,9 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
     let lay = layout()?;
     let arc = WINS.write().unwrap_or_else(|e| e.into_inner()).remove(&h)?;
     let mut w = arc.lock().unwrap_or_else(|e| e.into_inner());
-    // Nobody may still reach this memory through a ghost once it is detached: lock
-    // releases still in flight complete first.
-    // SAFETY: the internal window is in the standing lock_all epoch; collective over the
-    // window's private duplicate.
-    unsafe {
-        if w.direct.is_none() {
-            pmpi::PMPI_Win_flush_all(global());
-        }
-        pmpi::PMPI_Barrier(w.ctl);
-    }
+    // Nobody may still reach this memory through a ghost once it is detached.
+    // SAFETY: collective over the window's private duplicate.
+    unsafe { pmpi::PMPI_Barrier(w.ctl) };
     let mine = w.targets[w.me as usize].clone();
     for (j, &gh) in mine.ghosts.iter().enumerate() {
         serve::command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
@@ -1041,9 +1034,11 @@ impl Word {
             }
         }
     }
-    /// Adds `v` without waiting for it at a ghost: a release, issued after the epoch's
-    /// operations completed. This origin's next atomic on the word is ordered after it
-    /// (accumulate ordering, MPI-4.0 §12.7.2); `free` and finalize flush it.
+    /// Adds `v` (a release, issued after the epoch's operations completed) and waits for it
+    /// at the ghost: MPI completes an operation only at a synchronization call (MPI-4.0
+    /// §12.5), and Open MPI's osc/pt2pt indeed keeps an unflushed accumulate at the origin,
+    /// so a release left in flight kept the lock from every other process (ompi-tests,
+    /// rma_ghost's contention test, hung).
     fn add(&self, v: &'static i64) {
         match self {
             Word::Here(a) => {
@@ -1065,6 +1060,7 @@ impl Word {
                         MPI_SUM(),
                         global(),
                     );
+                    pmpi::PMPI_Win_flush(*gh, global());
                 }
             }
         }
