@@ -288,6 +288,26 @@ static int run_case(int id, int f, int s, int o, int t) {
     return 1;
 }
 
+/* The window of an error case: 64 bytes of flavor f (not dynamic), errors returned. */
+static MPI_Win error_win(int f, void **mem) {
+    MPI_Win win;
+    if (f == F_CREATE) {
+        *mem = calloc(1, 64);
+        MPI_Win_create(*mem, 64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    } else if (f == F_ALLOCATE) {
+        MPI_Win_allocate(64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, mem, &win);
+    } else {
+        MPI_Win_allocate_shared(64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, mem, &win);
+    }
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    return win;
+}
+
+static void error_win_free(int f, MPI_Win *win, void *mem) {
+    MPI_Win_free(win);
+    if (f == F_CREATE) free(mem);
+}
+
 /* Erroneous calls (MPI-4.0 §12.3, §12.5, §9.4 classes): each on a fresh window with
  * MPI_ERRORS_RETURN, the class reported for the driver to compare natively, under the shim
  * and with ghosts. */
@@ -331,16 +351,7 @@ static void arg_case(int id, int f, int a) {
     if (!h_begin(id, "errors: %s on %s", arg_name[a], flavor_name[f])) return;
     int to = (h_rank + 1) % h_size, x[4] = {0};
     void *mem = NULL;
-    MPI_Win win;
-    if (f == F_CREATE) {
-        mem = calloc(1, 64);
-        MPI_Win_create(mem, 64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
-    } else if (f == F_ALLOCATE) {
-        MPI_Win_allocate(64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
-    } else {
-        MPI_Win_allocate_shared(64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
-    }
-    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    MPI_Win win = error_win(f, &mem);
     MPI_Datatype freed;
     MPI_Type_contiguous(2, MPI_INT, &freed);
     MPI_Type_commit(&freed);
@@ -357,8 +368,7 @@ static void arg_case(int id, int f, int a) {
     h_rc(id, rc);
     h_expect(id, arg_expect[a]);
     PMPI_Barrier(h_comm);
-    MPI_Win_free(&win);
-    if (f == F_CREATE) free(mem);
+    error_win_free(f, &win, mem);
     h_end(id);
 }
 
@@ -394,17 +404,7 @@ static void err_case(int id, int f, int e) {
     if (!h_begin(id, "errors: %s on %s", err_name[e], flavor_name[f])) return;
     int me = h_rank, to = (me + 1) % h_size, x[4] = {0};
     void *mem = NULL;
-    MPI_Win win;
-    MPI_Aint bytes = 64;
-    if (f == F_CREATE) {
-        mem = calloc(1, bytes);
-        MPI_Win_create(mem, bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
-    } else if (f == F_ALLOCATE) {
-        MPI_Win_allocate(bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
-    } else {
-        MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
-    }
-    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    MPI_Win win = error_win(f, &mem);
     int rc = MPI_SUCCESS;
     MPI_Op uop;
     switch (e) {
@@ -436,8 +436,7 @@ static void err_case(int id, int f, int e) {
     h_rc(id, rc);
     h_expect(id, err_expect[e]);
     PMPI_Barrier(h_comm);
-    MPI_Win_free(&win);
-    if (f == F_CREATE) free(mem);
+    error_win_free(f, &win, mem);
     h_end(id);
 }
 
