@@ -650,10 +650,7 @@ fn parse_coll_var(
 /// A hash of everything that steers algorithm selection, which must be equal on every
 /// rank (else ranks could pick different algorithms and deadlock).
 pub fn selection_fingerprint(c: &Config) -> u64 {
-    fnv1a(&format!(
-        "{:?}|{:?}|{}",
-        c.algorithms, c.tuning_file, c.calibrate
-    ))
+    fnv1a(format!("{:?}|{:?}|{}", c.algorithms, c.tuning_file, c.calibrate).as_bytes())
 }
 
 /// Fingerprint of the settings that lay the job out (which ranks take part at all, and
@@ -664,11 +661,12 @@ pub fn layout_fingerprint(c: &Config) -> u64 {
         "{}|{}|{:?}|{:?}|{}|{:?}",
         c.disable, c.ghosts, c.ghost_placement, c.ghost_balance, c.ghost_direct, c.ranks_per_node
     );
-    fnv1a(&text)
+    fnv1a(text.as_bytes())
 }
 
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+/// FNV-1a: the fingerprints above and the node key of init.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })
 }

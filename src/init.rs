@@ -200,12 +200,7 @@ fn node_key() -> u64 {
     unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
     let host = buf.split(|&b| b == 0).next().unwrap_or(&[]);
     let boot = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    [host, b"|", &boot]
-        .concat()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        })
+    config::fnv1a(&[host, b"|", &boot].concat())
 }
 
 /// What every rank told the others at init.

@@ -118,14 +118,13 @@ struct Place {
     size: usize,
 }
 
-/// Every world rank's place, from the census of init (`census[r]`: rank r's node key):
-/// a node's processes in world rank order, split into virtual nodes of `rpn` processes.
-fn places(census: &[u64], rpn: Option<u32>) -> Vec<Place> {
-    (0..census.len())
+/// Every world rank's place, from the census of init: a node's processes in world rank
+/// order ([`crate::init::Census::local`]), split into virtual nodes of `rpn` processes.
+fn places(census: &crate::init::Census, rpn: Option<u32>) -> Vec<Place> {
+    (0..census.nodes.len())
         .map(|r| {
-            let k = census[r];
-            let pl = census[..r].iter().filter(|&&x| x == k).count();
-            let ps = census.iter().filter(|&&x| x == k).count();
+            let k = census.nodes[r];
+            let (pl, ps) = census.local(r);
             match rpn.map(|k| k as usize) {
                 Some(v) => Place {
                     node: (k, pl / v),
@@ -154,7 +153,7 @@ pub fn setup(c: &config::Config, census: &crate::init::Census) {
     let mut rank = 0;
     // SAFETY: MPI is initialized; valid out-pointer.
     unsafe { pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank) };
-    let all = places(&census.nodes, c.ranks_per_node);
+    let all = places(census, c.ranks_per_node);
     // Every rank sees the same table and decides alike, before anyone becomes a ghost.
     let min_local = all.iter().map(|p| p.size).min().unwrap_or(0);
     if g >= min_local {
@@ -268,7 +267,9 @@ mod tests {
     #[test]
     fn places_from_the_census() {
         // ranks 0, 2, 3 on host A; 1, 4 on host B
-        let c = [7, 9, 7, 7, 9];
+        let c = crate::init::Census {
+            nodes: vec![7, 9, 7, 7, 9],
+        };
         let p = places(&c, None);
         assert_eq!(
             p[3],

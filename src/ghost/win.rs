@@ -43,11 +43,11 @@ fn global() -> MPI_Win {
 }
 
 /// Creates the internal window (collective over users and ghosts, at init).
-pub fn create_global(lay: &Layout) -> MPI_Win {
+pub fn create_global(lay: &Layout) {
     let mut w: MPI_Win = MPI_WIN_NULL();
     // SAFETY: collective over the control communicator; valid out-pointer.
     unsafe { pmpi::PMPI_Win_create_dynamic(MPI_INFO_NULL(), lay.ctl, &mut w) };
-    *GLOBAL.get_or_init(|| w)
+    GLOBAL.get_or_init(|| w);
 }
 
 /// (ghost) Exposes `len` bytes at `ptr` in the internal window.
@@ -68,20 +68,16 @@ pub fn open_global() {
     unsafe { pmpi::PMPI_Win_lock_all(0, global()) };
 }
 
-/// (user) Closes and frees the internal window at finalize.
+/// (user) Closes the standing `lock_all` and frees the internal window at finalize.
 pub fn close_global() {
     if let Some(&w) = GLOBAL.get() {
-        let mut w = w;
-        // SAFETY: the lock_all opened by `open_global`; then freed once, collectively.
-        unsafe {
-            pmpi::PMPI_Win_unlock_all(w);
-            pmpi::PMPI_Win_free(&mut w);
-        }
+        // SAFETY: the lock_all opened by `open_global`.
+        unsafe { pmpi::PMPI_Win_unlock_all(w) };
     }
-    finalize_barrier();
+    close_global_ghost();
 }
 
-/// (ghost) Frees the internal window at finalize, with the users.
+/// (ghost, and users after their unlock) Frees the internal window at finalize, together.
 pub fn close_global_ghost() {
     if let Some(&w) = GLOBAL.get() {
         let mut w = w;
@@ -1010,7 +1006,10 @@ enum Word {
 }
 
 impl Word {
-    /// Adds `v` and returns the previous value.
+    /// Adds `v` and returns the previous value, once the addition is done at the word: MPI
+    /// completes an operation only at a synchronization call (MPI-4.0 §12.5), and Open
+    /// MPI's osc/pt2pt keeps an unflushed accumulate at the origin, so a release left in
+    /// flight kept the lock from every other process (ompi-tests' rma_ghost hung).
     fn fetch_add(&self, v: i64) -> i64 {
         match self {
             Word::Here(a) => a.fetch_add(v, Ordering::AcqRel),
@@ -1031,37 +1030,6 @@ impl Word {
                     pmpi::PMPI_Win_flush(*gh, global());
                 }
                 old
-            }
-        }
-    }
-    /// Adds `v` (a release, issued after the epoch's operations completed) and waits for it
-    /// at the ghost: MPI completes an operation only at a synchronization call (MPI-4.0
-    /// §12.5), and Open MPI's osc/pt2pt indeed keeps an unflushed accumulate at the origin,
-    /// so a release left in flight kept the lock from every other process (ompi-tests,
-    /// rma_ghost's contention test, hung).
-    fn add(&self, v: &'static i64) {
-        match self {
-            Word::Here(a) => {
-                a.fetch_add(*v, Ordering::AcqRel);
-            }
-            Word::Ghost { gh, disp } => {
-                // SAFETY: one int64 from a constant (the origin buffer must not change
-                // until the operation completes, which it never does), on the internal
-                // window.
-                unsafe {
-                    pmpi::PMPI_Accumulate(
-                        (v as *const i64).cast(),
-                        1,
-                        MPI_INT64_T(),
-                        *gh,
-                        *disp,
-                        1,
-                        MPI_INT64_T(),
-                        MPI_SUM(),
-                        global(),
-                    );
-                    pmpi::PMPI_Win_flush(*gh, global());
-                }
             }
         }
     }
@@ -1141,10 +1109,7 @@ impl UserWin {
         }
     }
     fn release(&self, t: i32, exclusive: bool) {
-        static WRITER_OUT: i64 = -WRITER;
-        static READER_OUT: i64 = -1;
-        self.word(t)
-            .add(if exclusive { &WRITER_OUT } else { &READER_OUT });
+        self.word(t).fetch_add(if exclusive { -WRITER } else { -1 });
     }
     /// Completes this origin's operations to target `t` at the target.
     fn complete_at(&self, t: i32) -> Result<(), (c_int, String)> {
