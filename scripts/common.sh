@@ -1,4 +1,4 @@
-# Shared settings for the scripts in this directory (sourced, not run).
+# Shared settings for the scripts in this directory and in tests/, bench/ and tools/ (sourced, not run).
 # ROOT: repository; LIB: the release libshim.so; BUILD: where test programs go.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LIB="${SHIM_LIB_PATH:-$ROOT/target/release/libshim.so}"

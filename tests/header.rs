@@ -1,5 +1,5 @@
 //! `include/shim.h` must be what cbindgen generates from the current sources.
-//! Regenerate with `scripts/gen-header` (or `UPDATE_HEADER=1 cargo test --test header`).
+//! Regenerate with `scripts/tools/gen-header` (or `UPDATE_HEADER=1 cargo test --test header`).
 
 #[test]
 fn c_header_is_current() {
@@ -22,6 +22,6 @@ fn c_header_is_current() {
     let current = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         current == fresh,
-        "include/shim.h is stale: run scripts/gen-header and commit the result.\n--- generated ---\n{fresh}"
+        "include/shim.h is stale: run scripts/tools/gen-header and commit the result.\n--- generated ---\n{fresh}"
     );
 }

@@ -1,6 +1,6 @@
 /* Prints the libshim `auto` decision table (which algorithm each collective gets per
  * message size) for communicators of the given sizes, through shim_decision_table.
- * Run with libshim.so preloaded (scripts/shim-decisions does); any SHIM_TUNING_FILE or
+ * Run with libshim.so preloaded (scripts/tools/shim-decisions does); any SHIM_TUNING_FILE or
  * SHIM_<COLL>_ALGORITHM in the environment is taken into account.
  * Usage: decisions [-n] [ranks ...]   (-n: non-blocking calls; default ranks 2 4 8 16 64) */
 #include <dlfcn.h>

@@ -17,7 +17,7 @@
  * algorithm, never more than 5% slower than the system MPI, geometric mean speedup over
  * the system MPI, Reduce at >= 256 KiB. With -o FILE the best algorithm of every point is
  * written as tuning rows ("best MPI_<coll> <ranks> <bytes> <algorithm>", the format of
- * SHIM_TUNING_FILE; scripts/shim-tune uses it). Sizes grow by -x (default 4). */
+ * SHIM_TUNING_FILE; scripts/tools/shim-tune uses it). Sizes grow by -x (default 4). */
 #include <dlfcn.h>
 #include <math.h>
 #include <mpi.h>

@@ -3,7 +3,7 @@
  *
  *   limits copy            memcpy throughput on 1 and 2 threads, 1 MiB .. 256 MiB, and the
  *                          ratio (the ceiling of 2-thread packing, which is a copy with
- *                          gaps: bench-pack's 2t/1t);
+ *                          gaps: run-pack's 2t/1t);
  *   limits wake            CPU time a thread spends per timed sleep of 100 us (what each
  *                          poll of a progress thread costs before it does any work), with
  *                          the other cores idle and with every core busy;
@@ -15,7 +15,7 @@
  *                          MPI_Wait or the progress thread): the floor of the progress
  *                          thread's CPU cost and the ceiling of overlap without an idle
  *                          core.
- * Output: one line per measurement, `key value` pairs (scripts/bench-limits formats them). */
+ * Output: one line per measurement, `key value` pairs (scripts/bench/run-limits formats them). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,5 +1,5 @@
 /* Pack/unpack throughput and a halo exchange, the system MPI against the shim, in one run
- * (driven by scripts/bench-pack).
+ * (driven by scripts/bench/run-pack).
  *
  * Part 1 (rank 0 only): for each type family and payload size, MPI_Pack / MPI_Unpack
  * throughput (GB/s of packed bytes) of the system MPI (PMPI_Pack / PMPI_Unpack) and of

@@ -210,7 +210,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "# rma: %s: %llu operations redirected to ghosts, %llu done directly in shared memory\n",
                 label, (unsigned long long)redirected(), direct ? (unsigned long long)direct() : 0ULL);
     MPI_Win_free(&win);
-    if (rank == 0) { /* scripts/bench-rma keeps the samples if MPI_Finalize then hangs (see there) */
+    if (rank == 0) { /* scripts/bench/run-rma keeps the samples if MPI_Finalize then hangs (see there) */
         printf("done,%s\n", label);
         fflush(stdout);
     }
