@@ -1,12 +1,12 @@
-//! Generates the interposition layer from the single API table `src/abi/mpi_functions.txt`.
+//! Generates the interposition layer from the single API table `src/platform/abi/mpi_functions.txt`.
 //!
 //! For every function in the table this writes, into `$OUT_DIR/api_gen.rs`:
 //! - a function id and its name/category (for counters and `SHIM_STATS`),
-//! - a lazily resolved `PMPI_*` forwarder in `crate::pmpi` (dlsym at run time, so that
+//! - a lazily resolved `PMPI_*` forwarder in `crate::platform::api::pmpi` (dlsym at run time, so that
 //!   `libshim.so` has no `libmpi` in `DT_NEEDED`),
 //! - the exported `#[no_mangle] extern "C" MPI_*` entry point, which takes the fast path
 //!   (straight to `PMPI_*`) when the shim is inactive or re-entered, and otherwise runs the
-//!   hook named by the table inside `crate::entry::run` (counters, timing, panic guard).
+//!   hook named by the table inside `crate::edge::entry::run` (counters, timing, panic guard).
 //!
 //! and, into `$OUT_DIR/fortran_gen.rs`, the Fortran entry points (`build_fortran.rs`).
 //!
@@ -261,11 +261,11 @@ fn coll_arg(p: &Param) -> (String, String) {
         "c_int" => (format!("{} as i64", p.name), "i64".into()),
         "MPI_Count" | "MPI_Aint" => (p.name.clone(), "i64".into()),
         "*const c_int" => (
-            format!("crate::abi::Counts::I32({})", p.name),
+            format!("crate::platform::abi::Counts::I32({})", p.name),
             "Counts".into(),
         ),
         "*const MPI_Count" | "*const MPI_Aint" => (
-            format!("crate::abi::Counts::I64({})", p.name),
+            format!("crate::platform::abi::Counts::I64({})", p.name),
             "Counts".into(),
         ),
         other => panic!("unexpected count type {other} for {}", p.name),
@@ -287,7 +287,7 @@ fn bytes_expr(f: &Func) -> Option<String> {
         if let (Some(cp), Some(dp)) = (cp, dp) {
             if (cp.rtype == "c_int" || cp.rtype == "MPI_Count") && dp.rtype == "MPI_Datatype" {
                 return Some(format!(
-                    "crate::stats::note_typed_bytes({} as i64, {})",
+                    "crate::edge::entry::note_typed_bytes({} as i64, {})",
                     cp.name, dp.name
                 ));
             }
@@ -297,7 +297,7 @@ fn bytes_expr(f: &Func) -> Option<String> {
 }
 
 /// Large-count functions the shim calls internally whose classic form has a different
-/// shape (arrays, extra outputs): `crate::abi::large_count` implements them on the classic
+/// shape (arrays, extra outputs): `crate::platform::abi::large_count` implements them on the classic
 /// calls for libraries without `_c` symbols.
 const HAND_WRITTEN_LARGE_COUNT: &[&str] = &["MPI_Type_get_envelope_c", "MPI_Type_create_struct_c"];
 
@@ -310,7 +310,7 @@ fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<Str
     let args: Vec<&str> = f.params.iter().map(|p| p.name.as_str()).collect();
     if HAND_WRITTEN_LARGE_COUNT.contains(&f.name.as_str()) {
         return Some(format!(
-            "            return unsafe {{ crate::abi::large_count::P{}({}) }};\n",
+            "            return unsafe {{ crate::platform::abi::large_count::P{}({}) }};\n",
             f.name,
             args.join(", ")
         ));
@@ -330,7 +330,7 @@ fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<Str
             ("MPI_Count", "MPI_Aint") => call.push(format!("{n} as MPI_Aint")),
             ("*mut MPI_Count", "*mut MPI_Aint") => call.push(format!("{n} as *mut MPI_Aint")),
             ("MPI_Count", "c_int") => {
-                writeln!(pre, "            let Ok({n}) = c_int::try_from({n}) else {{ return crate::abi::MPI_ERR_COUNT }};").unwrap();
+                writeln!(pre, "            let Ok({n}) = c_int::try_from({n}) else {{ return crate::platform::abi::MPI_ERR_COUNT }};").unwrap();
                 call.push(n.clone());
             }
             ("*mut MPI_Count", "*mut c_int") => {
@@ -353,30 +353,30 @@ fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<Str
     ))
 }
 
-/// The object a failed call's error belongs to, as an expression of `crate::errors::Obj`:
+/// The object a failed call's error belongs to, as an expression of `crate::platform::errors::Obj`:
 /// the first communicator or window taken by value (or through the pointer of a free);
 /// files and sessions have handlers the system MPI invokes itself.
 fn error_object(f: &Func) -> String {
     if f.category == "file" || f.category == "session" {
-        return "crate::errors::Obj::Other".into();
+        return "crate::platform::errors::Obj::Other".into();
     }
     for p in &f.params {
         match p.rtype.as_str() {
-            "MPI_File" | "MPI_Session" => return "crate::errors::Obj::Other".into(),
-            "MPI_Comm" => return format!("crate::errors::Obj::Comm({})", p.name),
-            "MPI_Win" => return format!("crate::errors::Obj::Win({})", p.name),
+            "MPI_File" | "MPI_Session" => return "crate::platform::errors::Obj::Other".into(),
+            "MPI_Comm" => return format!("crate::platform::errors::Obj::Comm({})", p.name),
+            "MPI_Win" => return format!("crate::platform::errors::Obj::Win({})", p.name),
             "*mut MPI_Comm" | "*mut MPI_Win" if p.name == "comm" || p.name == "win" => {
                 let kind = if p.name == "comm" { "Comm" } else { "Win" };
                 // SAFETY in the generated code: a non-NULL pointer to the caller's handle
                 return format!(
-                    "if {0}.is_null() {{ crate::errors::Obj::None }} else {{ crate::errors::Obj::{kind}(unsafe {{ *{0} }}) }}",
+                    "if {0}.is_null() {{ crate::platform::errors::Obj::None }} else {{ crate::platform::errors::Obj::{kind}(unsafe {{ *{0} }}) }}",
                     p.name
                 );
             }
             _ => {}
         }
     }
-    "crate::errors::Obj::None".into()
+    "crate::platform::errors::Obj::None".into()
 }
 
 /// A communicator constructor: (the parent communicator, the new communicator's pointer).
@@ -390,7 +390,7 @@ fn inherits(f: &Func) -> Option<(String, String)> {
 }
 
 fn main() {
-    let table = "src/abi/mpi_functions.txt";
+    let table = "src/platform/abi/mpi_functions.txt";
     println!("cargo:rerun-if-changed={table}");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=build_fortran.rs");
@@ -423,7 +423,9 @@ fn main() {
     }
 
     let mut o = String::new();
-    o.push_str("// @generated by build.rs from src/abi/mpi_functions.txt. Do not edit.\n\n");
+    o.push_str(
+        "// @generated by build.rs from src/platform/abi/mpi_functions.txt. Do not edit.\n\n",
+    );
     writeln!(
         o,
         "/// Number of functions in the API table.\npub const N_FUNCS: usize = {};",
@@ -484,13 +486,13 @@ fn main() {
             // library's own if it has them, else the classic form when the counts fit.
             writeln!(
                 o,
-                "        let sym__ = crate::symbols::resolve_optional({i}, \"{pname}\\0\");\n        if sym__.is_null() {{\n{fallback}        }}"
+                "        let sym__ = crate::platform::symbols::resolve_optional({i}, \"{pname}\\0\");\n        if sym__.is_null() {{\n{fallback}        }}"
             )
             .unwrap();
         } else {
             writeln!(
                 o,
-                "        let sym__ = crate::symbols::resolve({i}, \"{pname}\\0\");"
+                "        let sym__ = crate::platform::symbols::resolve({i}, \"{pname}\\0\");"
             )
             .unwrap();
         }
@@ -505,6 +507,7 @@ fn main() {
     o.push_str("}\n\n");
 
     // Exported entry points
+    let exports_at = o.len();
     o.push_str("/// The exported `MPI_*` entry points.\n#[allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc, unused_unsafe)]\npub mod exports {\n    use super::*;\n");
     for f in &funcs {
         let args: Vec<String> = f
@@ -526,7 +529,12 @@ fn main() {
             // before anything else, the fast path included: callbacks the application
             // runs inside the shim (user operations, attribute callbacks) see its world too
             for p in f.params.iter().filter(|p| p.rtype == "MPI_Comm") {
-                writeln!(o, "        let {0} = crate::ghost::map_world({0});", p.name).unwrap();
+                writeln!(
+                    o,
+                    "        let {0} = crate::platform::proc::map_world({0});",
+                    p.name
+                )
+                .unwrap();
             }
         }
         // errors the system MPI raised on the world go to the application's world handler
@@ -547,15 +555,15 @@ fn main() {
             "-" => {
                 writeln!(
                     o,
-                    "        if crate::entry::bypass() {{ return native(); }}"
+                    "        if crate::platform::guard::bypass() {{ return native(); }}"
                 )
                 .unwrap();
                 let bytes = bytes_expr(f)
-                    .map(|e| format!("if crate::stats::enabled() {{ {e}; }} "))
+                    .map(|e| format!("if crate::platform::counters::enabled() {{ {e}; }} "))
                     .unwrap_or_default();
                 writeln!(
                     o,
-                    "        crate::entry::run({fid}, move || {{ {bytes}native() }})"
+                    "        crate::edge::entry::run({fid}, move || {{ {bytes}native() }})"
                 )
                 .unwrap();
             }
@@ -578,23 +586,23 @@ fn main() {
                     f.name
                 );
                 let var = match variant {
-                    Variant::Blocking => "crate::coll::Variant::Blocking".to_string(),
+                    Variant::Blocking => "crate::services::coll::Variant::Blocking".to_string(),
                     Variant::Nonblocking => {
-                        "crate::coll::Variant::Nonblocking(request)".to_string()
+                        "crate::services::coll::Variant::Nonblocking(request)".to_string()
                     }
                     Variant::Persistent => {
-                        "crate::coll::Variant::Persistent(info, request)".to_string()
+                        "crate::services::coll::Variant::Persistent(info, request)".to_string()
                     }
                 };
                 let conv: Vec<String> = f.params[..nbase].iter().map(|p| coll_arg(p).0).collect();
                 writeln!(
                     o,
-                    "        if crate::entry::bypass() {{ return native(); }}"
+                    "        if crate::platform::guard::bypass() {{ return native(); }}"
                 )
                 .unwrap();
                 writeln!(
                     o,
-                    "        crate::entry::run({fid}, move || unsafe {{ crate::coll::api::{base}(crate::coll::Call {{ fid: {fid}, variant: {var} }}, {}, &native) }})",
+                    "        crate::edge::entry::run({fid}, move || unsafe {{ crate::hooks::coll::{base}(crate::services::coll::Call {{ fid: {fid}, variant: {var} }}, {}, &native) }})",
                     conv.join(", ")
                 )
                 .unwrap();
@@ -628,7 +636,7 @@ fn main() {
                     .collect();
                 writeln!(
                     o,
-                    "        if crate::entry::bypass() {{ return native(); }}"
+                    "        if crate::platform::guard::bypass() {{ return native(); }}"
                 )
                 .unwrap();
                 // the direct form (src/ghost/direct.rs): the same arguments without the
@@ -657,16 +665,17 @@ fn main() {
                     })
                     .collect();
                 let mut direct_call = format!(
-                    "crate::ghost::direct::{direct_fn}(d__, {})",
+                    "crate::services::ghost::direct::{direct_fn}(d__, {})",
                     direct_args.join(", ")
                 );
                 if request {
-                    direct_call =
-                        format!("crate::ghost::direct::completed({direct_call}, request)");
+                    direct_call = format!(
+                        "crate::services::ghost::direct::completed({direct_call}, request)"
+                    );
                 }
                 writeln!(
                     o,
-                    "        crate::entry::run({fid}, move || match crate::ghost::route(win, target_rank, target_disp, {acc}, {count}, {dt}, \"{}\") {{\n            Ok(None) => native(),\n            Err(rc) => rc,\n            // SAFETY: the caller's arguments, with the target translated to a ghost.\n            Ok(Some(crate::ghost::Routed::Ghost(r__))) => unsafe {{ pmpi::P{}({}) }},\n            // SAFETY: the caller's arguments; the target's memory is mapped here.\n            Ok(Some(crate::ghost::Routed::Direct(d__))) => unsafe {{ {direct_call} }},\n        }})",
+                    "        crate::edge::entry::run({fid}, move || match crate::services::ghost::route(win, target_rank, target_disp, {acc}, {count}, {dt}, \"{}\") {{\n            Ok(None) => native(),\n            Err(rc) => rc,\n            // SAFETY: the caller's arguments, with the target translated to a ghost.\n            Ok(Some(crate::services::ghost::Routed::Ghost(r__))) => unsafe {{ pmpi::P{}({}) }},\n            // SAFETY: the caller's arguments; the target's memory is mapped here.\n            Ok(Some(crate::services::ghost::Routed::Direct(d__))) => unsafe {{ {direct_call} }},\n        }})",
                     f.name,
                     f.name,
                     routed.join(", ")
@@ -682,14 +691,14 @@ fn main() {
                 if f.category != "init" {
                     writeln!(
                         o,
-                        "        if crate::entry::bypass() {{ return native(); }}"
+                        "        if crate::platform::guard::bypass() {{ return native(); }}"
                     )
                     .unwrap();
                 }
                 let sep = if names.is_empty() { "" } else { ", " };
                 writeln!(
                     o,
-                    "        crate::entry::{runner}({fid}, move || unsafe {{ crate::{hook}::hooks::{}({}{sep}&native) }})",
+                    "        crate::edge::entry::{runner}({fid}, move || unsafe {{ crate::hooks::{hook}::{}({}{sep}&native) }})",
                     f.name,
                     names.join(", ")
                 )
@@ -707,16 +716,18 @@ fn main() {
             if let Some((parent, out)) = inherits(f) {
                 writeln!(
                     wrapped,
-                    "        crate::errors::inherit({parent}, {out}, rc__);"
+                    "        crate::platform::errors::inherit({parent}, {out}, rc__);"
                 )
                 .unwrap();
             }
-            wrapped.push_str("        crate::errors::checked(obj__, rc__)\n");
+            wrapped.push_str("        crate::platform::errors::checked(obj__, rc__)\n");
             o.push_str(&wrapped);
         }
         o.push_str("    }\n");
     }
     o.push_str("}\n\n");
+
+    let exports = o.split_off(exports_at);
 
     // Signatures the collective hooks must implement, as documentation and a compile check.
     o.push_str("/// Base collectives and the argument lists their hooks take (after `Call`).\npub static COLL_BASES: &[(&str, &str)] = &[\n");
@@ -731,6 +742,7 @@ fn main() {
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     std::fs::write(out_dir.join("api_gen.rs"), o).unwrap();
+    std::fs::write(out_dir.join("exports_gen.rs"), exports).unwrap();
     std::fs::write(
         out_dir.join("fortran_gen.rs"),
         fortran_gen::generate(&funcs, ompi),

@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! Per-communicator state of the collective engine.
 //!
 //! Isolation from user traffic (design notes, "Decisions already made"): every user
@@ -30,9 +32,9 @@ use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::abi::*;
-use crate::pmpi;
-use crate::sched::cache::Cache;
+use crate::core::sched::cache::Cache;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 /// Tags are handed out in blocks of this many (Cartesian neighbourhood collectives use
 /// two per dimension).
@@ -108,7 +110,7 @@ impl CommState {
     }
 
     /// Whether a duplication is still pending.
-    fn dup_pending(&self) -> bool {
+    pub(crate) fn dup_pending(&self) -> bool {
         self.dup.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
@@ -264,9 +266,11 @@ unsafe extern "C" fn delete_state(
     value: *mut c_void,
     _extra: *mut c_void,
 ) -> c_int {
-    crate::entry::guard("communicator attribute delete callback", || {
+    crate::platform::guard::guard("communicator attribute delete callback", || {
         GENERATION.fetch_add(1, Ordering::AcqRel);
-        crate::coll::memo::invalidate();
+        if let Some(notice) = FREE_NOTICE.get() {
+            notice();
+        }
         if !value.is_null() {
             // SAFETY: the attribute holds one strong count of an Arc<CommState>.
             drop(unsafe { Arc::from_raw(value as *const CommState) });
@@ -284,7 +288,7 @@ pub fn init() {
     // not inherit the state) and our delete callback; out-pointers are valid.
     unsafe {
         pmpi::PMPI_Comm_create_keyval(
-            crate::abi::null_copy_attr as *mut c_void,
+            crate::platform::abi::null_copy_attr as *mut c_void,
             del as *mut c_void,
             &mut kv,
             core::ptr::null_mut(),
@@ -333,8 +337,8 @@ pub fn finalize() {
         }
     };
     delete_if_set(MPI_COMM_WORLD());
-    if crate::ghost::active() {
-        delete_if_set(crate::ghost::user_world());
+    if crate::platform::proc::ghosts_active() {
+        delete_if_set(crate::platform::proc::user_world());
     }
     delete_if_set(MPI_COMM_SELF());
     // SAFETY: our key, no longer used.
@@ -357,6 +361,24 @@ pub fn get(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
 
 /// Bumped whenever a state is released (a communicator freed, finalize): entries of the
 /// per-thread memo below from an older generation are not trusted.
+/// Called whenever a communicator the shim keeps state for is freed: the collective
+/// service's memo must forget calls on it (a new communicator may reuse the handle). A
+/// registration made by `hooks::init`, since the service sits above this layer.
+static FREE_NOTICE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// `SHIM_SCHED_CACHE`: schedules kept per communicator. Handed over at init.
+static SCHED_CACHE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(32);
+
+/// Installs `SHIM_SCHED_CACHE` as read at init.
+pub fn configure(sched_cache: usize) {
+    SCHED_CACHE.store(sched_cache, Ordering::Relaxed);
+}
+
+/// Registers the communicator-free notice (once, at init).
+pub fn on_free(notice: fn()) {
+    let _ = FREE_NOTICE.set(notice);
+}
+
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// Entries in each thread's memo of recently used communicators.
@@ -438,7 +460,7 @@ fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
         bseq: AtomicU32::new(0),
         pseq: AtomicU32::new(0),
         topo: OnceLock::new(),
-        cache: Mutex::new(Cache::new(crate::config::get().sched_cache)),
+        cache: Mutex::new(Cache::new(SCHED_CACHE.load(Ordering::Relaxed))),
     });
     {
         let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
@@ -464,7 +486,7 @@ pub fn valid(comm: MPI_Comm) -> bool {
 }
 
 /// The state of `comm` if the shim made one (no new state, no error).
-fn existing(comm: MPI_Comm) -> Option<Arc<CommState>> {
+pub(crate) fn existing(comm: MPI_Comm) -> Option<Arc<CommState>> {
     let kv = KEYVAL.load(Ordering::Relaxed);
     if kv == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL() {
         return None;
@@ -485,45 +507,6 @@ fn existing(comm: MPI_Comm) -> Option<Arc<CommState>> {
         Some(Arc::from_raw(value as *const CommState))
     }
 }
-
-/// Hooks (see `src/abi/mpi_functions.txt`).
-#[allow(non_snake_case, clippy::missing_safety_doc)]
-pub mod hooks {
-    use super::*;
-
-    /// Completes a shadow duplication still pending (a persistent collective initialized
-    /// and never started) before the system MPI frees the communicator: the pending
-    /// `MPI_Comm_idup` would keep the communicator alive (see the module comment). Every
-    /// rank started it at the same point, and every rank frees the communicator
-    /// (collective, MPI-4.0 §7.4.3), so waiting for it here cannot deadlock; the wait
-    /// advances the shim's other schedules too.
-    pub unsafe fn MPI_Comm_free(comm: *mut MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
-        // SAFETY: the caller's pointer.
-        unsafe { complete_shadow(comm) };
-        native()
-    }
-
-    /// As `MPI_Comm_free` (MPI-4.0 §11.10.4: it also frees the communicator).
-    pub unsafe fn MPI_Comm_disconnect(comm: *mut MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
-        // SAFETY: the caller's pointer.
-        unsafe { complete_shadow(comm) };
-        native()
-    }
-
-    /// Waits for a shadow duplication still pending on `*comm` (see `MPI_Comm_free`).
-    unsafe fn complete_shadow(comm: *mut MPI_Comm) {
-        if !comm.is_null() {
-            // SAFETY: a non-NULL pointer to the application's handle.
-            if let Some(st) = existing(unsafe { *comm }) {
-                while st.dup_pending() && !st.shadow_ready() {
-                    crate::progress::progress_all();
-                    std::thread::yield_now();
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! Local reductions `inout = in op inout` (the `MPI_Reduce_local` contract, MPI-4.0
 //! §6.9.7): Rust kernels for the predefined operations on the predefined C types, written
 //! as plain element loops the compiler vectorizes, and `PMPI_Reduce_local` for everything
@@ -17,8 +19,8 @@
 
 use core::ffi::{c_int, c_void};
 
-use crate::abi::*;
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
@@ -123,7 +125,7 @@ thread_local! {
 }
 
 fn check_uncached(op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
-    if op == MPI_OP_NULL() || crate::retain::is_freed_op(op) {
+    if op == MPI_OP_NULL() || crate::core::retain::is_freed_op(op) {
         return Err(MPI_ERR_OP);
     }
     if !is_builtin_op(op) {

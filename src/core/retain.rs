@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! The references the shim holds on the application's datatypes and operations.
 //!
 //! MPI-4.0 §5.1.10 (`MPI_TYPE_FREE`): "Any communication that is currently using this
@@ -28,11 +30,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::abi::*;
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Kind {
+pub(crate) enum Kind {
     Datatype,
     Op,
     /// Requests are only quarantined (see [`request_freed`]), never retained.
@@ -113,7 +115,7 @@ unsafe extern "C" fn placeholder_op(
 /// After the system MPI freed `handle`: occupies its slot with a placeholder and
 /// remembers it, releasing the oldest placeholder beyond [`QUARANTINE`]. A library that
 /// does not reuse the slot at once gets its placeholder back at once (nothing is kept).
-fn quarantine(kind: Kind, handle: usize) {
+pub(crate) fn quarantine(kind: Kind, handle: usize) {
     // SAFETY: out-pointers are valid locals; the placeholders are the shim's own objects.
     let placeholder = unsafe {
         match kind {
@@ -258,7 +260,7 @@ pub fn op(op: MPI_Op) -> Option<Retained> {
 /// Whether the application's free of `handle` is deferred: true when the shim holds a
 /// reference (the free is then recorded). Freeing it a second time is the application's
 /// error, reported as the system MPI would report a freed handle.
-fn defer(kind: Kind, handle: usize) -> Result<bool, ()> {
+pub(crate) fn defer(kind: Kind, handle: usize) -> Result<bool, ()> {
     with(|m| match m.get_mut(&(kind, handle)) {
         Some(e) if e.free_pending => Err(()),
         Some(e) => {
@@ -268,86 +270,6 @@ fn defer(kind: Kind, handle: usize) -> Result<bool, ()> {
         None => Ok(false),
     })
 }
-
-/// Hooks (see `src/abi/mpi_functions.txt`).
-#[allow(non_snake_case, clippy::missing_safety_doc)]
-pub mod hooks {
-    use super::*;
-
-    pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype, native: &dyn Fn() -> c_int) -> c_int {
-        if datatype.is_null() {
-            // the system MPI dereferences it
-            return crate::errors::raise_no_object(
-                MPI_ERR_ARG,
-                "MPI_Type_free",
-                "the datatype argument is NULL",
-            );
-        }
-        // SAFETY: a non-NULL pointer to the application's handle.
-        let dt = unsafe { *datatype };
-        if is_freed_type(dt) {
-            return crate::errors::raise_no_object(
-                MPI_ERR_TYPE,
-                "MPI_Type_free",
-                "the datatype was already freed",
-            );
-        }
-        match defer(Kind::Datatype, dt as usize) {
-            Ok(true) => {
-                // SAFETY: as above.
-                unsafe { *datatype = MPI_DATATYPE_NULL() };
-                MPI_SUCCESS
-            }
-            Ok(false) => {
-                let rc = native();
-                if rc == MPI_SUCCESS {
-                    quarantine(Kind::Datatype, dt as usize);
-                }
-                rc
-            }
-            Err(()) => crate::errors::raise_no_object(
-                MPI_ERR_TYPE,
-                "MPI_Type_free",
-                "the datatype was already freed",
-            ),
-        }
-    }
-
-    pub unsafe fn MPI_Op_free(op: *mut MPI_Op, native: &dyn Fn() -> c_int) -> c_int {
-        if op.is_null() {
-            return native();
-        }
-        // SAFETY: a non-NULL pointer to the application's handle.
-        let o = unsafe { *op };
-        if is_freed_op(o) {
-            return crate::errors::raise_no_object(
-                MPI_ERR_OP,
-                "MPI_Op_free",
-                "the operation was already freed",
-            );
-        }
-        match defer(Kind::Op, o as usize) {
-            Ok(true) => {
-                // SAFETY: as above.
-                unsafe { *op = MPI_OP_NULL() };
-                MPI_SUCCESS
-            }
-            Ok(false) => {
-                let rc = native();
-                if rc == MPI_SUCCESS {
-                    quarantine(Kind::Op, o as usize);
-                }
-                rc
-            }
-            Err(()) => crate::errors::raise_no_object(
-                MPI_ERR_OP,
-                "MPI_Op_free",
-                "the operation was already freed",
-            ),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,3 +1,5 @@
+//! Layer: hooks. May use: services, core, platform.
+//!
 //! Blocking point-to-point calls while schedules are outstanding.
 //!
 //! A rank blocked in `MPI_Recv` must still advance its outstanding collective schedules:
@@ -5,18 +7,19 @@
 //! schedule is outstanding these hooks call the system MPI directly; otherwise they start
 //! the non-blocking form of the same call and poll it, advancing the schedules between
 //! tests.
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use core::ffi::{c_int, c_void};
 
-use crate::abi::*;
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 /// Completes `req` (a native request on `c`) while advancing the shim's schedules. A
 /// failure is raised on `c`, as the blocking call would raise it: the system MPI raises a
 /// request's errors on the world's handler, which is not the program's (src/errors.rs).
 fn poll(req: &mut MPI_Request, status: *mut MPI_Status, c: MPI_Comm) -> c_int {
     let mut rc = MPI_SUCCESS;
-    super::wait_until(|| {
+    crate::core::progress::wait_until(|| {
         let mut flag: c_int = 0;
         // SAFETY: a valid request and the caller's status pointer (or MPI_STATUS_IGNORE).
         rc = unsafe { pmpi::PMPI_Test(req, &mut flag, status) };
@@ -30,7 +33,7 @@ fn raise_on(c: MPI_Comm, rc: c_int) -> c_int {
     if rc == MPI_SUCCESS {
         return rc;
     }
-    crate::errors::raise(c, rc, "point-to-point", "the message failed")
+    crate::platform::errors::raise(c, rc, "point-to-point", "the message failed")
 }
 
 /// The blocking call `native`, or, with schedules outstanding, its non-blocking form
@@ -41,7 +44,7 @@ fn via(
     c: MPI_Comm,
     start: impl FnOnce(&mut MPI_Request) -> c_int,
 ) -> c_int {
-    if !super::any_active() {
+    if !crate::core::progress::any_active() {
         return native();
     }
     let mut req = MPI_REQUEST_NULL();
@@ -68,7 +71,7 @@ unsafe fn sendrecv_via(
     c: MPI_Comm,
     st: *mut MPI_Status,
 ) -> c_int {
-    if !super::any_active() {
+    if !crate::core::progress::any_active() {
         return match native {
             Some(f) => f(),
             // SAFETY: the caller's sides.
@@ -87,7 +90,7 @@ unsafe fn sendrecv_via(
         return rc;
     }
     let mut rc = MPI_SUCCESS;
-    super::wait_until(|| {
+    crate::core::progress::wait_until(|| {
         for (i, r) in reqs.iter_mut().enumerate() {
             if *r != MPI_REQUEST_NULL() {
                 let mut flag: c_int = 0;
@@ -116,11 +119,11 @@ unsafe fn sendrecv_replace(
     c: MPI_Comm,
     st: *mut MPI_Status,
 ) -> c_int {
-    if !super::any_active() {
+    if !crate::core::progress::any_active() {
         return native();
     }
     // SAFETY: the application's buffer.
-    let copy = match unsafe { crate::dtype::p2p::copy_packed(b, n, t, c) } {
+    let copy = match unsafe { crate::core::dtype::p2p::copy_packed(b, n, t, c) } {
         Ok(v) => v,
         Err(rc) => return rc,
     };
@@ -137,11 +140,11 @@ unsafe fn sendrecv_replace(
 
 /// Like `via` for the probes, which have no request: polls the non-blocking probe.
 fn probe(native: &dyn Fn() -> c_int, mut iprobe: impl FnMut(&mut c_int) -> c_int) -> c_int {
-    if !super::any_active() {
+    if !crate::core::progress::any_active() {
         return native();
     }
     let mut rc = MPI_SUCCESS;
-    super::wait_until(|| {
+    crate::core::progress::wait_until(|| {
         let mut flag: c_int = 0;
         rc = iprobe(&mut flag);
         rc != MPI_SUCCESS || flag != 0
@@ -149,7 +152,7 @@ fn probe(native: &dyn Fn() -> c_int, mut iprobe: impl FnMut(&mut c_int) -> c_int
     rc
 }
 
-/// Sends the packed bytes of a non-contiguous message (see `crate::dtype::p2p`): the
+/// Sends the packed bytes of a non-contiguous message (see `crate::hooks::p2p`): the
 /// blocking call `blocking`, or its non-blocking form while schedules are outstanding.
 fn send_packed(
     p: &[u8],
@@ -182,7 +185,7 @@ fn send_packed(
 /// # Safety
 /// `user` is the application's receive buffer for the counted elements.
 unsafe fn recv_packed(
-    inc: crate::dtype::p2p::PackedBuf,
+    inc: crate::core::dtype::p2p::PackedBuf,
     user: *mut c_void,
     s: c_int,
     g: c_int,
@@ -210,7 +213,7 @@ unsafe fn recv_packed(
 /// `user` is the application's receive buffer for the counted elements; the two calls
 /// receive into the buffer they are given.
 unsafe fn packed_receive(
-    mut inc: crate::dtype::p2p::PackedBuf,
+    mut inc: crate::core::dtype::p2p::PackedBuf,
     user: *mut c_void,
     st: *mut MPI_Status,
     comm: MPI_Comm,
@@ -232,7 +235,7 @@ unsafe fn packed_receive(
     rc
 }
 
-/// Sendrecv with either side packed by the shim (see `crate::dtype::p2p`).
+/// Sendrecv with either side packed by the shim (see `crate::hooks::p2p`).
 ///
 /// # Safety
 /// The application's Sendrecv arguments.
@@ -243,8 +246,8 @@ unsafe fn sendrecv_packed(
     st: *mut MPI_Status,
 ) -> Option<c_int> {
     // SAFETY: the application's send buffer.
-    let out = unsafe { crate::dtype::p2p::outgoing(sb, sn, stt, d) };
-    let mut inc = crate::dtype::p2p::incoming(rn, rt, s);
+    let out = unsafe { crate::core::dtype::p2p::outgoing(sb, sn, stt, d) };
+    let mut inc = crate::core::dtype::p2p::incoming(rn, rt, s);
     if out.is_none() && inc.is_none() {
         return None;
     }
@@ -309,7 +312,9 @@ unsafe fn mrecv_packed(
     st: *mut MPI_Status,
 ) -> Option<c_int> {
     // SAFETY: the application's message handle.
-    let inc = crate::dtype::p2p::incoming(n, t, unsafe { crate::dtype::p2p::message_peer(m) })?;
+    let inc = crate::core::dtype::p2p::incoming(n, t, unsafe {
+        crate::core::dtype::p2p::message_peer(m)
+    })?;
     // SAFETY: our buffer, the application's message and buffer, a status we can read back.
     Some(unsafe {
         packed_receive(
@@ -325,278 +330,272 @@ unsafe fn mrecv_packed(
 
 const IGNORE: *mut MPI_Status = MPI_STATUS_IGNORE;
 
-/// Hooks (see `src/abi/mpi_functions.txt`). Safety: the arguments are the application's,
-/// passed unchanged to the non-blocking form of the same call.
-#[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
-pub mod hooks {
-    use super::*;
+// Hooks (see `src/platform/abi/mpi_functions.txt`). Safety: the arguments are the application's,
+// passed unchanged to the non-blocking form of the same call.
 
-    /// A blocking send: packed by the shim when the datatype qualifies (`$blk`/`$nb` send
-    /// the packed bytes), else the system MPI's call, or with schedules outstanding its
-    /// non-blocking form (`$nbn`) plus polling. For buffered sends the packed bytes fit the
-    /// attached buffer: they are no more than `MPI_Pack_size` of the application's message.
-    macro_rules! send_hook {
-        ($name:ident, $n:ty, $blk:path, $nb:path, $nbn:path) => {
-            pub unsafe fn $name(
-                b: *const c_void,
-                n: $n,
-                t: MPI_Datatype,
-                d: c_int,
-                g: c_int,
-                c: MPI_Comm,
-                native: &dyn Fn() -> c_int,
-            ) -> c_int {
-                // SAFETY: the application's buffer for n elements of t.
-                if let Some(p) = unsafe { crate::dtype::p2p::outgoing(b, n as i64, t, d) } {
-                    return send_packed(&p, $blk, $nb, d, g, c);
-                }
-                // SAFETY: the application's arguments, unchanged.
-                via(native, IGNORE, c, |r| unsafe { $nbn(b, n, t, d, g, c, r) })
+/// A blocking send: packed by the shim when the datatype qualifies (`$blk`/`$nb` send
+/// the packed bytes), else the system MPI's call, or with schedules outstanding its
+/// non-blocking form (`$nbn`) plus polling. For buffered sends the packed bytes fit the
+/// attached buffer: they are no more than `MPI_Pack_size` of the application's message.
+macro_rules! send_hook {
+    ($name:ident, $n:ty, $blk:path, $nb:path, $nbn:path) => {
+        pub unsafe fn $name(
+            b: *const c_void,
+            n: $n,
+            t: MPI_Datatype,
+            d: c_int,
+            g: c_int,
+            c: MPI_Comm,
+            native: &dyn Fn() -> c_int,
+        ) -> c_int {
+            // SAFETY: the application's buffer for n elements of t.
+            if let Some(p) = unsafe { crate::core::dtype::p2p::outgoing(b, n as i64, t, d) } {
+                return send_packed(&p, $blk, $nb, d, g, c);
             }
-        };
-    }
-    send_hook!(
-        MPI_Send,
-        c_int,
-        pmpi::PMPI_Send_c,
-        pmpi::PMPI_Isend_c,
-        pmpi::PMPI_Isend
-    );
-    send_hook!(
-        MPI_Send_c,
-        MPI_Count,
-        pmpi::PMPI_Send_c,
-        pmpi::PMPI_Isend_c,
-        pmpi::PMPI_Isend_c
-    );
-    send_hook!(
-        MPI_Ssend,
-        c_int,
-        pmpi::PMPI_Ssend_c,
-        pmpi::PMPI_Issend_c,
-        pmpi::PMPI_Issend
-    );
-    send_hook!(
-        MPI_Ssend_c,
-        MPI_Count,
-        pmpi::PMPI_Ssend_c,
-        pmpi::PMPI_Issend_c,
-        pmpi::PMPI_Issend_c
-    );
-    send_hook!(
-        MPI_Rsend,
-        c_int,
-        pmpi::PMPI_Rsend_c,
-        pmpi::PMPI_Irsend_c,
-        pmpi::PMPI_Irsend
-    );
-    send_hook!(
-        MPI_Rsend_c,
-        MPI_Count,
-        pmpi::PMPI_Rsend_c,
-        pmpi::PMPI_Irsend_c,
-        pmpi::PMPI_Irsend_c
-    );
-    send_hook!(
-        MPI_Bsend,
-        c_int,
-        pmpi::PMPI_Bsend_c,
-        pmpi::PMPI_Ibsend_c,
-        pmpi::PMPI_Ibsend
-    );
-    send_hook!(
-        MPI_Bsend_c,
-        MPI_Count,
-        pmpi::PMPI_Bsend_c,
-        pmpi::PMPI_Ibsend_c,
-        pmpi::PMPI_Ibsend_c
-    );
-    pub unsafe fn MPI_Recv(
-        b: *mut c_void,
-        n: c_int,
-        t: MPI_Datatype,
-        s: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        if let Some(inc) = crate::dtype::p2p::incoming(n as i64, t, s) {
-            // SAFETY: the application's receive buffer.
-            return unsafe { recv_packed(inc, b, s, g, c, st) };
+            // SAFETY: the application's arguments, unchanged.
+            via(native, IGNORE, c, |r| unsafe { $nbn(b, n, t, d, g, c, r) })
         }
-        via(native, st, c, |r| unsafe {
-            pmpi::PMPI_Irecv(b, n, t, s, g, c, r)
-        })
+    };
+}
+send_hook!(
+    MPI_Send,
+    c_int,
+    pmpi::PMPI_Send_c,
+    pmpi::PMPI_Isend_c,
+    pmpi::PMPI_Isend
+);
+send_hook!(
+    MPI_Send_c,
+    MPI_Count,
+    pmpi::PMPI_Send_c,
+    pmpi::PMPI_Isend_c,
+    pmpi::PMPI_Isend_c
+);
+send_hook!(
+    MPI_Ssend,
+    c_int,
+    pmpi::PMPI_Ssend_c,
+    pmpi::PMPI_Issend_c,
+    pmpi::PMPI_Issend
+);
+send_hook!(
+    MPI_Ssend_c,
+    MPI_Count,
+    pmpi::PMPI_Ssend_c,
+    pmpi::PMPI_Issend_c,
+    pmpi::PMPI_Issend_c
+);
+send_hook!(
+    MPI_Rsend,
+    c_int,
+    pmpi::PMPI_Rsend_c,
+    pmpi::PMPI_Irsend_c,
+    pmpi::PMPI_Irsend
+);
+send_hook!(
+    MPI_Rsend_c,
+    MPI_Count,
+    pmpi::PMPI_Rsend_c,
+    pmpi::PMPI_Irsend_c,
+    pmpi::PMPI_Irsend_c
+);
+send_hook!(
+    MPI_Bsend,
+    c_int,
+    pmpi::PMPI_Bsend_c,
+    pmpi::PMPI_Ibsend_c,
+    pmpi::PMPI_Ibsend
+);
+send_hook!(
+    MPI_Bsend_c,
+    MPI_Count,
+    pmpi::PMPI_Bsend_c,
+    pmpi::PMPI_Ibsend_c,
+    pmpi::PMPI_Ibsend_c
+);
+pub unsafe fn MPI_Recv(
+    b: *mut c_void,
+    n: c_int,
+    t: MPI_Datatype,
+    s: c_int,
+    g: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    if let Some(inc) = crate::core::dtype::p2p::incoming(n as i64, t, s) {
+        // SAFETY: the application's receive buffer.
+        return unsafe { recv_packed(inc, b, s, g, c, st) };
     }
-    pub unsafe fn MPI_Recv_c(
-        b: *mut c_void,
-        n: MPI_Count,
-        t: MPI_Datatype,
-        s: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        if let Some(inc) = crate::dtype::p2p::incoming(n, t, s) {
-            // SAFETY: the application's receive buffer.
-            return unsafe { recv_packed(inc, b, s, g, c, st) };
-        }
-        via(native, st, c, |r| unsafe {
-            pmpi::PMPI_Irecv_c(b, n, t, s, g, c, r)
-        })
+    via(native, st, c, |r| unsafe {
+        pmpi::PMPI_Irecv(b, n, t, s, g, c, r)
+    })
+}
+pub unsafe fn MPI_Recv_c(
+    b: *mut c_void,
+    n: MPI_Count,
+    t: MPI_Datatype,
+    s: c_int,
+    g: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    if let Some(inc) = crate::core::dtype::p2p::incoming(n, t, s) {
+        // SAFETY: the application's receive buffer.
+        return unsafe { recv_packed(inc, b, s, g, c, st) };
     }
-    pub unsafe fn MPI_Sendrecv(
-        sb: *const c_void,
-        sn: c_int,
-        stt: MPI_Datatype,
-        d: c_int,
-        sg: c_int,
-        rb: *mut c_void,
-        rn: c_int,
-        rt: MPI_Datatype,
-        s: c_int,
-        rg: c_int,
-        c: MPI_Comm,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        if let Some(rc) = unsafe {
-            sendrecv_packed(
-                (sb, sn as i64, stt, d, sg),
-                (rb, rn as i64, rt, s, rg),
-                c,
-                st,
-            )
-        } {
-            return rc;
-        }
-        let (sn, rn) = (sn as MPI_Count, rn as MPI_Count);
-        // SAFETY: the application's arguments.
-        unsafe {
-            sendrecv_via(
-                Some(native),
-                (sb, sn, stt, d, sg),
-                (rb, rn, rt, s, rg),
-                c,
-                st,
-            )
-        }
+    via(native, st, c, |r| unsafe {
+        pmpi::PMPI_Irecv_c(b, n, t, s, g, c, r)
+    })
+}
+pub unsafe fn MPI_Sendrecv(
+    sb: *const c_void,
+    sn: c_int,
+    stt: MPI_Datatype,
+    d: c_int,
+    sg: c_int,
+    rb: *mut c_void,
+    rn: c_int,
+    rt: MPI_Datatype,
+    s: c_int,
+    rg: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    // SAFETY: the application's arguments.
+    if let Some(rc) = unsafe {
+        sendrecv_packed(
+            (sb, sn as i64, stt, d, sg),
+            (rb, rn as i64, rt, s, rg),
+            c,
+            st,
+        )
+    } {
+        return rc;
     }
-    pub unsafe fn MPI_Sendrecv_c(
-        sb: *const c_void,
-        sn: MPI_Count,
-        stt: MPI_Datatype,
-        d: c_int,
-        sg: c_int,
-        rb: *mut c_void,
-        rn: MPI_Count,
-        rt: MPI_Datatype,
-        s: c_int,
-        rg: c_int,
-        c: MPI_Comm,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        if let Some(rc) =
-            unsafe { sendrecv_packed((sb, sn, stt, d, sg), (rb, rn, rt, s, rg), c, st) }
-        {
-            return rc;
-        }
-        // SAFETY: the application's arguments.
-        unsafe {
-            sendrecv_via(
-                Some(native),
-                (sb, sn, stt, d, sg),
-                (rb, rn, rt, s, rg),
-                c,
-                st,
-            )
-        }
+    let (sn, rn) = (sn as MPI_Count, rn as MPI_Count);
+    // SAFETY: the application's arguments.
+    unsafe {
+        sendrecv_via(
+            Some(native),
+            (sb, sn, stt, d, sg),
+            (rb, rn, rt, s, rg),
+            c,
+            st,
+        )
     }
-    pub unsafe fn MPI_Sendrecv_replace(
-        b: *mut c_void,
-        n: c_int,
-        t: MPI_Datatype,
-        d: c_int,
-        sg: c_int,
-        s: c_int,
-        rg: c_int,
-        c: MPI_Comm,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        unsafe { replace(native, (b, n as MPI_Count, t), (d, sg, s, rg), c, st) }
+}
+pub unsafe fn MPI_Sendrecv_c(
+    sb: *const c_void,
+    sn: MPI_Count,
+    stt: MPI_Datatype,
+    d: c_int,
+    sg: c_int,
+    rb: *mut c_void,
+    rn: MPI_Count,
+    rt: MPI_Datatype,
+    s: c_int,
+    rg: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    // SAFETY: the application's arguments.
+    if let Some(rc) = unsafe { sendrecv_packed((sb, sn, stt, d, sg), (rb, rn, rt, s, rg), c, st) } {
+        return rc;
     }
-    pub unsafe fn MPI_Sendrecv_replace_c(
-        b: *mut c_void,
-        n: MPI_Count,
-        t: MPI_Datatype,
-        d: c_int,
-        sg: c_int,
-        s: c_int,
-        rg: c_int,
-        c: MPI_Comm,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        unsafe { replace(native, (b, n, t), (d, sg, s, rg), c, st) }
+    // SAFETY: the application's arguments.
+    unsafe {
+        sendrecv_via(
+            Some(native),
+            (sb, sn, stt, d, sg),
+            (rb, rn, rt, s, rg),
+            c,
+            st,
+        )
     }
-    pub unsafe fn MPI_Mrecv(
-        b: *mut c_void,
-        n: c_int,
-        t: MPI_Datatype,
-        m: *mut MPI_Message,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        if let Some(rc) = unsafe { mrecv_packed(b, n as MPI_Count, t, m, st) } {
-            return rc;
-        }
-        // a matched receive has no communicator argument: its errors belong to no object
-        via(native, st, MPI_COMM_NULL(), |r| unsafe {
-            pmpi::PMPI_Imrecv(b, n, t, m, r)
-        })
+}
+pub unsafe fn MPI_Sendrecv_replace(
+    b: *mut c_void,
+    n: c_int,
+    t: MPI_Datatype,
+    d: c_int,
+    sg: c_int,
+    s: c_int,
+    rg: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    // SAFETY: the application's arguments.
+    unsafe { replace(native, (b, n as MPI_Count, t), (d, sg, s, rg), c, st) }
+}
+pub unsafe fn MPI_Sendrecv_replace_c(
+    b: *mut c_void,
+    n: MPI_Count,
+    t: MPI_Datatype,
+    d: c_int,
+    sg: c_int,
+    s: c_int,
+    rg: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    // SAFETY: the application's arguments.
+    unsafe { replace(native, (b, n, t), (d, sg, s, rg), c, st) }
+}
+pub unsafe fn MPI_Mrecv(
+    b: *mut c_void,
+    n: c_int,
+    t: MPI_Datatype,
+    m: *mut MPI_Message,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    // SAFETY: the application's arguments.
+    if let Some(rc) = unsafe { mrecv_packed(b, n as MPI_Count, t, m, st) } {
+        return rc;
     }
-    pub unsafe fn MPI_Mrecv_c(
-        b: *mut c_void,
-        n: MPI_Count,
-        t: MPI_Datatype,
-        m: *mut MPI_Message,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        if let Some(rc) = unsafe { mrecv_packed(b, n, t, m, st) } {
-            return rc;
-        }
-        via(native, st, MPI_COMM_NULL(), |r| unsafe {
-            pmpi::PMPI_Imrecv_c(b, n, t, m, r)
-        })
+    // a matched receive has no communicator argument: its errors belong to no object
+    via(native, st, MPI_COMM_NULL(), |r| unsafe {
+        pmpi::PMPI_Imrecv(b, n, t, m, r)
+    })
+}
+pub unsafe fn MPI_Mrecv_c(
+    b: *mut c_void,
+    n: MPI_Count,
+    t: MPI_Datatype,
+    m: *mut MPI_Message,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    // SAFETY: the application's arguments.
+    if let Some(rc) = unsafe { mrecv_packed(b, n, t, m, st) } {
+        return rc;
     }
-    pub unsafe fn MPI_Probe(
-        s: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        probe(native, |f| unsafe { pmpi::PMPI_Iprobe(s, g, c, f, st) })
-    }
-    pub unsafe fn MPI_Mprobe(
-        s: c_int,
-        g: c_int,
-        c: MPI_Comm,
-        m: *mut MPI_Message,
-        st: *mut MPI_Status,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        probe(native, |f| unsafe { pmpi::PMPI_Improbe(s, g, c, f, m, st) })
-    }
+    via(native, st, MPI_COMM_NULL(), |r| unsafe {
+        pmpi::PMPI_Imrecv_c(b, n, t, m, r)
+    })
+}
+pub unsafe fn MPI_Probe(
+    s: c_int,
+    g: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    probe(native, |f| unsafe { pmpi::PMPI_Iprobe(s, g, c, f, st) })
+}
+pub unsafe fn MPI_Mprobe(
+    s: c_int,
+    g: c_int,
+    c: MPI_Comm,
+    m: *mut MPI_Message,
+    st: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    probe(native, |f| unsafe { pmpi::PMPI_Improbe(s, g, c, f, m, st) })
 }

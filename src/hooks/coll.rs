@@ -1,3 +1,5 @@
+//! Layer: hooks. May use: services, core, platform.
+//!
 //! Collective hooks: one function per base collective, called by the generated entry
 //! points of all its forms (blocking, `I*`, `*_init`, and the `_c` large-count forms, with
 //! counts already widened to i64). Each validates the arguments that are significant on
@@ -14,14 +16,13 @@
 
 use core::ffi::{c_int, c_void};
 
-use super::algo::{self, Blk, Red};
-use super::memo;
-use super::select::{Algo, Form};
-use super::{Call, Coll, Ctx, inter, key};
-use crate::abi::*;
-use crate::dtype::TypeInfo;
-use crate::sched::Addr;
-use crate::stats;
+use crate::core::dtype::TypeInfo;
+use crate::core::sched::Addr;
+use crate::platform::abi::*;
+use crate::services::coll::algo::{self, Blk, Red};
+use crate::services::coll::memo;
+use crate::services::coll::select::{Algo, Form};
+use crate::services::coll::{Call, Coll, Ctx, inter, key};
 
 /// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`).
 macro_rules! hook {
@@ -153,7 +154,7 @@ impl Ctx<'_> {
         if self.choose(coll, count * ti.size, true).algo != Algo::Native {
             return Ok(None);
         }
-        stats::note_bytes((count * ti.size) as u64);
+        crate::platform::counters::note_bytes((count * ti.size) as u64);
         self.native().map(Some)
     }
 
@@ -179,7 +180,7 @@ impl Ctx<'_> {
     }
 
     /// Reads a count array of `n` entries, each non-negative.
-    pub(super) fn counts(&self, c: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
+    pub(crate) fn counts(&self, c: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
         if c.is_null() && n > 0 {
             return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
         }
@@ -195,7 +196,7 @@ impl Ctx<'_> {
     }
 
     /// Reads a displacement array of `n` entries.
-    pub(super) fn displs(&self, d: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
+    pub(crate) fn displs(&self, d: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
         if d.is_null() && n > 0 {
             return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
         }
@@ -204,7 +205,7 @@ impl Ctx<'_> {
     }
 
     /// Reads `n` datatypes and their infos.
-    pub(super) fn types(
+    pub(crate) fn types(
         &self,
         t: *const MPI_Datatype,
         n: usize,
@@ -223,17 +224,17 @@ impl Ctx<'_> {
     }
 
     /// The reduction parameters after checking count, datatype and operation.
-    pub(super) fn red(&self, count: i64, dt: MPI_Datatype, op: MPI_Op) -> Result<Red, c_int> {
+    pub(crate) fn red(&self, count: i64, dt: MPI_Datatype, op: MPI_Op) -> Result<Red, c_int> {
         self.check_count(count, "count")?;
         let ti = self.type_info(dt, "datatype")?;
         self.check_op(op, dt)?;
-        stats::note_bytes((count * ti.size) as u64);
+        crate::platform::counters::note_bytes((count * ti.size) as u64);
         Ok(Red {
             count,
             dt,
             ti,
             op,
-            commutative: crate::ops::commutative(op),
+            commutative: crate::core::ops::commutative(op),
         })
     }
 }
@@ -272,13 +273,13 @@ pub unsafe fn bcast(
         c.check_root(root)?;
         let ti = c.type_info(datatype, "datatype")?;
         c.check_buffer(buffer, count, datatype, "the buffer")?;
-        stats::note_bytes((count * ti.size) as u64);
+        crate::platform::counters::note_bytes((count * ti.size) as u64);
         let ch = c.choose(Coll::Bcast, count * ti.size, true);
         if ch.algo == Algo::Native {
             return c.native();
         }
         let me = c.me();
-        let data = crate::sched::Data::new(Addr::recv(0), count, datatype);
+        let data = crate::core::sched::Data::new(Addr::recv(0), count, datatype);
         let k = key(
             Coll::Bcast,
             &ch,
@@ -325,7 +326,7 @@ fn gather_common(
         c.check_count(sendcount, "sendcount")?;
         let sti = c.type_info(sendtype, "sendtype")?;
         c.check_buffer(sendbuf, sendcount, sendtype, "the send buffer")?;
-        stats::note_bytes((sendcount * sti.size) as u64);
+        crate::platform::counters::note_bytes((sendcount * sti.size) as u64);
         types.push(sendtype);
         kc.push(sendcount);
         Some(Blk::new(Addr::send(0), sendcount, sendtype, &sti))
@@ -497,7 +498,7 @@ fn scatter_common(
         c.check_count(recvcount, "recvcount")?;
         let rti = c.type_info(recvtype, "recvtype")?;
         c.check_buffer(recvbuf, recvcount, recvtype, "the receive buffer")?;
-        stats::note_bytes((recvcount * rti.size) as u64);
+        crate::platform::counters::note_bytes((recvcount * rti.size) as u64);
         types.push(recvtype);
         kc.push(recvcount);
         Some(Blk::new(Addr::recv(0), recvcount, recvtype, &rti))
@@ -664,7 +665,7 @@ fn allgather_common(
         c.check_count(sendcount, "sendcount")?;
         let sti = c.type_info(sendtype, "sendtype")?;
         c.check_buffer(sendbuf, sendcount, sendtype, "the send buffer")?;
-        stats::note_bytes((sendcount * sti.size) as u64);
+        crate::platform::counters::note_bytes((sendcount * sti.size) as u64);
         types.push(sendtype);
         kc.push(sendcount);
         Some(Blk::new(Addr::send(0), sendcount, sendtype, &sti))
@@ -815,7 +816,7 @@ fn alltoall_common(
     if !inplace {
         for &(d, n, t) in &send {
             let ti = c.type_info(t, "sendtype")?;
-            stats::note_bytes((n * ti.size) as u64);
+            crate::platform::counters::note_bytes((n * ti.size) as u64);
             sblocks.push(Blk::new(Addr::send(d), n, t, &ti));
             kc.extend([d, n]);
             types.push(t);
@@ -1335,7 +1336,7 @@ fn neighbor_common(
         let (d, n, t) = send(j);
         c.check_count(n, "a send count")?;
         let ti = c.type_info(t, "sendtype")?;
-        stats::note_bytes((n * ti.size) as u64);
+        crate::platform::counters::note_bytes((n * ti.size) as u64);
         sends.push((Blk::new(Addr::send(d), n, t, &ti), peer));
         kc.extend([d, n]);
         types.push(t);

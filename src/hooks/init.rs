@@ -1,3 +1,5 @@
+//! Layer: hooks. May use: services, core, platform.
+//!
 //! `MPI_Init`, `MPI_Init_thread`, `MPI_Finalize`: where the shim comes to life and ends.
 //!
 //! Init order: read the configuration; with `SHIM_DISABLE=1` stop there (pure
@@ -9,66 +11,30 @@
 //!
 //! Finalize order: report statistics and release the shim's MPI objects while MPI is still
 //! usable, then `PMPI_Finalize`, then deactivate.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use core::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
-use crate::abi::*;
-use crate::config;
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
+use crate::platform::config;
+use crate::platform::proc::{self, Census, cpus, local, world};
+use crate::services::coll::select::{self, Forced};
 
-/// State fixed at init.
-#[derive(Clone, Copy, Debug)]
-pub struct World {
-    pub rank: i32,
-    pub size: i32,
-}
-
-static WORLD_RANK: AtomicI32 = AtomicI32::new(-1);
-static WORLD_SIZE: AtomicI32 = AtomicI32::new(0);
-static LOCAL_RANK: AtomicI32 = AtomicI32::new(0);
-static LOCAL_SIZE: AtomicI32 = AtomicI32::new(1);
 /// The thread level the application asked for and was told (MPI_Query_thread answers it).
 static APP_LEVEL: AtomicI32 = AtomicI32::new(-1);
+/// `SHIM_STATS`, for the report at finalize.
+static STATS: std::sync::OnceLock<config::StatsMode> = std::sync::OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
 static FINALIZERS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
-
-pub fn world() -> World {
-    World {
-        rank: WORLD_RANK.load(Ordering::Relaxed),
-        size: WORLD_SIZE.load(Ordering::Relaxed),
-    }
-}
-
-/// This process's rank among the processes of its node, and their number.
-pub fn local() -> World {
-    World {
-        rank: LOCAL_RANK.load(Ordering::Relaxed),
-        size: LOCAL_SIZE.load(Ordering::Relaxed),
-    }
-}
-
-/// More ranks on this node than processors. MPICH's own collectives then busy-poll
-/// without yielding, so a waiting rank burns the time slice the rank it waits for needs
-/// (measured on 2 cores: mpi4py's test_cco_vec at 3 ranks takes 153 s when `auto` hands
-/// calls to the system MPI and 2.5 s on the shim's schedules, which yield while waiting).
-pub fn oversubscribed() -> bool {
-    LOCAL_SIZE.load(Ordering::Relaxed) > cpus()
-}
 
 /// The first of these environment variables that holds an integer.
 fn env_int(names: &[&str]) -> Option<i32> {
     names
         .iter()
         .find_map(|n| std::env::var(n).ok()?.trim().parse().ok())
-}
-
-/// Processors this process may run on.
-fn cpus() -> i32 {
-    std::thread::available_parallelism()
-        .map(|n| n.get() as i32)
-        .unwrap_or(1)
 }
 
 /// Variables a launcher sets in every rank (hydra and PMI, PMIx, Open MPI, Slurm); none of
@@ -136,16 +102,16 @@ pub fn library_version() -> String {
 /// be misread. The library is initialized so that the job can be aborted through it.
 fn check_abi(native_init: &dyn Fn() -> c_int) {
     let version = library_version();
-    if crate::abi::library_is_compatible(&version) {
+    if crate::platform::abi::library_is_compatible(&version) {
         return;
     }
     let first = version.lines().next().unwrap_or("").to_string();
-    crate::log::raw_stderr(&format!(
+    crate::platform::log::raw_stderr(&format!(
         "{} this libshim.so was built for {}, but the MPI library is \"{}\"; \
          use a libshim build for that MPI (the default abi-mpich build for MPICH, Intel MPI \
          and MVAPICH; the abi-ompi build, scripts/build-ompi, for Open MPI). Aborting.\n",
-        crate::log::prefix(),
-        crate::abi::SUPPORTED_DESCRIPTION,
+        crate::platform::log::prefix(),
+        crate::platform::abi::SUPPORTED_DESCRIPTION,
         first
     ));
     native_init();
@@ -156,10 +122,10 @@ fn check_abi(native_init: &dyn Fn() -> c_int) {
 /// name: Open MPI's is the address of its predefined object, MPICH's the integer
 /// 0x44000000 (both `mpi.h`).
 fn abort_foreign(version: &str) -> ! {
-    let abort = crate::symbols::optional(c"PMPI_Abort");
+    let abort = crate::platform::symbols::optional(c"PMPI_Abort");
     if !abort.is_null() {
         if version.starts_with("Open MPI") {
-            let comm = crate::symbols::optional(c"ompi_mpi_comm_world");
+            let comm = crate::platform::symbols::optional(c"ompi_mpi_comm_world");
             if !comm.is_null() {
                 // SAFETY: Open MPI's PMPI_Abort(MPI_Comm = pointer, int).
                 let f: unsafe extern "C" fn(*mut c_void, c_int) -> c_int =
@@ -176,21 +142,6 @@ fn abort_foreign(version: &str) -> ! {
     std::process::exit(1);
 }
 
-/// Aborts the whole job (every rank), or this process when MPI is not running.
-pub fn abort_job(code: c_int) -> ! {
-    let mut init: c_int = 0;
-    let mut fin: c_int = 0;
-    // SAFETY: both queries are valid at any time (MPI-4.0 §11.2.1).
-    unsafe {
-        pmpi::PMPI_Initialized(&mut init);
-        pmpi::PMPI_Finalized(&mut fin);
-        if init != 0 && fin == 0 {
-            pmpi::PMPI_Abort(MPI_COMM_WORLD(), code);
-        }
-    }
-    std::process::abort();
-}
-
 /// A name of this process's node: its host name and boot id (two machines never share a
 /// boot id; two containers of one machine with different host names may not share
 /// `/dev/shm`, and count as two nodes).
@@ -203,30 +154,15 @@ fn node_key() -> u64 {
     config::fnv1a(&[host, b"|", &boot].concat())
 }
 
-/// What every rank told the others at init.
-pub struct Census {
-    /// Each world rank's node key.
-    pub nodes: Vec<u64>,
-}
-
-impl Census {
-    /// This rank's index among the ranks of its node (in world rank order), and their number.
-    pub fn local(&self, rank: usize) -> (usize, usize) {
-        let k = self.nodes[rank];
-        let before = self.nodes[..rank].iter().filter(|&&x| x == k).count();
-        (before, self.nodes.iter().filter(|&&x| x == k).count())
-    }
-}
-
 /// The settings that must be the same on every rank are compared, configuration errors
 /// are agreed on (so that every rank stops, even if only one rank's environment is wrong:
 /// the lowest such rank prints the messages and every rank exits with status 2), and every
 /// rank learns every rank's node. One allgather, the first collective of the job, made by
 /// ranks with `SHIM_DISABLE=1` too (`disabled_init`): on an oversubscribed node each
 /// collective costs time slices (`MPI_Comm_split_type` took 56 ms at 3 ranks on 2 cores).
-fn agree(loaded: &mut config::Loaded, rank: c_int, size: c_int) -> Census {
+fn agree(loaded: &mut config::Loaded, selection: u64, rank: c_int, size: c_int) -> Census {
     let mine = [
-        config::selection_fingerprint(&loaded.config),
+        selection,
         config::layout_fingerprint(&loaded.config),
         if loaded.errors.is_empty() { size } else { rank } as u64,
         node_key(),
@@ -273,14 +209,14 @@ fn agree(loaded: &mut config::Loaded, rank: c_int, size: c_int) -> Census {
     if first_bad < size {
         if rank == first_bad {
             for e in &loaded.errors {
-                crate::log::raw_stderr(&format!(
+                crate::platform::log::raw_stderr(&format!(
                     "{} configuration error: {e}\n",
-                    crate::log::prefix()
+                    crate::platform::log::prefix()
                 ));
             }
-            crate::log::raw_stderr(&format!(
+            crate::platform::log::raw_stderr(&format!(
                 "{} stopping all {size} ranks before the application starts (see the SHIM_* table in libshim's README)\n",
-                crate::log::prefix()
+                crate::platform::log::prefix()
             ));
         }
         // SAFETY: MPI is initialized; a clean collective shutdown of every rank.
@@ -293,7 +229,7 @@ fn agree(loaded: &mut config::Loaded, rank: c_int, size: c_int) -> Census {
 /// `SHIM_DISABLE=1`: the system MPI's initialization, then only the agreement on the
 /// settings (a rank whose neighbours run the shim would otherwise leave them waiting in
 /// the shim's init collectives); nothing else of the shim runs.
-fn disabled_init(mut loaded: config::Loaded, native: &dyn Fn() -> c_int) -> c_int {
+fn disabled_init(mut loaded: config::Loaded, selection: u64, native: &dyn Fn() -> c_int) -> c_int {
     let rc = native();
     if rc != MPI_SUCCESS {
         return rc;
@@ -306,90 +242,99 @@ fn disabled_init(mut loaded: config::Loaded, native: &dyn Fn() -> c_int) -> c_in
     }
     // the other variables of a disabled rank are not used: not its errors either
     loaded.errors.clear();
-    agree(&mut loaded, rank, size);
+    agree(&mut loaded, selection, rank, size);
     rc
 }
 
 /// Everything after a successful `PMPI_Init*`.
-fn post_init(mut loaded: config::Loaded) {
+fn post_init(mut loaded: config::Loaded, forced: [Forced; 22], selection: u64) {
     let (mut rank, mut size) = (0, 1);
     // SAFETY: MPI is initialized; out-pointers are valid locals.
     unsafe {
         pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank);
         pmpi::PMPI_Comm_size(MPI_COMM_WORLD(), &mut size);
     }
-    WORLD_RANK.store(rank, Ordering::Relaxed);
-    WORLD_SIZE.store(size, Ordering::Relaxed);
-    crate::log::init(&loaded.config.log, loaded.config.log_file.as_deref(), rank);
+    proc::set_world(proc::World { rank, size });
+    crate::platform::log::init(&loaded.config.log, loaded.config.log_file.as_deref(), rank);
     let verbose = loaded.config.log.contains("debug") || loaded.config.log.contains("trace");
-    crate::entry::install_panic_hook(verbose);
+    crate::platform::guard::install_panic_hook(verbose);
     // Tuning data for `auto` (SHIM_TUNING_FILE); a file that cannot be used is a
     // configuration error like a bad value.
     let mut tuning = None;
     if let Some(path) = &loaded.config.tuning_file {
-        match crate::coll::select::tuning::load_file(path) {
+        match crate::services::coll::select::tuning::load_file(path) {
             Ok(t) => tuning = Some(t),
             Err(e) => loaded.errors.push(config::ConfigError {
                 var: "SHIM_TUNING_FILE".into(),
                 value: path.clone(),
                 allowed: format!(
                     "a regular file of at most {} MiB in the tuning format ({e})",
-                    crate::coll::select::tuning::MAX_FILE_BYTES >> 20
+                    crate::services::coll::select::tuning::MAX_FILE_BYTES >> 20
                 ),
             }),
         }
     }
     // first of all collectives: a rank with another layout would wait in another one
-    let census = agree(&mut loaded, rank, size);
+    let census = agree(&mut loaded, selection, rank, size);
     // The node's processes (for the progress thread's placement and `auto` decision).
     let (lr, ls) = census.local(rank as usize);
-    LOCAL_RANK.store(lr as i32, Ordering::Relaxed);
-    LOCAL_SIZE.store(ls as i32, Ordering::Relaxed);
+    proc::set_local(proc::World {
+        rank: lr as i32,
+        size: ls as i32,
+    });
     if rank == 0 {
         for w in &loaded.warnings {
             tracing::warn!(target: "shim::config", "{w}");
         }
     }
-    crate::stats::set_enabled(loaded.config.stats != config::StatsMode::Off);
+    crate::platform::counters::set_enabled(loaded.config.stats != config::StatsMode::Off);
     if let Some(f) = &loaded.config.fault_panic {
-        crate::entry::arm_fault(f);
+        crate::platform::guard::arm_fault(f);
     }
-    tracing::info!(target: "shim::init", "libshim {} active on {size} ranks; MPI library: {}", crate::capi::VERSION, library_version().lines().next().unwrap_or(""));
-    let calibrate = loaded.config.calibrate;
-    config::install(loaded.config);
+    tracing::info!(target: "shim::init", "libshim {} active on {size} ranks; MPI library: {}", env!("CARGO_PKG_VERSION"), library_version().lines().next().unwrap_or(""));
+    // Each service and core module gets its own settings; none reads a global configuration.
+    let cfg = loaded.config;
+    let _ = STATS.set(cfg.stats);
+    crate::services::coll::select::configure(forced);
+    crate::core::comm::configure(cfg.sched_cache);
+    crate::core::sched::configure(cfg.progress_min_bytes);
+    crate::core::dtype::pool::configure(cfg.pack_threads, cfg.pack_min_bytes);
+    let calibrate = cfg.calibrate;
     // Ghost processes leave here for good; users continue with their own world.
-    crate::ghost::setup(config::get(), &census);
-    if crate::ghost::active() {
-        let uw = crate::ghost::user_world();
+    crate::services::ghost::setup(&cfg, &census);
+    if crate::platform::proc::ghosts_active() {
+        let uw = crate::platform::proc::user_world();
         let (mut r, mut n) = (0, 0);
         // SAFETY: valid communicator and out-pointers.
         unsafe {
             pmpi::PMPI_Comm_rank(uw, &mut r);
             pmpi::PMPI_Comm_size(uw, &mut n);
         }
-        WORLD_RANK.store(r, Ordering::Relaxed);
-        WORLD_SIZE.store(n, Ordering::Relaxed);
+        proc::set_world(proc::World { rank: r, size: n });
     }
     // errors of the shim's own calls must not reach a fatal world handler (src/errors.rs)
-    crate::errors::init_world(crate::ghost::active().then(crate::ghost::user_world));
-    at_finalize(crate::errors::finalize_world);
-    crate::comm::init();
-    at_finalize(crate::comm::finalize);
-    at_finalize(crate::retain::finalize);
+    crate::platform::errors::init_world(
+        crate::platform::proc::ghosts_active().then(crate::platform::proc::user_world),
+    );
+    at_finalize(crate::platform::errors::finalize_world);
+    crate::core::comm::init();
+    crate::core::comm::on_free(crate::services::coll::memo::invalidate);
+    at_finalize(crate::core::comm::finalize);
+    at_finalize(crate::core::retain::finalize);
     if let Some(t) = tuning {
         tracing::info!(target: "shim::select", "tuning file {}: {} measured rows", t.source, t.rows());
-        crate::coll::select::tuning::install(t);
+        crate::services::coll::select::tuning::install(t);
     }
     if calibrate {
-        let mut t = (*crate::coll::select::tuning::get()).clone();
-        t.params = crate::coll::select::calibrate::run(&t.params);
+        let mut t = (*crate::services::coll::select::tuning::get()).clone();
+        t.params = crate::services::coll::select::calibrate::run(&t.params);
         t.source = format!("{} + SHIM_CALIBRATE", t.source);
         if rank == 0 {
             tracing::info!(target: "shim::select", "calibrated: {}", t.params.describe());
         }
-        crate::coll::select::tuning::install(t);
+        crate::services::coll::select::tuning::install(t);
     }
-    crate::entry::set_active(true);
+    crate::platform::guard::set_active(true);
 }
 
 /// Which init function the application called.
@@ -414,10 +359,14 @@ fn initialize(
         // A second MPI_Init is erroneous; let the MPI library say so.
         return native();
     }
-    let loaded = config::load();
+    let mut loaded = config::load();
+    // the collective layer owns its variables (SHIM_<COLL>_*): parsed there, errors agreed here
+    let coll = select::env::parse(&loaded.config.coll_vars);
+    loaded.errors.extend(coll.errors);
+    loaded.warnings.extend(coll.warnings);
+    let selection = select::env::fingerprint(&coll.forced, &loaded.config);
     if loaded.config.disable {
-        config::install(loaded.config.clone());
-        return disabled_init(loaded, native);
+        return disabled_init(loaded, selection, native);
     }
     check_abi(native);
     let thread = wants_thread(&loaded.config);
@@ -454,7 +403,7 @@ fn initialize(
         return rc;
     }
     let cfg = loaded.config.clone();
-    post_init(loaded);
+    post_init(loaded, coll.forced, selection);
     if thread {
         start_progress(&cfg, multiple);
     }
@@ -477,30 +426,30 @@ fn start_progress(c: &config::Config, multiple: bool) {
     }
     let cpu = (!c.progress_cpus.is_empty())
         .then(|| c.progress_cpus[l.rank as usize % c.progress_cpus.len()]);
-    crate::progress::thread::start(c.progress_interval_us, cpu);
+    crate::core::progress::thread::start(c.progress_interval_us, cpu);
     tracing::info!(target: "shim::progress", "progress thread started (interval {} us, cpu {:?})", c.progress_interval_us, cpu);
 }
 
 fn finalize(native: &dyn Fn() -> c_int) -> c_int {
-    if crate::entry::is_active() {
-        crate::request::drain_detached();
-        if crate::progress::thread::running() {
-            crate::progress::thread::stop();
-            if crate::stats::enabled() {
+    if crate::platform::guard::is_active() {
+        crate::core::progress::drain_detached();
+        if crate::core::progress::thread::running() {
+            crate::core::progress::thread::stop();
+            if crate::platform::counters::enabled() {
                 use std::sync::atomic::Ordering::Relaxed;
-                crate::log::raw_stderr(&format!(
+                crate::platform::log::raw_stderr(&format!(
                     "{} progress thread: {} polls, {} sleeps, {:.3} ms CPU\n",
-                    crate::log::prefix(),
-                    crate::progress::thread::POLLS.load(Relaxed),
-                    crate::progress::thread::SLEEPS.load(Relaxed),
-                    crate::progress::thread::CPU_NS.load(Relaxed) as f64 / 1e6
+                    crate::platform::log::prefix(),
+                    crate::core::progress::thread::POLLS.load(Relaxed),
+                    crate::core::progress::thread::SLEEPS.load(Relaxed),
+                    crate::core::progress::thread::CPU_NS.load(Relaxed) as f64 / 1e6
                 ));
             }
         }
         let w = world();
-        crate::stats::report(
-            config::get().stats,
-            crate::ghost::user_world(),
+        crate::hooks::report::report(
+            STATS.get().copied().unwrap_or(config::StatsMode::Off),
+            crate::platform::proc::user_world(),
             w.rank,
             w.size,
         );
@@ -509,51 +458,47 @@ fn finalize(native: &dyn Fn() -> c_int) -> c_int {
         for f in fs.into_iter().rev() {
             f();
         }
-        crate::ghost::finalize_user();
+        crate::services::ghost::finalize_user();
     }
     let rc = native();
-    crate::entry::set_active(false);
+    crate::platform::guard::set_active(false);
     rc
 }
 
-/// Hooks called by the generated entry points (see `src/abi/mpi_functions.txt`).
-///
-/// Safety of every hook: the arguments are the application's, passed unchanged by the
-/// generated `extern "C"` entry point; the MPI standard's rules for them are the contract.
-#[allow(non_snake_case, clippy::missing_safety_doc)]
-pub mod hooks {
-    use super::*;
+// Hooks called by the generated entry points (see `src/platform/abi/mpi_functions.txt`).
+//
+// Safety of every hook: the arguments are the application's, passed unchanged by the
+// generated `extern "C"` entry point; the MPI standard's rules for them are the contract.
 
-    pub unsafe fn MPI_Init(
-        argc: *mut c_int,
-        argv: *mut *mut *mut c_char,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        initialize(How::Init, argc, argv, native)
-    }
+pub unsafe fn MPI_Init(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    initialize(How::Init, argc, argv, native)
+}
 
-    pub unsafe fn MPI_Init_thread(
-        argc: *mut c_int,
-        argv: *mut *mut *mut c_char,
-        required: c_int,
-        provided: *mut c_int,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        initialize(How::Thread { required, provided }, argc, argv, native)
-    }
+pub unsafe fn MPI_Init_thread(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    initialize(How::Thread { required, provided }, argc, argv, native)
+}
 
-    /// The level the application was told at init, not the one the shim asked for.
-    pub unsafe fn MPI_Query_thread(provided: *mut c_int, native: &dyn Fn() -> c_int) -> c_int {
-        let level = APP_LEVEL.load(Ordering::Relaxed);
-        if level < 0 || provided.is_null() {
-            return native();
-        }
-        // SAFETY: the application's out-pointer.
-        unsafe { *provided = level };
-        MPI_SUCCESS
+/// The level the application was told at init, not the one the shim asked for.
+pub unsafe fn MPI_Query_thread(provided: *mut c_int, native: &dyn Fn() -> c_int) -> c_int {
+    let level = APP_LEVEL.load(Ordering::Relaxed);
+    if level < 0 || provided.is_null() {
+        return native();
     }
+    // SAFETY: the application's out-pointer.
+    unsafe { *provided = level };
+    MPI_SUCCESS
+}
 
-    pub unsafe fn MPI_Finalize(native: &dyn Fn() -> c_int) -> c_int {
-        finalize(native)
-    }
+pub unsafe fn MPI_Finalize(native: &dyn Fn() -> c_int) -> c_int {
+    finalize(native)
 }

@@ -1,694 +1,216 @@
-//! Point-to-point messages with non-contiguous datatypes, packed by the shim.
+//! Layer: hooks. May use: services, core, platform.
 //!
-//! A send packs into a buffer and sends `MPI_PACKED` bytes; a receive receives
-//! `MPI_PACKED` bytes into a buffer and unpacks what arrived. Both ends stay compatible with
-//! any peer: a message sent as `MPI_PACKED` matches a receive of any datatype with the
-//! same type signature, and a receive of `MPI_PACKED` matches any message (MPI-4.0 §3.3.1,
-//! §5.2.1); the status counts bytes, so `MPI_Get_count`/`MPI_Get_elements` with the
-//! application's datatype give what they would have given (MPICH keeps the byte count).
-//! Which messages take this path ([`eligible`]): those of at least `SHIM_PACK_MIN_BYTES`
-//! (the size from which packing is split over threads), and at any size those whose
-//! contiguous runs average under [`SHORT_RUN`] bytes. For the latter the shim's packer
-//! beats the system MPI's own handling of the datatype even with the extra copies a packed
-//! message costs (Sendrecv of vectors between 2 ranks in shared memory, 1 thread: runs of
-//! 8-128 B 0.06-0.97x the system MPI's time from 1 KiB to 256 KiB, 2-20 KiB subarray
-//! halo faces 0.85-0.97x, structs 0.3-0.5x); longer runs below that size are left to the
-//! system MPI (runs of 256 B-4 KiB at 16-64 KiB: 0.9-1.45x, the extra copies showing).
+//! Hooks of the point-to-point calls that the shim's packer may take
+//! (`core::dtype::p2p`): the non-blocking and persistent sends and receives, whose
+//! request handed back is the shim's when the message is packed, and the buffered sends.
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use core::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use super::bufpool::Bytes;
-use super::flat::{self, Flat};
-use super::pack::{self, Dir};
-use crate::abi::*;
-use crate::pmpi;
+use crate::core::dtype::p2p::*;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
-/// Mean contiguous run (bytes) under which the shim packs a message of any size (see the
-/// module docs).
-pub const SHORT_RUN: i64 = 256;
+// Hooks (see `src/platform/abi/mpi_functions.txt`) for the non-blocking and persistent sends and
+// receives: the message is packed by the shim when `PackedReq` takes it, and the request
+// handed back is the shim's (see `crate::core::request`); otherwise the system MPI's.
+use crate::platform::api::Fid;
 
-/// The layout of `count` elements of `dt` if the shim should pack them for a message.
-pub(crate) fn eligible(count: i64, dt: MPI_Datatype, peer: c_int) -> Option<Arc<Flat>> {
-    if count <= 0 || peer == MPI_PROC_NULL || is_predefined_datatype(dt) {
-        return None;
-    }
-    let f = flat::get(dt).ok()?;
-    let bytes = count.checked_mul(f.size)?;
-    let short_runs = f.mean_run() < SHORT_RUN;
-    if f.contiguous.is_some() || (bytes < crate::config::get().pack_min_bytes as i64 && !short_runs)
-    {
-        return None;
-    }
-    // an uncommitted type is an error the system MPI reports
-    super::check_usable(dt).ok()?;
-    Some(f)
-}
-
-/// The packed bytes of a send, or `None` to send as the application asked.
-///
-/// # Safety
-/// `buf` must hold `count` elements of `dt`.
-pub unsafe fn outgoing(
-    buf: *const c_void,
-    count: i64,
-    dt: MPI_Datatype,
-    dest: c_int,
-) -> Option<Bytes> {
-    let mut m = PackedBuf::new(count, dt, dest)?;
-    // SAFETY: the caller's buffer.
-    unsafe { m.pack_from(buf) };
-    Some(m.buf)
-}
-
-/// The packed bytes of one message (`count` elements of a layout): filled from the
-/// application's buffer by `pack_from` (a send) or unpacked into it by `finish` (a receive).
-pub struct PackedBuf {
-    flat: Arc<Flat>,
-    count: i64,
-    pub buf: Bytes,
-}
-
-/// A packed receive for `count` elements of `dt`, or `None` to receive as asked.
-pub fn incoming(count: i64, dt: MPI_Datatype, source: c_int) -> Option<PackedBuf> {
-    PackedBuf::new(count, dt, source)
-}
-
-impl PackedBuf {
-    /// A buffer for `count` elements of `dt` to or from `peer`, if the shim packs them.
-    fn new(count: i64, dt: MPI_Datatype, peer: c_int) -> Option<PackedBuf> {
-        let flat = eligible(count, dt, peer)?;
-        Some(PackedBuf {
-            buf: Bytes::new((count * flat.size) as usize),
-            flat,
-            count,
-        })
-    }
-
-    /// Packs the application's `count` elements into the buffer.
-    ///
-    /// # Safety
-    /// `user` must hold `count` elements of the layout.
-    pub unsafe fn pack_from(&mut self, user: *const c_void) {
-        // SAFETY: the caller's buffer; ours holds count * size bytes.
-        unsafe {
-            pack::run(
-                &self.flat,
-                self.count,
-                user as *mut u8,
-                self.buf.as_mut_ptr(),
-                Dir::Pack,
-            )
-        };
-    }
-
-    pub fn ptr(&mut self) -> *mut c_void {
-        self.buf.as_mut_ptr().cast()
-    }
-
-    pub fn len(&self) -> MPI_Count {
-        self.buf.len() as MPI_Count
-    }
-
-    /// Unpacks the bytes that arrived (the status's count) into the application's buffer.
-    ///
-    /// # Safety
-    /// `user` must be the receive buffer for `count` elements; `st` a completed status.
-    pub unsafe fn finish(&self, user: *mut c_void, st: *const MPI_Status) {
-        let mut got: MPI_Count = 0;
-        // SAFETY: a status the receive filled.
-        unsafe { pmpi::PMPI_Get_count_c(st, MPI_BYTE(), &mut got) };
-        let got = got.clamp(0, self.len());
-        // SAFETY: `got` bytes of our buffer into the caller's receive buffer.
-        unsafe {
-            pack::run_bytes(
-                &self.flat,
-                self.count,
-                user as *mut u8,
-                self.buf.as_ptr() as *mut u8,
-                got,
-                Dir::Unpack,
-            )
-        };
+/// The outcome of a packed request as the hook returns it.
+fn hand_out(
+    made: Option<Result<Arc<PackedReq>, c_int>>,
+    comm: MPI_Comm,
+    fid: Fid,
+    r: *mut MPI_Request,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    match made {
+        None => native(),
+        Some(Err(rc)) => rc,
+        Some(Ok(p)) => {
+            // SAFETY: the application's request out-pointer.
+            unsafe { *r = crate::core::request::insert_packed(p, comm, fid) };
+            MPI_SUCCESS
+        }
     }
 }
 
-/// A non-blocking or persistent point-to-point request whose message the shim packs:
-/// the system MPI's request moves the packed bytes; a send packs before it starts, a
-/// receive unpacks when it completes (MPI-4.0 §3.7.2: the receive buffer may only be read
-/// after completion, so unpacking then is invisible to the application).
-pub struct PackedReq {
-    inner: std::sync::Mutex<Inner>,
-    recv: bool,
-    persistent: bool,
-}
-
-struct Inner {
-    native: MPI_Request,
-    /// The send of an `MPI_Isendrecv`, posted as a receive (`native`) and a send; else
-    /// null.
-    send_native: MPI_Request,
-    /// The packed message: filled at start (a send) or unpacked at completion (a
-    /// receive). `None` for an `MPI_Isendrecv` whose receive side is not packed.
-    msg: Option<PackedBuf>,
-    /// An `MPI_Isendrecv`'s packed send bytes, kept until the request completes.
-    keep: Option<Bytes>,
-    /// The application's buffer.
-    user: usize,
-    active: bool,
-    done: bool,
-    status: MPI_Status,
-    error: c_int,
-}
-
-// SAFETY: `user` is the address of the application's buffer, which MPI requires to stay
-// valid until the request completes; everything else is owned. Access is serialized by
-// the mutex.
-unsafe impl Send for Inner {}
-
-/// How a packed request's system MPI request is made from (bytes, byte count): the `_c`
-/// non-blocking or persistent call with `MPI_PACKED` and the application's peer, tag and
-/// communicator.
-pub type Post<'a> = &'a dyn Fn(*mut c_void, MPI_Count, *mut MPI_Request) -> c_int;
-
-impl PackedReq {
-    /// A packed send (`recv` false) or receive of `count` elements of `dt` at `user` with
-    /// `peer`, or `None` to let the system MPI carry it. A non-persistent send packs and
-    /// every request is made (`post`) at once; a persistent one starts at `MPI_Start`.
-    ///
-    /// # Safety
-    /// `user` holds `count` elements of `dt` and stays valid until the request completes.
-    pub unsafe fn new(
-        user: *mut c_void,
-        count: i64,
-        dt: MPI_Datatype,
-        peer: c_int,
-        recv: bool,
-        persistent: bool,
-        post: Post,
-    ) -> Option<Result<Arc<PackedReq>, c_int>> {
-        let mut msg = PackedBuf::new(count, dt, peer)?;
-        if !recv && !persistent {
-            // SAFETY: the caller's buffer.
-            unsafe { msg.pack_from(user) };
-        }
-        let mut native = MPI_REQUEST_NULL();
-        let rc = post(msg.ptr(), msg.len(), &mut native);
-        if rc != MPI_SUCCESS {
-            return Some(Err(rc));
-        }
-        Some(Ok(Self::made(
-            [native, MPI_REQUEST_NULL()],
-            Some(msg),
-            None,
-            user,
-            recv,
-            persistent,
-        )))
-    }
-
-    /// An `MPI_Isendrecv(_replace)` with its send side (`out`, already packed) or its
-    /// receive side (`inc`, unpacked into `user` at completion) packed by the shim, or
-    /// neither. `post` makes the system MPI's requests (a receive, then a send) from the
-    /// packed (pointer, byte count) of each side, `None` for a side sent as asked.
-    ///
-    /// # Safety
-    /// `user` is the receive buffer for `inc`'s elements, valid until completion.
-    pub unsafe fn sendrecv(
-        mut out: Option<Bytes>,
-        mut inc: Option<PackedBuf>,
-        user: *mut c_void,
-        post: impl FnOnce(
-            Option<(*const c_void, MPI_Count)>,
-            Option<(*mut c_void, MPI_Count)>,
-            &mut [MPI_Request; 2],
-        ) -> c_int,
-    ) -> Result<Arc<PackedReq>, c_int> {
-        let o = out
-            .as_mut()
-            .map(|p| (p.as_ptr().cast::<c_void>(), p.len() as MPI_Count));
-        let i = inc.as_mut().map(|m| (m.ptr(), m.len()));
-        let mut natives = [MPI_REQUEST_NULL(); 2];
-        let rc = post(o, i, &mut natives);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        Ok(Self::made(natives, inc, out, user, true, false))
-    }
-
-    fn made(
-        [native, send_native]: [MPI_Request; 2],
-        msg: Option<PackedBuf>,
-        keep: Option<Bytes>,
-        user: *mut c_void,
-        recv: bool,
-        persistent: bool,
-    ) -> Arc<PackedReq> {
-        Arc::new(PackedReq {
-            inner: std::sync::Mutex::new(Inner {
-                native,
-                send_native,
-                msg,
-                keep,
-                user: user as usize,
-                active: !persistent,
-                done: false,
-                status: MPI_Status::default(),
-                error: MPI_SUCCESS,
-            }),
-            recv,
-            persistent,
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn is_persistent(&self) -> bool {
-        self.persistent
-    }
-
-    /// Whether the request is started and not yet retired.
-    pub fn is_active(&self) -> bool {
-        self.lock().active
-    }
-
-    /// Tests the system MPI's request; on completion unpacks a receive. Returns whether the
-    /// request is complete.
-    pub fn poke(&self) -> bool {
-        let mut g = self.lock();
-        if g.done || !g.active {
-            return true;
-        }
-        let mut flag: c_int = 0;
-        let inner = &mut *g;
-        if inner.send_native != MPI_REQUEST_NULL() {
-            // SAFETY: our started send (set to null when it completes).
-            let rc =
-                unsafe { pmpi::PMPI_Test(&mut inner.send_native, &mut flag, MPI_STATUS_IGNORE) };
-            if rc != MPI_SUCCESS {
-                inner.error = rc;
-                inner.done = true;
-                return true;
+/// One send-side hook: `$name` takes a count of type `$n`, posts with `$post` (a `_c`
+/// call: packed bytes may exceed `int`), persistent or not.
+macro_rules! send_hook {
+    ($name:ident, $n:ty, $post:path, $persistent:expr) => {
+        pub unsafe fn $name(
+            b: *const c_void,
+            n: $n,
+            t: MPI_Datatype,
+            d: c_int,
+            g: c_int,
+            c: MPI_Comm,
+            r: *mut MPI_Request,
+            native: &dyn Fn() -> c_int,
+        ) -> c_int {
+            if r.is_null() {
+                // the system MPI reports the missing request before anything is posted
+                return native();
             }
-            if flag == 0 {
-                return false;
-            }
+            // SAFETY: the application's buffer, peer, tag and communicator; our bytes.
+            let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), d, g, c, req) };
+            // SAFETY: the application's send buffer for n elements of t.
+            let made = unsafe {
+                PackedReq::new(b as *mut c_void, n as i64, t, d, false, $persistent, post)
+            };
+            hand_out(made, c, Fid::$name, r, native)
         }
-        // SAFETY: our started request; a status we own.
-        let rc = unsafe { pmpi::PMPI_Test(&mut inner.native, &mut flag, &mut inner.status) };
-        if rc != MPI_SUCCESS {
-            inner.error = rc;
-            inner.done = true;
-            return true;
-        }
-        if flag == 0 {
-            return false;
-        }
-        let mut cancelled: c_int = 0;
-        // SAFETY: the completed status.
-        unsafe { pmpi::PMPI_Test_cancelled(&inner.status, &mut cancelled) };
-        if let (true, 0, Some(msg)) = (self.recv, cancelled, &inner.msg) {
-            // SAFETY: the application's receive buffer (valid until completion, which is
-            // now) and the completed status.
-            unsafe { msg.finish(inner.user as *mut c_void, &inner.status) };
-        }
-        inner.keep = None;
-        inner.done = true;
-        true
-    }
-
-    /// The completed request's status (source, tag, byte count, cancelled flag) into
-    /// `st`, unless it is ignored; the error code is returned, not written.
-    ///
-    /// # Safety
-    /// `st` is null, `MPI_STATUS_IGNORE` or a writable status.
-    pub unsafe fn status_into(&self, st: *mut MPI_Status) -> c_int {
-        let g = self.lock();
-        if !st.is_null() && st != MPI_STATUS_IGNORE {
-            // SAFETY: the caller's status.
-            unsafe {
-                let e = (*st).MPI_ERROR;
-                *st = g.status;
-                (*st).MPI_ERROR = e;
-            }
-        }
-        g.error
-    }
-
-    /// Retires a completed request: a persistent one becomes inactive.
-    pub fn retire(&self) {
-        let mut g = self.lock();
-        g.active = false;
-        g.done = false;
-        g.error = MPI_SUCCESS;
-    }
-
-    /// Starts an inactive persistent request: a send packs the application's buffer now
-    /// (MPI-4.0 §3.9: the buffer's contents at `MPI_Start` are sent).
-    pub fn start(&self) -> c_int {
-        let mut g = self.lock();
-        if g.active {
-            return MPI_ERR_REQUEST;
-        }
-        if !self.recv {
-            let inner = &mut *g;
-            if let Some(msg) = inner.msg.as_mut() {
-                // SAFETY: the application's send buffer, valid while the request is active.
-                unsafe { msg.pack_from(inner.user as *const c_void) };
-            }
-        }
-        // SAFETY: our inactive persistent request.
-        let rc = unsafe { pmpi::PMPI_Start(&mut g.native) };
-        if rc == MPI_SUCCESS {
-            g.active = true;
-            g.done = false;
-        }
-        rc
-    }
-
-    /// `MPI_Cancel` of the system MPI's request.
-    pub fn cancel(&self) -> c_int {
-        let mut g = self.lock();
-        if g.send_native != MPI_REQUEST_NULL() {
-            // SAFETY: our request.
-            unsafe { pmpi::PMPI_Cancel(&mut g.send_native) };
-        }
-        // SAFETY: our request.
-        unsafe { pmpi::PMPI_Cancel(&mut g.native) }
-    }
-
-    /// Frees the system MPI's request of an inactive persistent request.
-    pub fn release(&self) -> c_int {
-        let mut g = self.lock();
-        if g.native == MPI_REQUEST_NULL() {
-            return MPI_SUCCESS;
-        }
-        // SAFETY: our inactive request.
-        unsafe { pmpi::PMPI_Request_free(&mut g.native) }
-    }
-}
-
-/// Hooks (see `src/abi/mpi_functions.txt`) for the non-blocking and persistent sends and
-/// receives: the message is packed by the shim when `PackedReq` takes it, and the request
-/// handed back is the shim's (see `crate::request`); otherwise the system MPI's.
-#[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
-pub mod hooks {
-    use super::*;
-    use crate::api::Fid;
-
-    /// The outcome of a packed request as the hook returns it.
-    fn hand_out(
-        made: Option<Result<Arc<PackedReq>, c_int>>,
-        comm: MPI_Comm,
-        fid: Fid,
-        r: *mut MPI_Request,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        match made {
-            None => native(),
-            Some(Err(rc)) => rc,
-            Some(Ok(p)) => {
-                // SAFETY: the application's request out-pointer.
-                unsafe { *r = crate::request::insert_packed(p, comm, fid) };
-                MPI_SUCCESS
-            }
-        }
-    }
-
-    /// One send-side hook: `$name` takes a count of type `$n`, posts with `$post` (a `_c`
-    /// call: packed bytes may exceed `int`), persistent or not.
-    macro_rules! send_hook {
-        ($name:ident, $n:ty, $post:path, $persistent:expr) => {
-            pub unsafe fn $name(
-                b: *const c_void,
-                n: $n,
-                t: MPI_Datatype,
-                d: c_int,
-                g: c_int,
-                c: MPI_Comm,
-                r: *mut MPI_Request,
-                native: &dyn Fn() -> c_int,
-            ) -> c_int {
-                if r.is_null() {
-                    // the system MPI reports the missing request before anything is posted
-                    return native();
-                }
-                // SAFETY: the application's buffer, peer, tag and communicator; our bytes.
-                let post: Post =
-                    &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), d, g, c, req) };
-                // SAFETY: the application's send buffer for n elements of t.
-                let made = unsafe {
-                    PackedReq::new(b as *mut c_void, n as i64, t, d, false, $persistent, post)
-                };
-                hand_out(made, c, Fid::$name, r, native)
-            }
-        };
-    }
-
-    macro_rules! recv_hook {
-        ($name:ident, $n:ty, $post:path, $persistent:expr) => {
-            pub unsafe fn $name(
-                b: *mut c_void,
-                n: $n,
-                t: MPI_Datatype,
-                s: c_int,
-                g: c_int,
-                c: MPI_Comm,
-                r: *mut MPI_Request,
-                native: &dyn Fn() -> c_int,
-            ) -> c_int {
-                if r.is_null() {
-                    // the system MPI reports the missing request before anything is posted
-                    return native();
-                }
-                // SAFETY: the application's source, tag and communicator; our bytes.
-                let post: Post =
-                    &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), s, g, c, req) };
-                // SAFETY: the application's receive buffer for n elements of t.
-                let made = unsafe { PackedReq::new(b, n as i64, t, s, true, $persistent, post) };
-                hand_out(made, c, Fid::$name, r, native)
-            }
-        };
-    }
-
-    send_hook!(MPI_Isend, c_int, pmpi::PMPI_Isend_c, false);
-    send_hook!(MPI_Isend_c, MPI_Count, pmpi::PMPI_Isend_c, false);
-    send_hook!(MPI_Issend, c_int, pmpi::PMPI_Issend_c, false);
-    send_hook!(MPI_Issend_c, MPI_Count, pmpi::PMPI_Issend_c, false);
-    send_hook!(MPI_Irsend, c_int, pmpi::PMPI_Irsend_c, false);
-    send_hook!(MPI_Irsend_c, MPI_Count, pmpi::PMPI_Irsend_c, false);
-    send_hook!(MPI_Send_init, c_int, pmpi::PMPI_Send_init_c, true);
-    send_hook!(MPI_Send_init_c, MPI_Count, pmpi::PMPI_Send_init_c, true);
-    send_hook!(MPI_Ssend_init, c_int, pmpi::PMPI_Ssend_init_c, true);
-    send_hook!(MPI_Ssend_init_c, MPI_Count, pmpi::PMPI_Ssend_init_c, true);
-    send_hook!(MPI_Rsend_init, c_int, pmpi::PMPI_Rsend_init_c, true);
-    send_hook!(MPI_Rsend_init_c, MPI_Count, pmpi::PMPI_Rsend_init_c, true);
-    recv_hook!(MPI_Irecv, c_int, pmpi::PMPI_Irecv_c, false);
-    recv_hook!(MPI_Irecv_c, MPI_Count, pmpi::PMPI_Irecv_c, false);
-    recv_hook!(MPI_Recv_init, c_int, pmpi::PMPI_Recv_init_c, true);
-    recv_hook!(MPI_Recv_init_c, MPI_Count, pmpi::PMPI_Recv_init_c, true);
-    // Buffered sends: the packed bytes are no larger than MPI_Pack_size of the
-    // application's (count, datatype), so they fit the space the application attached.
-    send_hook!(MPI_Ibsend, c_int, pmpi::PMPI_Ibsend_c, false);
-    send_hook!(MPI_Ibsend_c, MPI_Count, pmpi::PMPI_Ibsend_c, false);
-    send_hook!(MPI_Bsend_init, c_int, pmpi::PMPI_Bsend_init_c, true);
-    send_hook!(MPI_Bsend_init_c, MPI_Count, pmpi::PMPI_Bsend_init_c, true);
-
-    /// A matched receive: the probed message is received as `MPI_PACKED` bytes (which
-    /// matches any message, MPI-4.0 §5.2.1) and unpacked at completion.
-    macro_rules! mrecv_hook {
-        ($name:ident, $n:ty) => {
-            pub unsafe fn $name(
-                b: *mut c_void,
-                n: $n,
-                t: MPI_Datatype,
-                m: *mut MPI_Message,
-                r: *mut MPI_Request,
-                native: &dyn Fn() -> c_int,
-            ) -> c_int {
-                if r.is_null() {
-                    // the system MPI reports the missing request before anything is posted
-                    return native();
-                }
-                // SAFETY: the application's message handle; our bytes.
-                let post: Post =
-                    &|pb, pn, req| unsafe { pmpi::PMPI_Imrecv_c(pb, pn, MPI_PACKED(), m, req) };
-                // SAFETY: the application's receive buffer and message handle.
-                let made =
-                    unsafe { PackedReq::new(b, n as i64, t, message_peer(m), true, false, post) };
-                hand_out(made, MPI_COMM_WORLD(), Fid::$name, r, native)
-            }
-        };
-    }
-    mrecv_hook!(MPI_Imrecv, c_int);
-    mrecv_hook!(MPI_Imrecv_c, MPI_Count);
-
-    /// `MPI_Isendrecv` and its `_c` form: a shim request holding the receive and the send.
-    macro_rules! isendrecv_hook {
-        ($name:ident, $n:ty) => {
-            pub unsafe fn $name(
-                sb: *const c_void,
-                sn: $n,
-                stt: MPI_Datatype,
-                d: c_int,
-                sg: c_int,
-                rb: *mut c_void,
-                rn: $n,
-                rt: MPI_Datatype,
-                s: c_int,
-                rg: c_int,
-                c: MPI_Comm,
-                r: *mut MPI_Request,
-                native: &dyn Fn() -> c_int,
-            ) -> c_int {
-                if r.is_null() {
-                    // the system MPI reports the missing request before anything is posted
-                    return native();
-                }
-                // SAFETY: the application's arguments.
-                let made = unsafe {
-                    isendrecv(
-                        (sb, sn as i64, stt, d, sg),
-                        (rb, rn as i64, rt, s, rg),
-                        c,
-                        false,
-                    )
-                };
-                hand_out(made, c, Fid::$name, r, native)
-            }
-        };
-    }
-    isendrecv_hook!(MPI_Isendrecv, c_int);
-    isendrecv_hook!(MPI_Isendrecv_c, MPI_Count);
-
-    /// `MPI_Isendrecv_replace` and its `_c` form: the send side is packed (copied) before
-    /// the receive may overwrite the buffer.
-    macro_rules! isendrecv_replace_hook {
-        ($name:ident, $n:ty) => {
-            pub unsafe fn $name(
-                b: *mut c_void,
-                n: $n,
-                t: MPI_Datatype,
-                d: c_int,
-                sg: c_int,
-                s: c_int,
-                rg: c_int,
-                c: MPI_Comm,
-                r: *mut MPI_Request,
-                native: &dyn Fn() -> c_int,
-            ) -> c_int {
-                if r.is_null() {
-                    // the system MPI reports the missing request before anything is posted
-                    return native();
-                }
-                let n = n as i64;
-                if crate::dtype::null_buffer(b, n, t) {
-                    // copying the send side would read it (the system MPI reports it too)
-                    let why = "the buffer is NULL";
-                    return crate::errors::raise(c, MPI_ERR_BUFFER, stringify!($name), why);
-                }
-                // SAFETY: the application's arguments.
-                let made = unsafe { isendrecv((b, n, t, d, sg), (b, n, t, s, rg), c, true) };
-                hand_out(made, c, Fid::$name, r, native)
-            }
-        };
-    }
-    isendrecv_replace_hook!(MPI_Isendrecv_replace, c_int);
-    isendrecv_replace_hook!(MPI_Isendrecv_replace_c, MPI_Count);
-}
-
-/// The peer a matched message counts as for `eligible`: none for the message of a probe of
-/// `MPI_PROC_NULL`, which receives nothing.
-///
-/// # Safety
-/// `m` is the application's message handle pointer.
-pub(crate) unsafe fn message_peer(m: *const MPI_Message) -> c_int {
-    // SAFETY: the caller's handle.
-    if m.is_null() || unsafe { *m } == MPI_MESSAGE_NO_PROC() {
-        MPI_PROC_NULL
-    } else {
-        0
-    }
-}
-
-/// `n` elements of `t` at `b` copied into packed bytes (`MPI_Pack`): the send side of a
-/// Sendrecv_replace that the receive will overwrite, where the library cannot do it.
-///
-/// # Safety
-/// `b` holds `n` elements of `t`.
-pub(crate) unsafe fn copy_packed(
-    b: *const c_void,
-    n: MPI_Count,
-    t: MPI_Datatype,
-    c: MPI_Comm,
-) -> Result<Bytes, c_int> {
-    let mut size: MPI_Count = 0;
-    // SAFETY: valid out-pointer; the caller's count and type.
-    let rc = unsafe { pmpi::PMPI_Pack_size_c(n, t, c, &mut size) };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
-    let mut v = Bytes::new(size.max(0) as usize);
-    let mut pos: MPI_Count = 0;
-    // SAFETY: `v` holds `size` bytes, what MPI_Pack_size asked for.
-    let rc = unsafe { pmpi::PMPI_Pack_c(b, n, t, v.as_mut_ptr().cast(), size, &mut pos, c) };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
-    v.truncate(pos.max(0) as usize);
-    Ok(v)
-}
-
-/// An `MPI_Isendrecv(_replace)` as a shim request: a receive and a send (what a
-/// Sendrecv is, MPI-4.0 §3.10), either side packed by the shim when its datatype
-/// qualifies. The system MPI's own `MPI_Isendrecv` is not used: Debian's MPICH 4.0.2
-/// completes it with a status whose count is 0 and whose tag is stale (found by
-/// ctests/pack_types), and Open MPI 4.x has none. For `_replace` (`replace`) the send side
-/// is packed or copied before the receive is posted.
-///
-/// # Safety
-/// The application's Isendrecv arguments.
-unsafe fn isendrecv(
-    (sb, sn, stt, d, sg): (*const c_void, i64, MPI_Datatype, c_int, c_int),
-    (rb, rn, rt, s, rg): (*mut c_void, i64, MPI_Datatype, c_int, c_int),
-    c: MPI_Comm,
-    replace: bool,
-) -> Option<Result<Arc<PackedReq>, c_int>> {
-    // SAFETY: the application's send buffer.
-    let mut out = unsafe { outgoing(sb, sn, stt, d) };
-    let inc = incoming(rn, rt, s);
-    if replace && out.is_none() && d != MPI_PROC_NULL {
-        // SAFETY: the application's buffer.
-        match unsafe { copy_packed(sb, sn, stt, c) } {
-            Ok(v) => out = Some(v),
-            Err(rc) => return Some(Err(rc)),
-        }
-    }
-    let post = |o: Option<(*const c_void, MPI_Count)>,
-                i: Option<(*mut c_void, MPI_Count)>,
-                reqs: &mut [MPI_Request; 2]| {
-        let (sb, sn, stt) = o.map_or((sb, sn, stt), |(p, n)| (p, n, MPI_PACKED()));
-        let (rb, rn, rt) = i.map_or((rb, rn, rt), |(p, n)| (p, n, MPI_PACKED()));
-        // SAFETY: the application's or our packed buffers, alive until completion.
-        let rc = unsafe { pmpi::PMPI_Irecv_c(rb, rn, rt, s, rg, c, &mut reqs[0]) };
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
-        // SAFETY: as above.
-        let rc = unsafe { pmpi::PMPI_Isend_c(sb, sn, stt, d, sg, c, &mut reqs[1]) };
-        if rc != MPI_SUCCESS {
-            // an invalid send side (a wrong tag, rank, ...): the call fails as a whole,
-            // and its receive must not stay posted to take a later message
-            // SAFETY: the receive just posted.
-            unsafe {
-                pmpi::PMPI_Cancel(&mut reqs[0]);
-                pmpi::PMPI_Request_free(&mut reqs[0]);
-            }
-        }
-        rc
     };
-    // SAFETY: the receive buffer stays valid until the request completes (MPI rule).
-    Some(unsafe { PackedReq::sendrecv(out, inc, rb, post) })
 }
+
+macro_rules! recv_hook {
+    ($name:ident, $n:ty, $post:path, $persistent:expr) => {
+        pub unsafe fn $name(
+            b: *mut c_void,
+            n: $n,
+            t: MPI_Datatype,
+            s: c_int,
+            g: c_int,
+            c: MPI_Comm,
+            r: *mut MPI_Request,
+            native: &dyn Fn() -> c_int,
+        ) -> c_int {
+            if r.is_null() {
+                // the system MPI reports the missing request before anything is posted
+                return native();
+            }
+            // SAFETY: the application's source, tag and communicator; our bytes.
+            let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), s, g, c, req) };
+            // SAFETY: the application's receive buffer for n elements of t.
+            let made = unsafe { PackedReq::new(b, n as i64, t, s, true, $persistent, post) };
+            hand_out(made, c, Fid::$name, r, native)
+        }
+    };
+}
+
+send_hook!(MPI_Isend, c_int, pmpi::PMPI_Isend_c, false);
+send_hook!(MPI_Isend_c, MPI_Count, pmpi::PMPI_Isend_c, false);
+send_hook!(MPI_Issend, c_int, pmpi::PMPI_Issend_c, false);
+send_hook!(MPI_Issend_c, MPI_Count, pmpi::PMPI_Issend_c, false);
+send_hook!(MPI_Irsend, c_int, pmpi::PMPI_Irsend_c, false);
+send_hook!(MPI_Irsend_c, MPI_Count, pmpi::PMPI_Irsend_c, false);
+send_hook!(MPI_Send_init, c_int, pmpi::PMPI_Send_init_c, true);
+send_hook!(MPI_Send_init_c, MPI_Count, pmpi::PMPI_Send_init_c, true);
+send_hook!(MPI_Ssend_init, c_int, pmpi::PMPI_Ssend_init_c, true);
+send_hook!(MPI_Ssend_init_c, MPI_Count, pmpi::PMPI_Ssend_init_c, true);
+send_hook!(MPI_Rsend_init, c_int, pmpi::PMPI_Rsend_init_c, true);
+send_hook!(MPI_Rsend_init_c, MPI_Count, pmpi::PMPI_Rsend_init_c, true);
+recv_hook!(MPI_Irecv, c_int, pmpi::PMPI_Irecv_c, false);
+recv_hook!(MPI_Irecv_c, MPI_Count, pmpi::PMPI_Irecv_c, false);
+recv_hook!(MPI_Recv_init, c_int, pmpi::PMPI_Recv_init_c, true);
+recv_hook!(MPI_Recv_init_c, MPI_Count, pmpi::PMPI_Recv_init_c, true);
+// Buffered sends: the packed bytes are no larger than MPI_Pack_size of the
+// application's (count, datatype), so they fit the space the application attached.
+send_hook!(MPI_Ibsend, c_int, pmpi::PMPI_Ibsend_c, false);
+send_hook!(MPI_Ibsend_c, MPI_Count, pmpi::PMPI_Ibsend_c, false);
+send_hook!(MPI_Bsend_init, c_int, pmpi::PMPI_Bsend_init_c, true);
+send_hook!(MPI_Bsend_init_c, MPI_Count, pmpi::PMPI_Bsend_init_c, true);
+
+/// A matched receive: the probed message is received as `MPI_PACKED` bytes (which
+/// matches any message, MPI-4.0 §5.2.1) and unpacked at completion.
+macro_rules! mrecv_hook {
+    ($name:ident, $n:ty) => {
+        pub unsafe fn $name(
+            b: *mut c_void,
+            n: $n,
+            t: MPI_Datatype,
+            m: *mut MPI_Message,
+            r: *mut MPI_Request,
+            native: &dyn Fn() -> c_int,
+        ) -> c_int {
+            if r.is_null() {
+                // the system MPI reports the missing request before anything is posted
+                return native();
+            }
+            // SAFETY: the application's message handle; our bytes.
+            let post: Post =
+                &|pb, pn, req| unsafe { pmpi::PMPI_Imrecv_c(pb, pn, MPI_PACKED(), m, req) };
+            // SAFETY: the application's receive buffer and message handle.
+            let made =
+                unsafe { PackedReq::new(b, n as i64, t, message_peer(m), true, false, post) };
+            hand_out(made, MPI_COMM_WORLD(), Fid::$name, r, native)
+        }
+    };
+}
+mrecv_hook!(MPI_Imrecv, c_int);
+mrecv_hook!(MPI_Imrecv_c, MPI_Count);
+
+/// `MPI_Isendrecv` and its `_c` form: a shim request holding the receive and the send.
+macro_rules! isendrecv_hook {
+    ($name:ident, $n:ty) => {
+        pub unsafe fn $name(
+            sb: *const c_void,
+            sn: $n,
+            stt: MPI_Datatype,
+            d: c_int,
+            sg: c_int,
+            rb: *mut c_void,
+            rn: $n,
+            rt: MPI_Datatype,
+            s: c_int,
+            rg: c_int,
+            c: MPI_Comm,
+            r: *mut MPI_Request,
+            native: &dyn Fn() -> c_int,
+        ) -> c_int {
+            if r.is_null() {
+                // the system MPI reports the missing request before anything is posted
+                return native();
+            }
+            // SAFETY: the application's arguments.
+            let made = unsafe {
+                isendrecv(
+                    (sb, sn as i64, stt, d, sg),
+                    (rb, rn as i64, rt, s, rg),
+                    c,
+                    false,
+                )
+            };
+            hand_out(made, c, Fid::$name, r, native)
+        }
+    };
+}
+isendrecv_hook!(MPI_Isendrecv, c_int);
+isendrecv_hook!(MPI_Isendrecv_c, MPI_Count);
+
+/// `MPI_Isendrecv_replace` and its `_c` form: the send side is packed (copied) before
+/// the receive may overwrite the buffer.
+macro_rules! isendrecv_replace_hook {
+    ($name:ident, $n:ty) => {
+        pub unsafe fn $name(
+            b: *mut c_void,
+            n: $n,
+            t: MPI_Datatype,
+            d: c_int,
+            sg: c_int,
+            s: c_int,
+            rg: c_int,
+            c: MPI_Comm,
+            r: *mut MPI_Request,
+            native: &dyn Fn() -> c_int,
+        ) -> c_int {
+            if r.is_null() {
+                // the system MPI reports the missing request before anything is posted
+                return native();
+            }
+            let n = n as i64;
+            if crate::core::dtype::null_buffer(b, n, t) {
+                // copying the send side would read it (the system MPI reports it too)
+                let why = "the buffer is NULL";
+                return crate::platform::errors::raise(c, MPI_ERR_BUFFER, stringify!($name), why);
+            }
+            // SAFETY: the application's arguments.
+            let made = unsafe { isendrecv((b, n, t, d, sg), (b, n, t, s, rg), c, true) };
+            hand_out(made, c, Fid::$name, r, native)
+        }
+    };
+}
+isendrecv_replace_hook!(MPI_Isendrecv_replace, c_int);
+isendrecv_replace_hook!(MPI_Isendrecv_replace_c, MPI_Count);

@@ -1,3 +1,5 @@
+//! Layer: hooks. May use: services, core, platform.
+//!
 //! Hooks of the table entries marked `ghost`: window creation and epochs. Each handles a
 //! ghost-served window and forwards everything else unchanged (`native`).
 //!
@@ -7,9 +9,9 @@
 
 use core::ffi::{c_int, c_void};
 
-use super::win;
-use crate::abi::*;
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
+use crate::services::ghost::win;
 
 type Native<'a> = &'a dyn Fn() -> c_int;
 
@@ -43,7 +45,7 @@ pub unsafe fn MPI_Win_allocate_c(
 /// Windows the ghosts cannot serve (their memory is the application's, which a ghost
 /// cannot map; thesis §4.4) are forwarded.
 fn unserved(what: &str) {
-    if super::active() {
+    if crate::platform::proc::ghosts_active() {
         tracing::debug!(target: "shim::ghost", "{what}: forwarded; only MPI_Win_allocate windows get asynchronous progress from ghosts");
     }
 }
@@ -210,7 +212,7 @@ pub unsafe fn MPI_Comm_get_attr(
     flag: *mut c_int,
     native: Native,
 ) -> c_int {
-    let c = super::world_attr_comm(comm, comm_keyval);
+    let c = crate::services::ghost::world_attr_comm(comm, comm_keyval);
     if c != comm {
         // SAFETY: the caller's arguments, on the real world.
         return unsafe { pmpi::PMPI_Comm_get_attr(c, comm_keyval, attribute_val, flag) };
@@ -225,7 +227,7 @@ pub unsafe fn MPI_Attr_get(
     flag: *mut c_int,
     native: Native,
 ) -> c_int {
-    let c = super::world_attr_comm(comm, keyval);
+    let c = crate::services::ghost::world_attr_comm(comm, keyval);
     if c != comm {
         // SAFETY: the caller's arguments, on the real world.
         return unsafe { pmpi::PMPI_Attr_get(c, keyval, attribute_val, flag) };

@@ -1,3 +1,5 @@
+//! Layer: platform. May use: nothing.
+//!
 //! Configuration: every `SHIM_*` environment variable, parsed once at `MPI_Init*` into one
 //! typed [`Config`].
 //!
@@ -9,7 +11,6 @@
 //! `UCX_*` variables; design notes, anchors-interposition-style.md §4.1).
 
 use std::fmt;
-use std::sync::OnceLock;
 
 /// One documented variable.
 pub struct VarSpec {
@@ -150,7 +151,7 @@ pub static VARS: &[VarSpec] = &[
     VarSpec {
         name: "SHIM_TUNING_FILE",
         default: "(built-in)",
-        allowed: "the path of a regular file of at most 4 MiB in the tuning format (as written by `scripts/shim-tune`)",
+        allowed: "the path of a regular file of at most 4 MiB in the tuning format (as written by `scripts/tools/shim-tune`)",
         doc: "Model parameters and measured fastest algorithms that `auto` uses instead of the built-in ones (measured on the reference machine). A FIFO, device or directory, a larger file or a bad line is a configuration error (quoting at most 80 characters of the line). Ignored (with a warning) in setuid and setgid programs.",
     },
     VarSpec {
@@ -210,8 +211,9 @@ pub struct Config {
     /// `SHIM_PROGRESS_MIN_BYTES`.
     pub progress_min_bytes: u64,
     pub progress_cpus: Vec<usize>,
-    /// Forced algorithms and parameters per collective (`SHIM_<COLL>_*`), by `Coll - 1`.
-    pub algorithms: [crate::coll::select::Forced; 22],
+    /// The per-collective variables (`SHIM_<COLL>_ALGORITHM`, `_K`, `_SEGMENT`) as set,
+    /// sorted by name: the collective layer parses them (`services::coll::select::env`).
+    pub coll_vars: Vec<(String, String)>,
     pub tuning_file: Option<String>,
     pub calibrate: bool,
     pub ghosts: u32,
@@ -238,7 +240,7 @@ impl Default for Config {
             progress_interval_us: 100,
             progress_min_bytes: 64 * 1024,
             progress_cpus: Vec::new(),
-            algorithms: Default::default(),
+            coll_vars: Vec::new(),
             tuning_file: None,
             calibrate: false,
             ghosts: 0,
@@ -417,8 +419,10 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
         }
         if secure && FILE_VARS.contains(&k.as_str()) {
             ignored.push(k);
-        } else if VARS.iter().any(|s| s.name == k) || coll_var(&k).is_some() {
+        } else if VARS.iter().any(|s| s.name == k) {
             seen.push((k, v));
+        } else if is_coll_var(&k) {
+            l.config.coll_vars.push((k, v));
         } else {
             l.warnings.push(format!(
                 "unknown variable {k} is ignored (did you mean {}?)",
@@ -456,7 +460,7 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
     }
     if let Some(v) = get("SHIM_FAULT_INJECT") {
         match v.trim().strip_prefix("panic:") {
-            Some(f) if crate::api::NAMES.contains(&f.trim()) => {
+            Some(f) if crate::platform::api::NAMES.contains(&f.trim()) => {
                 c.fault_panic = Some(f.trim().to_string())
             }
             _ => l.errors.push(error("SHIM_FAULT_INJECT", &v)),
@@ -504,13 +508,7 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
             _ => l.errors.push(error("SHIM_PROGRESS_CPU", &v)),
         }
     }
-    for (k, v) in &seen {
-        if let Some((spec, what)) = coll_var(k) {
-            if let Err(e) = parse_coll_var(&mut l.config, spec, what, k, v) {
-                l.errors.push(e);
-            }
-        }
-    }
+    l.config.coll_vars.sort();
     if let Some(v) = get("SHIM_TUNING_FILE") {
         if v.trim().is_empty() {
             l.errors.push(error("SHIM_TUNING_FILE", &v));
@@ -583,74 +581,13 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
     l
 }
 
-/// Which per-collective variable a name is: `SHIM_<COLL>_ALGORITHM`, `_K` or `_SEGMENT`
-/// for a collective that has that parameter.
-fn coll_var(name: &str) -> Option<(&'static crate::coll::select::CollSpec, &'static str)> {
-    let rest = name.strip_prefix("SHIM_")?;
-    for what in ["ALGORITHM", "K", "SEGMENT"] {
-        if let Some(coll) = rest.strip_suffix(what).and_then(|r| r.strip_suffix('_')) {
-            let spec = crate::coll::select::COLLS.iter().find(|c| c.env == coll)?;
-            let ok = match what {
-                "K" => spec.k.is_some(),
-                "SEGMENT" => spec.segment.is_some(),
-                _ => true,
-            };
-            return ok.then_some((spec, what));
-        }
-    }
-    None
-}
-
-fn parse_coll_var(
-    c: &mut Config,
-    spec: &crate::coll::select::CollSpec,
-    what: &str,
-    name: &str,
-    v: &str,
-) -> Result<(), ConfigError> {
-    use crate::coll::select::Algo;
-    let slot = &mut c.algorithms[spec.coll as usize - 1];
-    let bad = |allowed: String| ConfigError {
-        var: name.into(),
-        value: v.into(),
-        allowed,
-    };
-    match what {
-        "ALGORITHM" => {
-            let names: Vec<&str> = std::iter::once("auto")
-                .chain(spec.algos.iter().map(|a| a.name()))
-                .collect();
-            match Algo::from_name(v) {
-                Some(a) if a == Algo::Auto || spec.algos.contains(&a) => slot.algo = a,
-                _ => return Err(bad(names.join(", "))),
-            }
-        }
-        _ => {
-            let p = if what == "K" { spec.k } else { spec.segment }.expect("checked by coll_var");
-            let parsed = if what == "K" {
-                v.trim().parse::<i64>().ok()
-            } else {
-                parse_size(v).and_then(|x| i64::try_from(x).ok())
-            };
-            match parsed {
-                Some(x) if (p.min..=p.max).contains(&x) => {
-                    if what == "K" {
-                        slot.k = Some(x)
-                    } else {
-                        slot.seg = Some(x)
-                    }
-                }
-                _ => return Err(bad(format!("{} to {} ({})", p.min, p.max, p.doc))),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A hash of everything that steers algorithm selection, which must be equal on every
-/// rank (else ranks could pick different algorithms and deadlock).
-pub fn selection_fingerprint(c: &Config) -> u64 {
-    fnv1a(format!("{:?}|{:?}|{}", c.algorithms, c.tuning_file, c.calibrate).as_bytes())
+/// Has the shape of a per-collective variable, `SHIM_<COLL>_ALGORITHM`, `_K` or
+/// `_SEGMENT`: the collective layer knows which collectives and parameters exist.
+pub fn is_coll_var(name: &str) -> bool {
+    let rest = name.strip_prefix("SHIM_").unwrap_or("");
+    ["_ALGORITHM", "_K", "_SEGMENT"]
+        .iter()
+        .any(|w| rest.len() > w.len() && rest.ends_with(w))
 }
 
 /// Fingerprint of the settings that lay the job out (which ranks take part at all, and
@@ -671,32 +608,6 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The README table of algorithms per collective, generated from the registry.
-pub fn algorithms_table() -> String {
-    let mut s = String::from(
-        "| Collective | `SHIM_<COLL>_ALGORITHM` values | `_K` | `_SEGMENT` |\n|---|---|---|---|\n",
-    );
-    for c in crate::coll::select::COLLS.iter() {
-        let algos: Vec<String> = c.algos.iter().map(|a| format!("`{}`", a.name())).collect();
-        let param = |p: Option<crate::coll::select::Param>| match p {
-            Some(p) if p.default > 0 => {
-                format!("{} (default {}, {}..{})", p.doc, p.default, p.min, p.max)
-            }
-            Some(p) => format!("{} ({}..{})", p.doc, p.min, p.max),
-            None => "-".into(),
-        };
-        s.push_str(&format!(
-            "| `{}` ({}) | `auto`, {} | {} | {} |\n",
-            c.env,
-            c.mpi,
-            algos.join(", "),
-            param(c.k),
-            param(c.segment)
-        ));
-    }
-    s
-}
-
 /// Reads the process environment.
 pub fn load() -> Loaded {
     load_from_secure(
@@ -704,18 +615,6 @@ pub fn load() -> Loaded {
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
         at_secure(),
     )
-}
-
-static CONFIG: OnceLock<Config> = OnceLock::new();
-
-/// Installs the configuration read at init (first call wins).
-pub fn install(c: Config) {
-    let _ = CONFIG.set(c);
-}
-
-/// The configuration in force (defaults before init).
-pub fn get() -> &'static Config {
-    CONFIG.get_or_init(Config::default)
 }
 
 /// The README table of variables, generated from [`VARS`].
@@ -732,7 +631,7 @@ pub fn markdown_table() -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn load(pairs: &[(&str, &str)]) -> Loaded {
@@ -919,17 +818,8 @@ mod tests {
         assert_eq!(parse_bool("2"), None);
     }
 
-    #[test]
-    fn readme_documents_every_algorithm() {
-        readme_section(
-            "<!-- BEGIN SHIM_ALGORITHMS (generated from src/coll/select/mod.rs by `UPDATE_README=1 cargo test readme`) -->\n",
-            "<!-- END SHIM_ALGORITHMS -->",
-            &algorithms_table(),
-        );
-    }
-
     /// Checks (or with UPDATE_README, rewrites) the README text between two markers.
-    fn readme_section(begin: &str, end: &str, want: &str) {
+    pub(crate) fn readme_section(begin: &str, end: &str, want: &str) {
         static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
@@ -949,43 +839,9 @@ mod tests {
     }
 
     #[test]
-    fn per_collective_variables() {
-        let l = load(&[
-            ("SHIM_ALLREDUCE_ALGORITHM", "Ring"),
-            ("SHIM_BCAST_K", "8"),
-            ("SHIM_BCAST_SEGMENT", "16K"),
-            ("SHIM_GATHERV_ALGORITHM", "native"),
-        ]);
-        assert!(
-            l.errors.is_empty() && l.warnings.is_empty(),
-            "{:?} {:?}",
-            l.errors,
-            l.warnings
-        );
-        use crate::coll::{Coll, select::Algo};
-        let a = &l.config.algorithms;
-        assert_eq!(a[Coll::Allreduce as usize - 1].algo, Algo::Ring);
-        assert_eq!(a[Coll::Bcast as usize - 1].k, Some(8));
-        assert_eq!(a[Coll::Bcast as usize - 1].seg, Some(16384));
-        assert_eq!(a[Coll::Gatherv as usize - 1].algo, Algo::Native);
-        let bad = load(&[
-            ("SHIM_ALLREDUCE_ALGORITHM", "bruck"),
-            ("SHIM_BCAST_K", "1"),
-            ("SHIM_ALLTOALLV_ALGORITHM", "bruck"),
-        ]);
-        assert_eq!(bad.errors.len(), 3, "{:?}", bad.errors);
-        let msg = bad.errors[0].to_string() + &bad.errors[2].to_string();
-        assert!(msg.contains("auto, native, recursive-doubling"), "{msg}");
-        assert!(msg.contains("SHIM_ALLTOALLV_ALGORITHM=\"bruck\""), "{msg}");
-        // a parameter the collective does not have is an unknown name
-        let w = load(&[("SHIM_ALLTOALL_K", "2")]);
-        assert_eq!(w.warnings.len(), 1);
-    }
-
-    #[test]
     fn readme_documents_every_variable() {
         readme_section(
-            "<!-- BEGIN SHIM_VARS (generated from src/config.rs by `UPDATE_README=1 cargo test readme`) -->\n",
+            "<!-- BEGIN SHIM_VARS (generated from src/platform/config.rs by `UPDATE_README=1 cargo test readme`) -->\n",
             "<!-- END SHIM_VARS -->",
             &markdown_table(),
         );

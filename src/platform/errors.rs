@@ -1,3 +1,5 @@
+//! Layer: platform. May use: nothing.
+//!
 //! Reporting errors the way the application asked for: through the handler of the object
 //! it passed (MPI-4.0 §9.3), with the MPI error classes of the system MPI's ABI.
 //!
@@ -22,8 +24,8 @@ use core::cell::Cell;
 use core::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use crate::abi::*;
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 /// The world's handler is virtual (set at init, unless the shim is disabled).
 static VIRTUAL: AtomicBool = AtomicBool::new(false);
@@ -74,7 +76,7 @@ unsafe extern "C" fn user_world_handler(_comm: *mut MPI_Comm, code: *mut c_int) 
 }
 
 /// Is `c` the application's `MPI_COMM_WORLD` (the real one, or the user world it maps to)?
-fn is_world(c: MPI_Comm) -> bool {
+pub(crate) fn is_world(c: MPI_Comm) -> bool {
     c == MPI_COMM_WORLD() || {
         let uw = USER_WORLD.load(Ordering::Acquire);
         uw != 0 && c as i64 == uw
@@ -89,7 +91,7 @@ fn quiet() -> MPI_Errhandler {
     }
 }
 
-fn keeper() -> MPI_Comm {
+pub(crate) fn keeper() -> MPI_Comm {
     KEEPER.load(Ordering::Acquire) as MPI_Comm
 }
 
@@ -173,7 +175,7 @@ pub fn finalize_world() {
     }
 }
 
-fn refresh_world_returns() {
+pub(crate) fn refresh_world_returns() {
     let mut h: MPI_Errhandler = MPI_ERRHANDLER_NULL();
     // SAFETY: the keeper is valid while virtualized; valid out-pointer.
     let returns = unsafe {
@@ -187,7 +189,7 @@ fn refresh_world_returns() {
 }
 
 /// The communicator whose handler serves `comm`: the keeper for `MPI_COMM_WORLD`.
-fn holder(comm: MPI_Comm) -> MPI_Comm {
+pub(crate) fn holder(comm: MPI_Comm) -> MPI_Comm {
     if virtualized() && is_world(comm) {
         keeper()
     } else {
@@ -197,7 +199,7 @@ fn holder(comm: MPI_Comm) -> MPI_Comm {
 
 /// Invokes the application's world handler with `code` on `MPI_COMM_WORLD` (a handler
 /// function gets the world's handle, as without the shim). Returns `code`.
-fn raise_on_world(code: c_int, why: &str) -> c_int {
+pub(crate) fn raise_on_world(code: c_int, why: &str) -> c_int {
     if !virtualized() {
         // SAFETY: the predefined communicator.
         unsafe { pmpi::PMPI_Comm_call_errhandler(MPI_COMM_WORLD(), code) };
@@ -214,7 +216,10 @@ fn raise_on_world(code: c_int, why: &str) -> c_int {
             return code;
         }
         if !why.is_empty() && (h == MPI_ERRORS_ARE_FATAL() || h == MPI_ERRORS_ABORT()) {
-            crate::log::raw_stderr(&format!("{} {why}\n", crate::log::prefix()));
+            crate::platform::log::raw_stderr(&format!(
+                "{} {why}\n",
+                crate::platform::log::prefix()
+            ));
         }
         pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), h);
         pmpi::PMPI_Comm_call_errhandler(MPI_COMM_WORLD(), code);
@@ -276,7 +281,7 @@ fn print_if_fatal(got: c_int, mut eh: MPI_Errhandler, why: &str) {
         return;
     }
     if eh == MPI_ERRORS_ARE_FATAL() || eh == MPI_ERRORS_ABORT() {
-        crate::log::raw_stderr(&format!("{} {why}\n", crate::log::prefix()));
+        crate::platform::log::raw_stderr(&format!("{} {why}\n", crate::platform::log::prefix()));
     }
     // SAFETY: the reference returned by *_get_errhandler.
     unsafe { pmpi::PMPI_Errhandler_free(&mut eh) };
@@ -389,65 +394,5 @@ pub fn inherit(parent: MPI_Comm, newcomm: *mut MPI_Comm, rc: c_int) {
             pmpi::PMPI_Errhandler_free(&mut app);
         }
         pmpi::PMPI_Errhandler_free(&mut now);
-    }
-}
-
-/// Hooks (see `src/abi/mpi_functions.txt`): the world's handler is the keeper's.
-#[allow(non_snake_case, clippy::missing_safety_doc)]
-pub mod hooks {
-    use super::*;
-
-    pub unsafe fn MPI_Comm_set_errhandler(
-        comm: MPI_Comm,
-        errhandler: MPI_Errhandler,
-        _native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        let h = holder(comm);
-        // SAFETY: the application's arguments, on the communicator that holds the handler.
-        let rc = unsafe { pmpi::PMPI_Comm_set_errhandler(h, errhandler) };
-        if virtualized() && h == keeper() {
-            refresh_world_returns();
-        }
-        rc
-    }
-
-    pub unsafe fn MPI_Errhandler_set(
-        comm: MPI_Comm,
-        errhandler: MPI_Errhandler,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: as above (the MPI-1 name of the same call).
-        unsafe { MPI_Comm_set_errhandler(comm, errhandler, native) }
-    }
-
-    pub unsafe fn MPI_Comm_get_errhandler(
-        comm: MPI_Comm,
-        errhandler: *mut MPI_Errhandler,
-        _native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: the application's arguments.
-        unsafe { pmpi::PMPI_Comm_get_errhandler(holder(comm), errhandler) }
-    }
-
-    pub unsafe fn MPI_Errhandler_get(
-        comm: MPI_Comm,
-        errhandler: *mut MPI_Errhandler,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        // SAFETY: as above.
-        unsafe { MPI_Comm_get_errhandler(comm, errhandler, native) }
-    }
-
-    pub unsafe fn MPI_Comm_call_errhandler(
-        comm: MPI_Comm,
-        errorcode: c_int,
-        native: &dyn Fn() -> c_int,
-    ) -> c_int {
-        if virtualized() && is_world(comm) {
-            raise_on_world(errorcode, "");
-            // the handler returned (MPI-4.0 §9.3.6)
-            return MPI_SUCCESS;
-        }
-        native()
     }
 }

@@ -1,3 +1,5 @@
+//! Layer: platform. May use: nothing.
+//!
 //! What every exported entry point does around its hook.
 //!
 //! Fast path first (design notes, "Decisions already made"): when the shim is inactive
@@ -13,7 +15,7 @@ use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::api::Fid;
+use crate::platform::api::Fid;
 
 thread_local! {
     static IN_SHIM: Cell<bool> = const { Cell::new(false) };
@@ -26,7 +28,7 @@ static FAULT: AtomicU32 = AtomicU32::new(0);
 
 /// Arms `SHIM_FAULT_INJECT=panic:<name>`.
 pub fn arm_fault(name: &str) {
-    if let Some(i) = crate::api::NAMES.iter().position(|n| *n == name) {
+    if let Some(i) = crate::platform::api::NAMES.iter().position(|n| *n == name) {
         FAULT.store(i as u32 + 1, Ordering::Relaxed);
     }
 }
@@ -57,53 +59,23 @@ pub fn inside() -> bool {
     IN_SHIM.get()
 }
 
-/// Runs a hook for function `fid` with the re-entry flag, counters and panic guard.
-#[inline]
-pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
-    let outer = IN_SHIM.replace(true);
-    crate::stats::count(fid);
-    let t0 = crate::stats::start();
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        if FAULT.load(Ordering::Relaxed) == fid as u32 + 1 {
-            panic!("fault injected by SHIM_FAULT_INJECT");
-        }
-        // Every intercepted call advances the outstanding schedules (progress rule) and
-        // the freed packed requests; with the progress thread, the schedules only when some
-        // of them are not the thread's (`SHIM_PROGRESS_MIN_BYTES`: left to the
-        // application's calls, which must then advance them as without the thread).
-        if crate::progress::thread::running() && !crate::progress::app_work() {
-            crate::request::poll_detached();
-        } else {
-            crate::progress::progress_all();
-        }
-        hook()
-    }));
-    IN_SHIM.set(outer);
-    match r {
-        Ok(v) => {
-            crate::stats::stop(fid, t0);
-            v
-        }
-        Err(payload) => panic_abort(crate::api::NAMES[fid as usize], payload),
-    }
+/// Marks the calling thread as inside the shim; returns the previous mark for [`leave`].
+#[inline(always)]
+pub fn enter() -> bool {
+    IN_SHIM.replace(true)
 }
 
-/// Like [`run`] for `MPI_Init*`/`MPI_Finalize`, whose hooks run while the shim is not (or
-/// no longer) active: the call is counted only if the shim is active before or after it,
-/// so `SHIM_DISABLE=1` leaves every counter at zero.
-pub fn run_init<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
-    let was_active = is_active();
-    let outer = IN_SHIM.replace(true);
-    let r = catch_unwind(AssertUnwindSafe(hook));
+/// Restores the mark [`enter`] returned.
+#[inline(always)]
+pub fn leave(outer: bool) {
     IN_SHIM.set(outer);
-    match r {
-        Ok(v) => {
-            if was_active || is_active() {
-                crate::stats::count(fid);
-            }
-            v
-        }
-        Err(payload) => panic_abort(crate::api::NAMES[fid as usize], payload),
+}
+
+/// Panics when `SHIM_FAULT_INJECT` armed this function (the test of the panic guard).
+#[inline(always)]
+pub fn check_fault(fid: Fid) {
+    if FAULT.load(Ordering::Relaxed) == fid as u32 + 1 {
+        panic!("fault injected by SHIM_FAULT_INJECT");
     }
 }
 
@@ -121,13 +93,16 @@ pub fn install_panic_hook(verbose: bool) {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        crate::log::raw_stderr(&format!(
+        crate::platform::log::raw_stderr(&format!(
             "{} panic{loc}: {}\n",
-            crate::log::prefix(),
+            crate::platform::log::prefix(),
             payload_text(info.payload())
         ));
         if verbose {
-            crate::log::raw_stderr(&format!("{}\n", std::backtrace::Backtrace::force_capture()));
+            crate::platform::log::raw_stderr(&format!(
+                "{}\n",
+                std::backtrace::Backtrace::force_capture()
+            ));
         }
     }));
 }
@@ -150,14 +125,14 @@ pub fn guard<R>(what: &str, f: impl FnOnce() -> R) -> R {
 
 #[cold]
 #[inline(never)]
-fn panic_abort(what: &str, payload: Box<dyn Any + Send>) -> ! {
+pub fn panic_abort(what: &str, payload: Box<dyn Any + Send>) -> ! {
     let msg = payload_text(payload.as_ref());
-    if crate::log::to_file() {
+    if crate::platform::log::to_file() {
         tracing::error!("internal error (panic) in {what}: {msg}; aborting the job");
     }
-    crate::log::raw_stderr(&format!(
+    crate::platform::log::raw_stderr(&format!(
         "{} internal error (panic) in {what}: {msg}; aborting the job with PMPI_Abort\n",
-        crate::log::prefix()
+        crate::platform::log::prefix()
     ));
-    crate::init::abort_job(70);
+    crate::platform::proc::abort_job(70);
 }

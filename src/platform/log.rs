@@ -1,3 +1,5 @@
+//! Layer: platform. May use: nothing.
+//!
 //! Logging through `tracing`, filtered by `SHIM_LOG`, every line prefixed with the rank.
 //!
 //! The subscriber is installed at `MPI_Init*` (never in a library constructor: the shim

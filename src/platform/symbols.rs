@@ -1,3 +1,5 @@
+//! Layer: platform. May use: nothing.
+//!
 //! Run-time resolution of the system MPI's `PMPI_*` symbols.
 //!
 //! `libshim.so` does not link against `libmpi` (no `DT_NEEDED` entry), so one build serves
@@ -17,7 +19,7 @@ use std::ffi::CString;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::api::N_FUNCS;
+use crate::platform::api::N_FUNCS;
 
 static SLOTS: [AtomicPtr<c_void>; N_FUNCS] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; N_FUNCS];
@@ -55,7 +57,7 @@ pub fn lookup_data(name: &CStr) -> *mut c_void {
 }
 
 /// Library names tried when no loaded object provides the MPI (see the module docs).
-pub use crate::abi::MPI_LIBRARY_CANDIDATES;
+pub use crate::platform::abi::MPI_LIBRARY_CANDIDATES;
 
 /// Handle of the MPI library the shim loaded itself, if it had to.
 fn mpi_library() -> Option<usize> {
@@ -63,7 +65,7 @@ fn mpi_library() -> Option<usize> {
     *HANDLE.get_or_init(|| {
         let names = library_names(
             std::env::var("SHIM_MPI_LIBRARY").ok(),
-            crate::config::at_secure(),
+            crate::platform::config::at_secure(),
         );
         for n in names {
             let Ok(c) = CString::new(n) else { continue };
@@ -157,9 +159,9 @@ fn missing_symbol(name: &CStr) -> ! {
         "libshim: no MPI library provides {} (none is loaded, and none of SHIM_MPI_LIBRARY or {} could be opened); libshim supports {}\n",
         name.to_string_lossy(),
         MPI_LIBRARY_CANDIDATES.join(", "),
-        crate::abi::SUPPORTED_DESCRIPTION
+        crate::platform::abi::SUPPORTED_DESCRIPTION
     );
-    crate::log::raw_stderr(&msg);
+    crate::platform::log::raw_stderr(&msg);
     std::process::abort();
 }
 

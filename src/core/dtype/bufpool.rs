@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! Reused buffers for the packed bytes of messages.
 //!
 //! A packed message needs a buffer as large as its data. Allocated afresh per message, a

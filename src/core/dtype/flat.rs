@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! Flattened datatypes: any MPI datatype (classic or large-count constructors) decoded once through
 //! `MPI_Type_get_envelope`/`MPI_Type_get_contents` (MPI-4.0 §5.1.13) into a small tree of
 //! byte runs and loops, so a vector of a billion blocks is one loop node, not a billion runs.
@@ -17,8 +19,8 @@ use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::abi::*;
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 /// One element's layout (see the module comment).
 #[derive(Clone, Debug, PartialEq)]
@@ -313,7 +315,7 @@ pub fn get(dt: MPI_Datatype) -> Result<Arc<Flat>, Opaque> {
         let (_, ext) = extent(dt)?;
         return Ok(Arc::new(Flat::new(node, ext)));
     }
-    if crate::retain::is_freed_type(dt) {
+    if crate::core::retain::is_freed_type(dt) {
         // decoding a freed handle would crash in the system MPI
         return Err(Opaque::Invalid(MPI_ERR_TYPE));
     }
@@ -723,7 +725,7 @@ unsafe extern "C" fn delete_flat(
     value: *mut c_void,
     _extra: *mut c_void,
 ) -> c_int {
-    crate::entry::guard("datatype attribute delete callback", || {
+    crate::platform::guard::guard("datatype attribute delete callback", || {
         if !value.is_null() {
             // SAFETY: the attribute holds one strong count of an Arc<Flat>.
             drop(unsafe { Arc::from_raw(value as *const Flat) });
@@ -744,7 +746,7 @@ fn keyval() -> c_int {
     // our delete callback; valid out-pointer.
     unsafe {
         pmpi::PMPI_Type_create_keyval(
-            crate::abi::null_copy_attr as *mut c_void,
+            crate::platform::abi::null_copy_attr as *mut c_void,
             del as *mut c_void,
             &mut kv,
             core::ptr::null_mut(),

@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! Pack and unpack over flattened layouts, on one or several threads.
 //!
 //! The packed stream of `count` elements is the type map's bytes in order (MPICH's
@@ -113,7 +115,7 @@ unsafe fn run_job(
     if total <= 0 {
         return;
     }
-    let t0 = crate::stats::enabled().then(Instant::now);
+    let t0 = crate::platform::counters::enabled().then(Instant::now);
     let b = Bufs { user, packed };
     if swap <= 1 && f.contiguous.is_some() {
         // one run from the lower bound, elements back to back: a single copy

@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! The packing worker pool (MT-MPI, design note seed-si-casper-mtmpi-thesis.md §3.4 and
 //! §7): persistent threads that sleep on a condition variable when idle, woken for one
 //! job at a time. A job on `t` threads wakes up to `t - 1` workers; the caller and the
@@ -44,7 +46,7 @@ fn claim(job: &Job) {
     }
 }
 
-struct State {
+pub(crate) struct State {
     job: Option<Job>,
     epoch: u64,
 }
@@ -121,7 +123,7 @@ fn worker(id: usize) {
         seen = job.epoch;
         // workers 1..=helpers join, if the job is still open; the others sleep again
         if id <= job.helpers && enter(&p.gate, job.epoch) {
-            crate::entry::guard("packing worker", || claim(&job));
+            crate::platform::guard::guard("packing worker", || claim(&job));
             p.gate.fetch_sub(2, Ordering::AcqRel);
         }
     }
@@ -215,6 +217,20 @@ pub fn set_max_threads(n: usize) {
     OVERRIDE.store(n, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// `SHIM_PACK_THREADS` (None: the processors left per rank of this node) and
+/// `SHIM_PACK_MIN_BYTES`, handed over at init.
+static SETTINGS: OnceLock<(Option<u32>, u64)> = OnceLock::new();
+
+/// Installs the packing settings read at init (first call wins).
+pub fn configure(threads: Option<u32>, min_bytes: u64) {
+    let _ = SETTINGS.set((threads, min_bytes));
+}
+
+/// `SHIM_PACK_MIN_BYTES`: the size from which packing is split over threads.
+pub fn min_bytes() -> i64 {
+    SETTINGS.get().map_or(256 * 1024, |s| s.1) as i64
+}
+
 /// `SHIM_PACK_THREADS`, or the processors left per rank of this node.
 pub fn max_threads() -> usize {
     let o = OVERRIDE.load(std::sync::atomic::Ordering::Relaxed);
@@ -222,11 +238,11 @@ pub fn max_threads() -> usize {
         return o;
     }
     static T: OnceLock<usize> = OnceLock::new();
-    *T.get_or_init(|| match crate::config::get().pack_threads {
+    *T.get_or_init(|| match SETTINGS.get().and_then(|s| s.0) {
         Some(n) => n as usize,
         None => {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let local = crate::init::local().size.max(1) as usize;
+            let local = crate::platform::proc::local().size.max(1) as usize;
             (cpus / local).max(1)
         }
     })
@@ -235,11 +251,11 @@ pub fn max_threads() -> usize {
 /// Threads for a job of `bytes` packed bytes.
 pub fn threads_for(bytes: i64) -> usize {
     let t = max_threads();
-    if t <= 1 || bytes < crate::config::get().pack_min_bytes as i64 || in_omp_parallel() {
+    if t <= 1 || bytes < min_bytes() || in_omp_parallel() {
         return 1;
     }
     // at least half the threshold per thread, so tiny jobs do not wake every worker
-    let per = (crate::config::get().pack_min_bytes as i64 / 2).max(1);
+    let per = (min_bytes() / 2).max(1);
     (bytes / per).clamp(1, t as i64) as usize
 }
 

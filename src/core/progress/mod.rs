@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! Progress of outstanding schedules (`SHIM_PROGRESS`).
 //!
 //! `none`: schedules advance inside MPI calls: every intercepted call first advances all
@@ -14,7 +16,6 @@
 //! (`try_lock`): never by two threads at once, and a thread never waits for another's
 //! advance.
 
-pub mod blocking;
 pub mod thread;
 
 use core::ffi::c_int;
@@ -22,8 +23,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::abi::MPI_SUCCESS;
-use crate::sched::run::Run;
+use crate::core::dtype::p2p::PackedReq;
+use crate::core::sched::run::Run;
+use crate::platform::abi::MPI_SUCCESS;
 
 /// A run shared between its request and the progress machinery.
 pub struct RunCell {
@@ -142,11 +144,52 @@ pub fn submit(cell: &Arc<RunCell>) {
     }
 }
 
+/// Packed requests the application freed while active (MPI-4.0 §3.7.3 allows it): they
+/// still have to complete, a receive still has to be unpacked. Polled with the schedules
+/// and drained at finalize.
+static DETACHED: Mutex<Vec<Arc<PackedReq>>> = Mutex::new(Vec::new());
+static N_DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+pub fn detach(p: Arc<PackedReq>) {
+    let mut d = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
+    d.push(p);
+    N_DETACHED.store(d.len(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Advances the freed packed requests; true when none is left.
+#[inline]
+pub fn poll_detached() -> bool {
+    // the common case inline: every intercepted call comes here
+    N_DETACHED.load(std::sync::atomic::Ordering::Relaxed) == 0 || poll_detached_slow()
+}
+
+#[inline(never)]
+fn poll_detached_slow() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Ok(mut d) = DETACHED.try_lock() else {
+        return false;
+    };
+    d.retain(|p| {
+        let done = p.poke();
+        if done && p.is_persistent() {
+            p.release();
+        }
+        !done
+    });
+    N_DETACHED.store(d.len(), Relaxed);
+    d.is_empty()
+}
+
+/// Completes every freed packed request (called in `MPI_Finalize`).
+pub fn drain_detached() {
+    wait_until(poll_detached);
+}
+
 /// Advances every outstanding run once and forgets the finished ones; also completes
 /// the packed point-to-point requests the application freed while active.
 #[inline]
 pub fn progress_all() {
-    crate::request::poll_detached();
+    poll_detached();
     progress_all_counting();
 }
 

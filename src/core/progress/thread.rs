@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! The progress thread (`SHIM_PROGRESS=thread`): one per process, advancing every
 //! outstanding schedule, and with it the system MPI's point-to-point requests under them,
 //! while the application computes.
@@ -64,7 +66,9 @@ pub fn start(interval_us: u64, cpu: Option<usize>) {
     let h = std::thread::Builder::new()
         .name("shim-progress".into())
         .spawn(move || {
-            crate::entry::guard("the progress thread", || main_loop(interval_us.max(1), cpu))
+            crate::platform::guard::guard("the progress thread", || {
+                main_loop(interval_us.max(1), cpu)
+            })
         });
     match h {
         Ok(h) => {
@@ -121,7 +125,7 @@ fn thread_cpu_ns() -> u64 {
 }
 
 fn main_loop(interval_us: u64, cpu: Option<usize>) {
-    crate::entry::enter_forever();
+    crate::platform::guard::enter_forever();
     // SAFETY: prctl on the calling thread; 1000 ns timer slack for precise short sleeps.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64) };
     if let Some(c) = cpu {

@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! A small per-communicator LRU cache of built schedules.
 //!
 //! The key is everything a schedule depends on besides the buffers: the collective, its
@@ -9,7 +11,7 @@
 use std::sync::Arc;
 
 use super::Schedule;
-use crate::abi::{MPI_Datatype, MPI_Op};
+use crate::platform::abi::{MPI_Datatype, MPI_Op};
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Key {
@@ -70,7 +72,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::Builder;
+    use crate::core::sched::Builder;
 
     fn key(n: i64) -> Key {
         Key {

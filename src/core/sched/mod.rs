@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! Collective schedules (LibNBC-style, Hoefler digest §2-4), as a dependency DAG.
 //!
 //! A schedule is a list of actions (send, receive, typed copy, local reduction, no-op),
@@ -32,22 +34,14 @@ pub mod sim;
 use core::ffi::c_int;
 use std::sync::OnceLock;
 
-use crate::abi::{MPI_Datatype, MPI_Op};
+pub use crate::core::dtype::Part;
+use crate::platform::abi::{MPI_Datatype, MPI_Op};
 
-pub use crate::abi::{composite_handle, composite_index};
+pub use crate::platform::abi::{composite_handle, composite_index};
 
-/// Whether `dt` is a schedule-local composite handle (`crate::abi::composite_handle`).
+/// Whether `dt` is a schedule-local composite handle (`crate::platform::abi::composite_handle`).
 pub fn is_composite(dt: MPI_Datatype) -> bool {
     composite_index(dt).is_some()
-}
-
-/// One block of a composite message: `count` elements of `dt` at byte offset `off` from
-/// the message's base.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Part {
-    pub off: isize,
-    pub count: i64,
-    pub dt: MPI_Datatype,
 }
 
 /// Which buffer an address is relative to.
@@ -167,14 +161,14 @@ pub struct Schedule {
     for_thread: OnceLock<bool>,
     /// References on the application's derived datatypes and user operations that the
     /// actions use: the application may free them while a run is pending
-    /// (`crate::retain`).
-    _retained: Vec<crate::retain::Retained>,
+    /// (`crate::core::retain`).
+    _retained: Vec<crate::core::retain::Retained>,
 }
 
 impl Drop for Schedule {
     fn drop(&mut self) {
         if let Some(Ok(types)) = self.types.get() {
-            crate::dtype::free_types(types);
+            crate::core::dtype::free_types(types);
         }
     }
 }
@@ -187,7 +181,7 @@ impl Schedule {
         }
         let types = self
             .types
-            .get_or_init(|| crate::dtype::struct_types(&self.composites));
+            .get_or_init(|| crate::core::dtype::struct_types(&self.composites));
         match types {
             Ok(t) => Ok(t[composite_index(dt).unwrap_or_default()]),
             Err(e) => Err(*e),
@@ -235,15 +229,15 @@ impl Schedule {
     /// Whether the progress thread takes runs of this schedule on: `needs_progress` at
     /// `SHIM_PROGRESS_MIN_BYTES`, computed once per schedule.
     pub fn for_progress_thread(&self) -> bool {
-        *self
-            .for_thread
-            .get_or_init(|| self.needs_progress(crate::config::get().progress_min_bytes as i64))
+        *self.for_thread.get_or_init(|| {
+            self.needs_progress(PROGRESS_MIN_BYTES.load(std::sync::atomic::Ordering::Relaxed))
+        })
     }
 
     /// Bytes of one message (a composite message: the sum of its blocks).
     fn message_bytes(&self, d: &Data) -> i64 {
         let size = |count: i64, dt: MPI_Datatype| {
-            crate::dtype::info(dt).map_or(i64::MAX, |i| count.saturating_mul(i.size))
+            crate::core::dtype::info(dt).map_or(i64::MAX, |i| count.saturating_mul(i.size))
         };
         match composite_index(d.dt) {
             Some(k) => self.composites[k]
@@ -266,6 +260,19 @@ impl Schedule {
         let n = self.chan_next[v as usize];
         (n != NONE).then_some(n)
     }
+}
+
+/// `SHIM_PROGRESS_MIN_BYTES`: schedules that move less are left to the application's
+/// calls when the progress thread runs. Handed over at init ([`configure`]).
+static PROGRESS_MIN_BYTES: std::sync::atomic::AtomicI64 =
+    std::sync::atomic::AtomicI64::new(64 * 1024);
+
+/// Installs `SHIM_PROGRESS_MIN_BYTES` as read at init.
+pub fn configure(progress_min_bytes: u64) {
+    PROGRESS_MIN_BYTES.store(
+        progress_min_bytes as i64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
 }
 
 /// Builds a schedule; algorithms call it once per collective call (or cache the result).
@@ -375,7 +382,7 @@ impl Builder {
 
     /// Reserves scratch for `count` elements of a type and returns the address to hand to
     /// MPI (start minus the true lower bound, MPI-4.0 §5.1.8).
-    pub fn scratch_for(&mut self, count: i64, ti: &crate::dtype::TypeInfo) -> Addr {
+    pub fn scratch_for(&mut self, count: i64, ti: &crate::core::dtype::TypeInfo) -> Addr {
         let off = self.scratch(ti.span(count));
         Addr::scratch(off - ti.true_lb)
     }
@@ -405,7 +412,7 @@ impl Builder {
             0 => Data::new(
                 parts.first().map_or(Addr::recv(0), |p| p.0),
                 0,
-                crate::abi::MPI_BYTE(),
+                crate::platform::abi::MPI_BYTE(),
             ),
             1 => Data::new(out[0].0, out[0].1, out[0].2),
             _ => {
@@ -508,7 +515,10 @@ impl Builder {
 }
 
 /// One reference per derived datatype and user operation the actions name.
-fn retain_objects(actions: &[Action], composites: &[Vec<Part>]) -> Vec<crate::retain::Retained> {
+fn retain_objects(
+    actions: &[Action],
+    composites: &[Vec<Part>],
+) -> Vec<crate::core::retain::Retained> {
     let mut types: Vec<MPI_Datatype> = Vec::new();
     let mut ops: Vec<MPI_Op> = Vec::new();
     let mut add = |dt: MPI_Datatype| match composite_index(dt) {
@@ -535,15 +545,15 @@ fn retain_objects(actions: &[Action], composites: &[Vec<Part>]) -> Vec<crate::re
     ops.dedup();
     types
         .into_iter()
-        .filter_map(crate::retain::datatype)
-        .chain(ops.into_iter().filter_map(crate::retain::op))
+        .filter_map(crate::core::retain::datatype)
+        .chain(ops.into_iter().filter_map(crate::core::retain::op))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::MPI_INT;
+    use crate::platform::abi::MPI_INT;
 
     #[test]
     fn dag_and_channels() {

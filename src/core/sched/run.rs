@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! One execution of a schedule: bound buffers, a scratch arena, dependency counters and
 //! the outstanding point-to-point requests.
 //!
@@ -12,9 +14,9 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use super::{Action, Addr, Data, Schedule, V};
-use crate::abi::*;
-use crate::comm::CommState;
-use crate::pmpi;
+use crate::core::comm::CommState;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -27,11 +29,11 @@ const BLOCKED: u8 = 2;
 const POSTED: u8 = 3;
 const DONE: u8 = 4;
 
-/// The shim's packed copy of a non-contiguous message (see `crate::dtype::p2p`): the bytes
+/// The shim's packed copy of a non-contiguous message (see `crate::hooks::p2p`): the bytes
 /// of a send, or the buffer of a receive with the address to unpack it to.
 enum Packed {
-    Out(crate::dtype::bufpool::Bytes),
-    In(crate::dtype::p2p::PackedBuf, *mut c_void),
+    Out(crate::core::dtype::bufpool::Bytes),
+    In(crate::core::dtype::p2p::PackedBuf, *mut c_void),
 }
 
 /// The running state of one collective instance.
@@ -218,7 +220,7 @@ impl Run {
                 // SAFETY: the schedule addresses the caller's buffers and the scratch arena
                 // within the extents the algorithm computed from the call's arguments.
                 let rc = unsafe {
-                    crate::dtype::copy(
+                    crate::core::dtype::copy(
                         self.addr(src.addr),
                         src.count,
                         src.dt,
@@ -238,7 +240,7 @@ impl Run {
             } => {
                 // SAFETY: as for Copy.
                 let rc = unsafe {
-                    crate::ops::reduce_local(self.addr(src), self.addr(dst), count, dt, op)
+                    crate::core::ops::reduce_local(self.addr(src), self.addr(dst), count, dt, op)
                 };
                 self.local_done(v, rc);
             }
@@ -267,9 +269,9 @@ impl Run {
         let comm = self.comm.shadow();
         let mut packed = if send {
             // SAFETY: buffers as for Copy.
-            unsafe { crate::dtype::p2p::outgoing(buf, d.count, d.dt, peer) }.map(Packed::Out)
+            unsafe { crate::core::dtype::p2p::outgoing(buf, d.count, d.dt, peer) }.map(Packed::Out)
         } else {
-            crate::dtype::p2p::incoming(d.count, d.dt, peer).map(|i| Packed::In(i, buf))
+            crate::core::dtype::p2p::incoming(d.count, d.dt, peer).map(|i| Packed::In(i, buf))
         };
         let rc = match &mut packed {
             // SAFETY: our packed buffers, kept with the request until it completes.

@@ -1,3 +1,5 @@
+//! Layer: core. May use: platform.
+//!
 //! Test-only simulator: runs the schedules of all ranks of one collective in a single
 //! process over real byte buffers, with a simulated message layer, so every algorithm can
 //! be checked exhaustively (many process counts, counts, roots) without `mpirun`.
@@ -16,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::{Action, Addr, Base, Data, Schedule, V};
-use crate::abi::*;
+use crate::platform::abi::*;
 
 /// The non-commutative test operation.
 pub const NONCOMM: MPI_Op = 0x9800_0777u32 as i32;
@@ -198,7 +200,7 @@ fn reduce(
     }
     // SAFETY: both slices hold `count` elements of the predefined type `dt`.
     let rc = unsafe {
-        crate::ops::reduce_local(
+        crate::core::ops::reduce_local(
             a.as_ptr().cast(),
             b.as_mut_ptr().cast(),
             count as i64,
@@ -546,7 +548,7 @@ pub fn base_of(a: Addr) -> Base {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::Builder;
+    use crate::core::sched::Builder;
 
     #[test]
     fn exchange_and_deadlock_detection() {

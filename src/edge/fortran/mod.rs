@@ -1,3 +1,5 @@
+//! Layer: edge. May use: hooks, services, core, platform.
+//!
 //! Fortran entry points for `mpif.h` and `use mpi` programs.
 //!
 //! This file holds what both ABIs share (the generated entry points, argument helpers,
@@ -45,9 +47,9 @@
 
 use core::ffi::{CStr, c_char, c_int, c_void};
 
-use crate::abi::*;
-use crate::api::Fid;
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::Fid;
+use crate::platform::api::pmpi;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -288,12 +290,12 @@ impl StrOut {
 
 /// Length of the `sendtypes`/`recvtypes` arrays of an Alltoallw form: the (remote) group
 /// size, or the topology's out/in degree for the neighbourhood forms (MPI-4.0 §6.8, §8.6),
-/// from the same neighbour lists the schedules use (`crate::comm::query_neighbors`).
+/// from the same neighbour lists the schedules use (`crate::core::comm::query_neighbors`).
 pub fn types_len(comm: MPI_Fint, neighbor: bool, send: bool) -> c_int {
-    let c = crate::ghost::map_world(f2c_comm(comm));
+    let c = crate::platform::proc::map_world(f2c_comm(comm));
     if neighbor {
         // An invalid communicator or one without a topology gives 0; the call reports it.
-        return crate::comm::query_neighbors(c, 0)
+        return crate::core::comm::query_neighbors(c, 0)
             .map(|nb| if send { nb.dests.len() } else { nb.sources.len() } as c_int)
             .unwrap_or(0);
     }
@@ -315,7 +317,7 @@ pub fn types_len(comm: MPI_Fint, neighbor: bool, send: bool) -> c_int {
 pub fn cart_ndims(comm: MPI_Fint) -> c_int {
     let mut n = 0;
     // SAFETY: an out-pointer to a local.
-    unsafe { pmpi::PMPI_Cartdim_get(crate::ghost::map_world(f2c_comm(comm)), &mut n) };
+    unsafe { pmpi::PMPI_Cartdim_get(crate::platform::proc::map_world(f2c_comm(comm)), &mut n) };
     n
 }
 
@@ -323,7 +325,7 @@ pub fn cart_ndims(comm: MPI_Fint) -> c_int {
 /// then the error code into `ierr`.
 #[inline]
 pub(crate) fn call(name: &str, ierr: *mut MPI_Fint, f: impl FnOnce() -> c_int) {
-    let rc = crate::entry::guard(name, f);
+    let rc = crate::platform::guard::guard(name, f);
     if !ierr.is_null() {
         // SAFETY: the Fortran caller's IERROR argument.
         unsafe { *ierr = rc };
@@ -334,7 +336,7 @@ pub(crate) fn call(name: &str, ierr: *mut MPI_Fint, f: impl FnOnce() -> c_int) {
 /// with `-lshim` may have lost the MPI's Fortran library under `--as-needed` (the shim
 /// defines every Fortran name it calls), so it is loaded here when needed.
 pub(crate) fn system(name: &'static CStr) -> *mut c_void {
-    let p = crate::symbols::lookup(name);
+    let p = crate::platform::symbols::lookup(name);
     if !p.is_null() {
         return p;
     }
@@ -366,7 +368,7 @@ static LOST: AtomicBool = AtomicBool::new(false);
 
 /// After `MPI_INIT`: says so, once, on rank 0.
 fn warn_if_lost() {
-    if LOST.load(Ordering::Relaxed) && crate::init::world().rank == 0 {
+    if LOST.load(Ordering::Relaxed) && crate::platform::proc::world().rank == 0 {
         tracing::warn!(target: "shim::fortran", "this Fortran program was linked without the MPI library's Fortran library ({}; dropped by the linker's --as-needed): MPI_IN_PLACE, MPI_BOTTOM and MPI_STATUS(ES)_IGNORE are not recognized. Link with $(pkg-config --libs shim), or put -Wl,--no-as-needed before -lshim (README, \"Ways in\")", FORTRAN_LIBRARIES[0].to_string_lossy());
     }
 }
@@ -392,7 +394,9 @@ unsafe fn init_thread_checked(
 /// program lost `libmpichfort`).
 unsafe fn init_direct(ierr: *mut MPI_Fint) {
     // SAFETY: MPI-4.0 §11.2.1 allows NULL argc/argv.
-    let rc = unsafe { crate::api::exports::MPI_Init(core::ptr::null_mut(), core::ptr::null_mut()) };
+    let rc = unsafe {
+        crate::edge::api::exports::MPI_Init(core::ptr::null_mut(), core::ptr::null_mut())
+    };
     call("MPI_INIT", ierr, || rc);
 }
 
@@ -404,7 +408,7 @@ unsafe fn init_thread_direct(
 ) {
     // SAFETY: NULL argc/argv are allowed; the caller's REQUIRED and PROVIDED.
     let rc = unsafe {
-        crate::api::exports::MPI_Init_thread(
+        crate::edge::api::exports::MPI_Init_thread(
             core::ptr::null_mut(),
             core::ptr::null_mut(),
             *required,
@@ -458,7 +462,7 @@ fn system_or_error(name: &'static CStr, ierr: *mut MPI_Fint) -> Option<*mut c_vo
 
 /// A communicator attribute query from Fortran: the communicator is mapped (user world)
 /// and the world's hidden attributes read on the real world, as the C hook does
-/// (`crate::ghost::hooks::MPI_Comm_get_attr`); MPICH's binding then answers by value.
+/// (`crate::hooks::rma::MPI_Comm_get_attr`); MPICH's binding then answers by value.
 unsafe fn comm_get_attr(
     fid: Fid,
     sys: &'static CStr,
@@ -473,16 +477,16 @@ unsafe fn comm_get_attr(
     };
     // SAFETY: MPICH's getter, with the Fortran argument list.
     let f: GetAttrF = unsafe { core::mem::transmute(p) };
-    crate::entry::guard(crate::api::NAMES[fid as usize], || {
+    crate::platform::guard::guard(crate::platform::api::NAMES[fid as usize], || {
         // SAFETY: the caller's COMM and KEYVAL.
-        let (c, k) = unsafe { (crate::ghost::map_world(f2c_comm(*comm)), *keyval) };
+        let (c, k) = unsafe { (crate::platform::proc::map_world(f2c_comm(*comm)), *keyval) };
         // SAFETY: a valid communicator and the caller's remaining arguments.
         let go = move |c: MPI_Comm| unsafe { f(&c2f_comm(c), keyval, val, flag, ierr) };
-        if crate::entry::bypass() {
+        if crate::platform::guard::bypass() {
             return go(c);
         }
-        crate::entry::run(fid, move || {
-            go(crate::ghost::world_attr_comm(c, c_keyval(k)))
+        crate::edge::entry::run(fid, move || {
+            go(crate::services::ghost::world_attr_comm(c, c_keyval(k)))
         });
     });
 }
@@ -538,15 +542,15 @@ unsafe fn comm_set_attr(
     };
     // SAFETY: MPICH's setter, with the Fortran argument list.
     let f: SetAttrF = unsafe { core::mem::transmute(p) };
-    crate::entry::guard(crate::api::NAMES[fid as usize], || {
+    crate::platform::guard::guard(crate::platform::api::NAMES[fid as usize], || {
         // SAFETY: the caller's COMM.
-        let c = crate::ghost::map_world(f2c_comm(unsafe { *comm }));
+        let c = crate::platform::proc::map_world(f2c_comm(unsafe { *comm }));
         // SAFETY: a valid communicator and the caller's remaining arguments.
         let go = move || unsafe { f(&c2f_comm(c), keyval, val, ierr) };
-        if crate::entry::bypass() {
+        if crate::platform::guard::bypass() {
             return go();
         }
-        crate::entry::run(fid, go);
+        crate::edge::entry::run(fid, go);
     });
 }
 
@@ -576,7 +580,7 @@ fortran_names!(attr_put_f(comm: *const MPI_Fint, keyval: *const MPI_Fint, val: *
 
 /// `MPI_WIN_GET_ATTR`: a ghost-served window reports the flavor the application asked
 /// for (`MPI_WIN_FLAVOR_ALLOCATE`), by value as Fortran expects, as the C hook does
-/// (`crate::ghost::hooks::MPI_Win_get_attr`); everything else is MPICH's binding.
+/// (`crate::hooks::rma::MPI_Win_get_attr`); everything else is MPICH's binding.
 unsafe fn win_get_attr_f(
     win: *const MPI_Fint,
     keyval: *const MPI_Fint,
@@ -591,15 +595,15 @@ unsafe fn win_get_attr_f(
     let f: GetAttrF = unsafe { core::mem::transmute(p) };
     // SAFETY: the caller's arguments.
     let go = move || unsafe { f(win, keyval, val.cast(), flag, ierr) };
-    crate::entry::guard("MPI_Win_get_attr", || {
-        if crate::entry::bypass() {
+    crate::platform::guard::guard("MPI_Win_get_attr", || {
+        if crate::platform::guard::bypass() {
             return go();
         }
-        crate::entry::run(Fid::MPI_Win_get_attr, || {
+        crate::edge::entry::run(Fid::MPI_Win_get_attr, || {
             // SAFETY: the caller's WIN, KEYVAL and output arguments.
             unsafe {
                 if c_keyval(*keyval) == MPI_WIN_CREATE_FLAVOR
-                    && crate::ghost::win::is_ghost_window(f2c_win(*win))
+                    && crate::services::ghost::win::is_ghost_window(f2c_win(*win))
                 {
                     *val = MPI_WIN_FLAVOR_ALLOCATE as MPI_Aint;
                     *flag = FORTRAN_TRUE;

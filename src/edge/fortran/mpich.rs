@@ -1,3 +1,5 @@
+//! Layer: edge. May use: hooks, services, core, platform.
+//!
 //! The MPICH ABI side of the Fortran entry points: handle conversions are casts, the
 //! sentinels live in MPICH's `mpif.h` common blocks, and `MPI_INIT` goes through MPICH's
 //! own binding (which runs its Fortran setup and then calls the C `MPI_Init`, the shim's).
@@ -7,7 +9,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Sentinels, global, system};
-use crate::abi::*;
+use crate::platform::abi::*;
 
 // Handles are passed as `MPI_Fint` arrays and single values; MPICH's f2c is a cast.
 const _: () = assert!(core::mem::size_of::<MPI_Fint>() == core::mem::size_of::<MPI_Comm>());
@@ -120,7 +122,7 @@ type InitThreadF = unsafe extern "C" fn(*const MPI_Fint, *mut MPI_Fint, *mut MPI
 /// the C `MPI_Init`, which is the shim's (the dynamic linker finds it first); ghost
 /// processes stay inside it as for C programs. Without a Fortran binding in the process
 /// (a relinked program that lost libmpichfort), the shim's C `MPI_Init` directly.
-pub(super) unsafe fn init(ierr: *mut MPI_Fint) {
+pub(crate) unsafe fn init(ierr: *mut MPI_Fint) {
     let sys: *mut c_void = system(c"pmpi_init_");
     if sys.is_null() {
         // SAFETY: the caller's IERROR.
@@ -128,11 +130,11 @@ pub(super) unsafe fn init(ierr: *mut MPI_Fint) {
     }
     // SAFETY: MPICH's `pmpi_init_(MPI_Fint *ierr)`.
     let f: InitF = unsafe { core::mem::transmute(sys) };
-    crate::entry::guard("MPI_INIT", || unsafe { f(ierr) });
+    crate::platform::guard::guard("MPI_INIT", || unsafe { f(ierr) });
 }
 
 /// `MPI_INIT_THREAD(REQUIRED, PROVIDED, IERROR)`, like [`init`].
-pub(super) unsafe fn init_thread(
+pub(crate) unsafe fn init_thread(
     required: *const MPI_Fint,
     provided: *mut MPI_Fint,
     ierr: *mut MPI_Fint,
@@ -144,7 +146,7 @@ pub(super) unsafe fn init_thread(
     }
     // SAFETY: MPICH's `pmpi_init_thread_(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr)`.
     let f: InitThreadF = unsafe { core::mem::transmute(sys) };
-    crate::entry::guard("MPI_INIT_THREAD", || unsafe { f(required, provided, ierr) });
+    crate::platform::guard::guard("MPI_INIT_THREAD", || unsafe { f(required, provided, ierr) });
 }
 
 /// The C value of a predefined attribute keyval, for comparisons: MPICH's C keyvals are
@@ -152,6 +154,6 @@ pub(super) unsafe fn init_thread(
 /// `mpif.h`: `MPI_TAG_UB=1681915906`; `MPI_WIN_CREATE_FLAVOR` 0x66000007 and 1711276040),
 /// the mark by which its attribute code returns the value rather than a pointer to it.
 /// User keyvals are handles of another kind, which no predefined C keyval equals either way.
-pub(super) fn c_keyval(k: MPI_Fint) -> c_int {
+pub(crate) fn c_keyval(k: MPI_Fint) -> c_int {
     if k & 1 == 0 { k.wrapping_sub(1) } else { k }
 }

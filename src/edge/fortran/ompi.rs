@@ -1,3 +1,5 @@
+//! Layer: edge. May use: hooks, services, core, platform.
+//!
 //! The Open MPI ABI side of the Fortran entry points.
 //!
 //! Open MPI 4.1's `mpif.h`/`use mpi` bindings (`libmpi_mpifh`: `mpi_allreduce_`, ...) call
@@ -20,13 +22,13 @@ use core::ffi::{CStr, c_int};
 use std::sync::OnceLock;
 
 use super::{Sentinels, global};
-use crate::abi::*;
+use crate::platform::abi::*;
 
 const _: () = assert!(core::mem::size_of::<MPI_Status>() == 6 * core::mem::size_of::<MPI_Fint>());
 
 /// Looks a converter up once; 0 when this Open MPI lacks it.
 fn converter(cell: &OnceLock<usize>, name: &CStr) -> usize {
-    *cell.get_or_init(|| crate::symbols::lookup(name) as usize)
+    *cell.get_or_init(|| crate::platform::symbols::lookup(name) as usize)
 }
 
 macro_rules! handle_conversions {
@@ -99,20 +101,22 @@ pub fn c2f_request(c: MPI_Request) -> MPI_Fint {
 /// same handle the shim's Fortran entry points understand.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Request_c2f(request: MPI_Request) -> MPI_Fint {
-    crate::entry::guard("MPI_Request_c2f", || c2f_request(request))
+    crate::platform::guard::guard("MPI_Request_c2f", || c2f_request(request))
 }
 
 /// C `MPI_Request_f2c`.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Request_f2c(request: MPI_Fint) -> MPI_Request {
-    crate::entry::guard("MPI_Request_f2c", || f2c_request(request))
+    crate::platform::guard::guard("MPI_Request_f2c", || f2c_request(request))
 }
 
 /// C `MPI_Comm_c2f`: with ghost processes, `MPI_COMM_WORLD` is the user world here too
 /// (Open MPI's converter is a function, so it can be intercepted; MPICH's is a macro).
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Comm_c2f(comm: MPI_Comm) -> MPI_Fint {
-    crate::entry::guard("MPI_Comm_c2f", || c2f_comm(crate::ghost::map_world(comm)))
+    crate::platform::guard::guard("MPI_Comm_c2f", || {
+        c2f_comm(crate::platform::proc::map_world(comm))
+    })
 }
 
 /// The MPI's Fortran library (for [`super::system`] when the program lost it).
@@ -149,10 +153,10 @@ pub fn weights(p: *mut c_int) -> *mut c_int {
 
 /// `MPI_INIT`/`MPI_INIT_THREAD`: the shim's C functions directly (Open MPI's binding only
 /// calls `PMPI_Init(0, NULL)`).
-pub(super) use super::{init_direct as init, init_thread_direct as init_thread};
+pub(crate) use super::{init_direct as init, init_thread_direct as init_thread};
 
 /// Open MPI's Fortran keyvals are the C ones.
-pub(super) fn c_keyval(k: MPI_Fint) -> c_int {
+pub(crate) fn c_keyval(k: MPI_Fint) -> c_int {
     k
 }
 

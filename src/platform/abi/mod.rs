@@ -1,10 +1,12 @@
+//! Layer: platform. May use: nothing.
+//!
 //! ABI bindings: the handle types and constants of the MPI library the shim runs on, and
 //! the small argument-translation types shared by the hooks.
 //!
 //! One build serves one ABI (design notes, anchors-interposition-style.md §0): MPICH
 //! handles are `int`, Open MPI's are pointers, the `MPI_Status` layouts and `MPI_IN_PLACE`
 //! differ, so no single binary can serve both. The ABI is chosen by a cargo feature and
-//! checked at run time against `MPI_Get_library_version` (see `crate::init`).
+//! checked at run time against `MPI_Get_library_version` (see `crate::hooks::init`).
 
 #[cfg(feature = "abi-mpich")]
 mod mpich;

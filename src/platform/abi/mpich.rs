@@ -1,3 +1,5 @@
+//! Layer: platform. May use: nothing.
+//!
 //! The MPICH ABI (MPICH, Intel MPI, MVAPICH, Cray MPICH): handle typedefs, `MPI_Status`,
 //! predefined objects and constants, hand-written from the ABI (values as in MPICH's
 //! `mpi.h`; MPI-4.0 Annex A lists the names). Handles are `int`; handle values encode
@@ -522,7 +524,7 @@ pub fn shim_request_index(h: MPI_Request) -> Option<usize> {
     (u & 0xfc00_0000 == 0x2c00_0000 && u != 0x2c00_0000).then(|| (u & 0x03ff_ffff) as usize - 1)
 }
 
-/// Handles of schedule-local composite datatypes (`crate::sched`): kind 0 in bits 30-31,
+/// Handles of schedule-local composite datatypes (`crate::core::sched`): kind 0 in bits 30-31,
 /// which MPICH never allocates, so they never collide with a real handle.
 pub fn composite_handle(index: usize) -> MPI_Datatype {
     assert!(
@@ -543,7 +545,7 @@ pub fn library_is_compatible(version: &str) -> bool {
     !version.starts_with("Open MPI") && FAMILY.iter().any(|f| version.contains(f))
 }
 
-/// Sonames tried when no loaded object provides the MPI (`crate::symbols`).
+/// Sonames tried when no loaded object provides the MPI (`crate::platform::symbols`).
 pub const MPI_LIBRARY_CANDIDATES: &[&str] =
     &["libmpi.so.12", "libmpich.so.12", "libmpi.so", "libmpich.so"];
 

@@ -1,3 +1,5 @@
+//! Layer: platform. May use: nothing.
+//!
 //! The Open MPI ABI (Open MPI 4.x): handle typedefs, `MPI_Status`, predefined objects and
 //! constants. Handles are pointers; a predefined handle is the address of an object in
 //! `libmpi` (`MPI_COMM_WORLD` is `&ompi_mpi_comm_world`, mpi.h's `OMPI_PREDEFINED_GLOBAL`),
@@ -86,7 +88,7 @@ fn address(i: usize) -> usize {
             .enumerate()
             .map(|(i, s)| {
                 let name = core::ffi::CStr::from_bytes_with_nul(s.as_bytes()).expect("symbol name");
-                let p = crate::symbols::lookup_data(name) as usize;
+                let p = crate::platform::symbols::lookup_data(name) as usize;
                 if p == 0 { usize::MAX - 2 * i } else { p }
             })
             .collect()
@@ -388,7 +390,7 @@ fn predefined_table() -> &'static [(MPI_Datatype, usize)] {
                 let dt = f();
                 let mut size: c_int = 0;
                 // SAFETY: a predefined datatype and a valid out-pointer.
-                unsafe { crate::pmpi::PMPI_Type_size(dt, &mut size) };
+                unsafe { crate::platform::api::pmpi::PMPI_Type_size(dt, &mut size) };
                 (dt, size.max(0) as usize)
             })
             .collect();
@@ -434,7 +436,7 @@ pub fn shim_request_index(h: MPI_Request) -> Option<usize> {
     (h & 0xf == 0x3 && h < (1 << 44)).then_some(h >> 4)
 }
 
-/// Handles of schedule-local composite datatypes (`crate::sched`): low bits `0b0101`, never
+/// Handles of schedule-local composite datatypes (`crate::core::sched`): low bits `0b0101`, never
 /// the address of an Open MPI object.
 pub fn composite_handle(index: usize) -> MPI_Datatype {
     assert!(
@@ -454,7 +456,7 @@ pub fn library_is_compatible(version: &str) -> bool {
     version.starts_with("Open MPI")
 }
 
-/// Sonames tried when no loaded object provides the MPI (`crate::symbols`).
+/// Sonames tried when no loaded object provides the MPI (`crate::platform::symbols`).
 pub const MPI_LIBRARY_CANDIDATES: &[&str] = &["libmpi.so.40", "libmpi.so"];
 
 pub const SUPPORTED_DESCRIPTION: &str = "the Open MPI ABI (Open MPI 4.x)";
@@ -465,7 +467,7 @@ pub const SUPPORTED_DESCRIPTION: &str = "the Open MPI ABI (Open MPI 4.x)";
 #[allow(non_snake_case)]
 pub mod large_count {
     use super::*;
-    use crate::pmpi;
+    use crate::platform::api::pmpi;
 
     /// `MPI_Type_get_envelope_c`: classic envelopes never have large counts.
     ///

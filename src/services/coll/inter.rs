@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! The non-blocking and persistent collectives on intercommunicators (MPI-4.0 §6.2.2),
 //! on the schedules of `algo::inter`. Blocking calls on intercommunicators go to the system
 //! MPI (`Ctx::begin`); these forms do not, because Debian's MPICH 4.0.2 gets them wrong
@@ -20,9 +22,8 @@ use super::algo::Blk;
 use super::algo::inter::{self, Role};
 use super::select::{Algo, Choice};
 use super::{Coll, Ctx, key};
-use crate::abi::*;
-use crate::sched::{Addr, Base, Data};
-use crate::stats;
+use crate::core::sched::{Addr, Base, Data};
+use crate::platform::abi::*;
 
 fn choice() -> Choice {
     Choice::new(Algo::Linear)
@@ -50,7 +51,7 @@ impl Ctx<'_> {
         }
     }
 
-    pub(super) fn no_in_place(&self, buf: *const c_void, what: &str) -> Result<(), c_int> {
+    pub(crate) fn no_in_place(&self, buf: *const c_void, what: &str) -> Result<(), c_int> {
         if core::ptr::eq(buf, MPI_IN_PLACE) {
             return self.fail(
                 MPI_ERR_BUFFER,
@@ -73,7 +74,7 @@ impl Ctx<'_> {
         let ti = self.type_info(dt, names.1)?;
         self.check_buffer(buf, count, dt, "the buffer")?;
         if at.base == Base::Send {
-            stats::note_bytes((count * ti.size) as u64);
+            crate::platform::counters::note_bytes((count * ti.size) as u64);
         }
         Ok(Blk::new(at, count, dt, &ti))
     }

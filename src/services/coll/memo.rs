@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! A per-thread memo of collective calls that went to the system MPI.
 //!
 //! For small messages `auto` hands most collectives to `native`, and then the shim's own
@@ -22,8 +24,8 @@
 use core::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::abi::*;
-use crate::api::Fid;
+use crate::platform::abi::*;
+use crate::platform::api::Fid;
 use core::ffi::c_int;
 
 /// Arguments a memo key holds (the longest is Gather/Scatter: two buffers, two counts, two
@@ -179,7 +181,7 @@ thread_local! {
 /// Whether `key` with `arrays` matches a call that went to the system MPI in this epoch.
 #[inline]
 pub fn hit(key: &Key, arrays: &Arrays) -> bool {
-    if crate::stats::enabled() {
+    if crate::platform::counters::enabled() {
         return false;
     }
     let now = EPOCH.load(Ordering::Acquire);
@@ -194,7 +196,7 @@ pub fn hit(key: &Key, arrays: &Arrays) -> bool {
 /// them (None: unreadable), so that a hit never looks the communicator up.
 #[inline]
 pub fn hit_with(key: &Key, arrays: impl FnOnce(&Shape) -> Option<Arrays>) -> bool {
-    if crate::stats::enabled() {
+    if crate::platform::counters::enabled() {
         return false;
     }
     let now = EPOCH.load(Ordering::Acquire);
@@ -230,7 +232,7 @@ pub fn store(
     ops: &[MPI_Op],
     epoch: u64,
 ) {
-    if rc != MPI_SUCCESS || !WENT_NATIVE.get() || crate::stats::enabled() {
+    if rc != MPI_SUCCESS || !WENT_NATIVE.get() || crate::platform::counters::enabled() {
         return;
     }
     let fixed_types = types

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! The collectives (MPI-4.0 chapters 6 and 8.6) on the schedule engine.
 //!
 //! `api` translates each collective's C arguments (all forms: blocking, `I*`, `*_init`,
@@ -7,8 +9,7 @@
 //! (`*_init`). Inter-communicator collectives are forwarded to the system MPI.
 
 pub mod algo;
-pub mod api;
-mod inter;
+pub mod inter;
 pub mod memo;
 pub mod select;
 
@@ -17,16 +18,15 @@ use core::ffi::{c_int, c_void};
 use std::fmt::Display;
 use std::sync::Arc;
 
-use crate::abi::*;
-use crate::api::{Fid, NAMES};
-use crate::comm::CommState;
-use crate::dtype::TypeInfo;
-use crate::progress::{self, RunCell};
-use crate::request::{self, Persistent};
-use crate::sched::Schedule;
-use crate::sched::cache::Key;
-use crate::sched::run::Run;
-use crate::stats;
+use crate::core::comm::CommState;
+use crate::core::dtype::TypeInfo;
+use crate::core::progress::{self, RunCell};
+use crate::core::request::{self, Persistent};
+use crate::core::sched::Schedule;
+use crate::core::sched::cache::Key;
+use crate::core::sched::run::Run;
+use crate::platform::abi::*;
+use crate::platform::api::{Fid, NAMES};
 
 /// Which form of a collective the application called.
 #[derive(Clone, Copy, Debug)]
@@ -93,14 +93,14 @@ impl<'a> Ctx<'a> {
         comm: MPI_Comm,
         native: &'a dyn Fn() -> c_int,
     ) -> Result<Ctx<'a>, c_int> {
-        let st = match crate::comm::get(comm) {
+        let st = match crate::core::comm::get(comm) {
             Ok(s) => s,
             Err(_) => return Err(native()),
         };
         // blocking calls on an intercommunicator are the system MPI's; the other forms run
         // on the shim's schedules (see `inter`)
         if st.inter && matches!(call.variant, Variant::Blocking) {
-            stats::note_path(call.fid, "forwarded", "inter-communicator");
+            crate::platform::counters::note_path(call.fid, "forwarded", "inter-communicator");
             return Err(native());
         }
         Ok(Ctx {
@@ -133,7 +133,7 @@ impl<'a> Ctx<'a> {
 
     /// Raises an error class on the communicator; returns it as `Err` for `?`.
     pub fn fail<T>(&self, class: c_int, why: impl Display) -> Result<T, c_int> {
-        Err(crate::errors::raise(
+        Err(crate::platform::errors::raise(
             self.comm,
             class,
             self.name(),
@@ -165,7 +165,7 @@ impl<'a> Ctx<'a> {
 
     /// A datatype that must be valid (and committed).
     pub fn type_info(&self, dt: MPI_Datatype, what: &str) -> Result<TypeInfo, c_int> {
-        match crate::dtype::check_usable(dt) {
+        match crate::core::dtype::check_usable(dt) {
             Ok(i) => Ok(i),
             Err(c) => self.fail(c, format_args!("{what} is not a valid committed datatype")),
         }
@@ -173,7 +173,7 @@ impl<'a> Ctx<'a> {
 
     /// Checks an operation against a datatype (see `ops::check`).
     pub fn check_op(&self, op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
-        match crate::ops::check(op, dt) {
+        match crate::core::ops::check(op, dt) {
             Ok(()) => Ok(()),
             Err(c) => self.fail(c, "the operation is not defined for this datatype"),
         }
@@ -188,7 +188,7 @@ impl<'a> Ctx<'a> {
         dt: MPI_Datatype,
         what: &str,
     ) -> Result<(), c_int> {
-        if crate::dtype::null_buffer(buf, count, dt) {
+        if crate::core::dtype::null_buffer(buf, count, dt) {
             return self.fail(MPI_ERR_BUFFER, format_args!("{what} is NULL"));
         }
         if core::ptr::eq(buf, MPI_IN_PLACE) {
@@ -256,7 +256,7 @@ impl<'a> Ctx<'a> {
         };
         match self.call.variant {
             Variant::Blocking => {
-                stats::note_path(self.call.fid, "schedule", path);
+                crate::platform::counters::note_path(self.call.fid, "schedule", path);
                 let mut run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -274,7 +274,7 @@ impl<'a> Ctx<'a> {
                 if req.is_null() {
                     return self.fail(MPI_ERR_ARG, "the request argument is NULL");
                 }
-                stats::note_path(self.call.fid, "schedule", path);
+                crate::platform::counters::note_path(self.call.fid, "schedule", path);
                 let run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -295,7 +295,9 @@ impl<'a> Ctx<'a> {
                 if info != MPI_INFO_NULL() {
                     let mut n: c_int = 0;
                     // SAFETY: valid out-pointer; an invalid handle yields an error code.
-                    if unsafe { crate::pmpi::PMPI_Info_get_nkeys(info, &mut n) } != MPI_SUCCESS {
+                    if unsafe { crate::platform::api::pmpi::PMPI_Info_get_nkeys(info, &mut n) }
+                        != MPI_SUCCESS
+                    {
                         return self
                             .fail(MPI_ERR_INFO, "the info argument is not a valid info object");
                     }
@@ -321,7 +323,7 @@ impl<'a> Ctx<'a> {
 
     /// Hands the call to the system MPI (used where the shim has no schedule).
     pub fn forward(&self, why: &'static str) -> Result<c_int, c_int> {
-        stats::note_path(self.call.fid, "forwarded", why);
+        crate::platform::counters::note_path(self.call.fid, "forwarded", why);
         Ok((self.native)())
     }
 
@@ -366,7 +368,7 @@ impl<'a> Ctx<'a> {
     /// Runs the system MPI's own implementation (the `native` algorithm).
     pub fn native(&self) -> Result<c_int, c_int> {
         memo::note_native();
-        stats::note_path(self.call.fid, "native", "system MPI");
+        crate::platform::counters::note_path(self.call.fid, "native", "system MPI");
         Ok((self.native)())
     }
 }

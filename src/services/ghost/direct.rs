@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! RMA carried out by the origin itself in node-shared memory (`SHIM_GHOST_DIRECT`).
 //!
 //! A ghost exists to act for a target that does not call MPI. When every process of a
@@ -28,9 +30,9 @@
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::abi::*;
-use crate::dtype::{self, TypeInfo};
-use crate::pmpi;
+use crate::core::dtype::{self, TypeInfo};
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 /// Where a direct operation lands (from `win::route`).
 #[derive(Clone, Copy, Debug)]
@@ -49,7 +51,7 @@ pub struct Direct {
 
 impl Direct {
     fn fail(&self, class: c_int, what: &str, why: &str) -> c_int {
-        crate::errors::raise_win(self.win, class, &format!("{what}: {why}"))
+        crate::platform::errors::raise_win(self.win, class, &format!("{what}: {why}"))
     }
 
     /// The target address of `count` elements of `dt`, after checking that they lie in the
@@ -323,7 +325,7 @@ unsafe fn apply(
                 "only predefined operations apply to RMA (MPI-4.0 §12.3.4)",
             );
         }
-        if let Err(c) = crate::ops::check(op, elem) {
+        if let Err(c) = crate::core::ops::check(op, elem) {
             return d.fail(c, what, "the operation is not defined for the datatype");
         }
     }
@@ -391,7 +393,7 @@ unsafe fn apply(
         } else if op == MPI_REPLACE() {
             ap
         } else {
-            let rc = crate::ops::reduce_local(ap, bp, n, elem, op);
+            let rc = crate::core::ops::reduce_local(ap, bp, n, elem, op);
             if rc != MPI_SUCCESS {
                 return d.fail(rc, what, "the reduction failed");
             }

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Casper-style ghost processes: asynchronous progress for MPI RMA.
 //!
 //! Design: `../shared/design/seed-si-casper-mtmpi-thesis.md` §4 and Appendix A. With
@@ -16,75 +18,19 @@
 //! on command, both local operations, and passive-target locks are the shim's own lock
 //! words in that memory.
 
+pub mod common;
 pub mod direct;
-pub mod hooks;
 pub mod serve;
 pub mod win;
 
 use core::ffi::c_int;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::abi::*;
-use crate::config::{self, GhostPlacement};
-use crate::pmpi;
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
+use crate::platform::config::{self, GhostPlacement};
 
+pub use common::{Layout, layout};
 pub use win::{Routed, route};
-
-/// Ghosts are on (this process is a user and MPI_COMM_WORLD is mapped).
-static ON: AtomicBool = AtomicBool::new(false);
-/// The user world, set when `ON` is (0 until then: not a constant in the Open MPI ABI).
-static USER_WORLD: AtomicHandle = AtomicHandle::new(0);
-
-/// Tag of commands from users to ghosts, on the control communicator.
-pub(crate) const CMD_TAG: c_int = 7301;
-/// Tag of a ghost's replies.
-pub(crate) const REPLY_TAG: c_int = 7302;
-
-/// Where every process is: built identically on every process at init.
-#[derive(Debug)]
-pub struct Layout {
-    /// Ghosts per node.
-    pub ghosts: usize,
-    /// World rank of each user, in user-world rank order.
-    pub user_world_rank: Vec<i32>,
-    /// Node index of each user (by user-world rank).
-    pub user_node: Vec<usize>,
-    /// Index of each user among the users of its node.
-    pub user_local: Vec<usize>,
-    /// World ranks of each node's ghosts.
-    pub node_ghosts: Vec<Vec<i32>>,
-    /// A duplicate of the real MPI_COMM_WORLD: commands, replies and the internal windows.
-    pub ctl: MPI_Comm,
-}
-
-static LAYOUT: OnceLock<Layout> = OnceLock::new();
-
-/// The layout, when ghosts are on.
-pub fn layout() -> Option<&'static Layout> {
-    LAYOUT.get()
-}
-
-/// Are ghosts on (in a user process)?
-#[inline]
-pub fn active() -> bool {
-    ON.load(Ordering::Relaxed)
-}
-
-/// `MPI_COMM_WORLD` as the application sees it (the user world when ghosts are on).
-#[inline(always)]
-pub fn map_world(comm: MPI_Comm) -> MPI_Comm {
-    if ON.load(Ordering::Relaxed) && comm == MPI_COMM_WORLD() {
-        USER_WORLD.load(Ordering::Relaxed)
-    } else {
-        comm
-    }
-}
-
-/// The application's world (for the shim's own collective use of it).
-pub fn user_world() -> MPI_Comm {
-    map_world(MPI_COMM_WORLD())
-}
 
 /// Which local ranks of a node of `n` processes are ghosts.
 pub fn ghost_positions(n: usize, g: usize, how: GhostPlacement) -> Vec<usize> {
@@ -98,9 +44,9 @@ pub fn ghost_positions(n: usize, g: usize, how: GhostPlacement) -> Vec<usize> {
 /// Prints the reason on this rank and ends the job cleanly on every rank (all of them
 /// call this with the same decision), with the status of every configuration error (2).
 fn fail_everywhere(msg: &str) -> ! {
-    crate::log::raw_stderr(&format!(
+    crate::platform::log::raw_stderr(&format!(
         "{} configuration error: {msg}\n",
-        crate::log::prefix()
+        crate::platform::log::prefix()
     ));
     // SAFETY: MPI is initialized; every process makes these calls.
     unsafe {
@@ -119,8 +65,8 @@ struct Place {
 }
 
 /// Every world rank's place, from the census of init: a node's processes in world rank
-/// order ([`crate::init::Census::local`]), split into virtual nodes of `rpn` processes.
-fn places(census: &crate::init::Census, rpn: Option<u32>) -> Vec<Place> {
+/// order ([`crate::platform::proc::Census::local`]), split into virtual nodes of `rpn` processes.
+fn places(census: &crate::platform::proc::Census, rpn: Option<u32>) -> Vec<Place> {
     (0..census.nodes.len())
         .map(|r| {
             let k = census.nodes[r];
@@ -145,7 +91,7 @@ fn places(census: &crate::init::Census, rpn: Option<u32>) -> Vec<Place> {
 /// every rank's node from that agreement). Returns in user processes only; ghosts serve
 /// and exit. Every rank computes the same layout from the census, so the only collective
 /// calls are the user world's split, the control duplicate and the internal window.
-pub fn setup(c: &config::Config, census: &crate::init::Census) {
+pub fn setup(c: &config::Config, census: &crate::platform::proc::Census) {
     if c.ghosts == 0 {
         return;
     }
@@ -185,6 +131,8 @@ pub fn setup(c: &config::Config, census: &crate::init::Census) {
         user_local: Vec::new(),
         node_ghosts: vec![Vec::new(); keys.len()],
         ctl,
+        balance: c.ghost_balance,
+        direct: c.ghost_direct,
     };
     let mut users_on = vec![0usize; keys.len()];
     for (r, p) in all.iter().enumerate() {
@@ -198,12 +146,12 @@ pub fn setup(c: &config::Config, census: &crate::init::Census) {
             users_on[n] += 1;
         }
     }
-    let lay = LAYOUT.get_or_init(|| lay);
-    win::create_global(lay);
+    let lay = common::set_layout(lay);
+    common::create_global(lay);
     if is_ghost {
         serve::run(lay, split);
     }
-    if crate::init::oversubscribed() {
+    if crate::platform::proc::oversubscribed() {
         // Users too: an origin waiting for a ghost's answer on a core shared with a
         // computing rank is the other half of the delay (see `serve::short_slice`).
         serve::short_slice();
@@ -212,9 +160,8 @@ pub fn setup(c: &config::Config, census: &crate::init::Census) {
     unsafe {
         pmpi::PMPI_Comm_set_name(split, c"MPI_COMM_WORLD".as_ptr());
     }
-    USER_WORLD.store(split, Ordering::Relaxed);
-    ON.store(true, Ordering::Relaxed);
-    win::open_global();
+    crate::platform::proc::set_user_world(Some(split));
+    common::open_global();
     tracing::info!(target: "shim::ghost", "{} ghost(s) per node: {} users, {} nodes", g, lay.user_world_rank.len(), keys.len());
 }
 
@@ -224,16 +171,16 @@ pub fn finalize_user() {
     let Some(lay) = layout() else {
         return;
     };
-    if !active() {
+    if !crate::platform::proc::ghosts_active() {
         return;
     }
     win::report_unfreed_windows();
-    let me = crate::init::world().rank as usize;
+    let me = crate::platform::proc::world().rank as usize;
     for &gh in &lay.node_ghosts[lay.user_node[me]] {
-        serve::command(lay, gh, serve::Cmd::Finalize, &[], None);
+        common::command(lay, gh, common::Cmd::Finalize, &[], None);
     }
-    win::close_global();
-    ON.store(false, Ordering::Relaxed);
+    common::close_global();
+    crate::platform::proc::set_user_world(None);
 }
 
 /// The predefined world attributes (`MPI_TAG_UB`, `MPI_UNIVERSE_SIZE`, `MPI_APPNUM`, ...)
@@ -241,8 +188,8 @@ pub fn finalize_user() {
 /// answers them on every communicator, Open MPI only there): a query on the user world
 /// for one of them goes there.
 pub fn world_attr_comm(comm: MPI_Comm, keyval: c_int) -> MPI_Comm {
-    if active()
-        && comm == user_world()
+    if crate::platform::proc::ghosts_active()
+        && comm == crate::platform::proc::user_world()
         && matches!(
             keyval,
             MPI_TAG_UB
@@ -267,7 +214,7 @@ mod tests {
     #[test]
     fn places_from_the_census() {
         // ranks 0, 2, 3 on host A; 1, 4 on host B
-        let c = crate::init::Census {
+        let c = crate::platform::proc::Census {
             nodes: vec![7, 9, 7, 7, 9],
         };
         let p = places(&c, None);

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! The ghost side: a loop inside the MPI library that serves commands from the users of
 //! its node until they have all finalized (thesis §4.3: ghosts "loop on MPI_Recv waiting
 //! for commands"; being inside MPI is what lets RMA aimed at them complete).
@@ -9,95 +11,12 @@
 use core::ffi::c_int;
 use std::collections::HashMap;
 
-use super::{CMD_TAG, Layout, REPLY_TAG};
-use crate::abi::*;
-use crate::pmpi;
+use super::common::{self, CMD_TAG, Cmd, Layout, REPLY_TAG, WORDS, name_of};
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 /// A ghost's nap between polls when its node has more processes than cores (microseconds).
 const GHOST_NAP_US: u64 = 20;
-
-/// Words in a command or reply.
-pub const WORDS: usize = 16;
-/// Words of a command that carry the shared-memory object's name.
-const NAME_AT: usize = 8;
-
-/// What a user asks of a ghost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(i64)]
-pub enum Cmd {
-    /// args: bytes; name. Reply: the address.
-    Attach = 1,
-    /// args: address. Reply: 0.
-    Detach = 2,
-    /// No reply.
-    Finalize = 5,
-}
-
-impl Cmd {
-    fn from(v: i64) -> Option<Cmd> {
-        Some(match v {
-            1 => Cmd::Attach,
-            2 => Cmd::Detach,
-            5 => Cmd::Finalize,
-            _ => return None,
-        })
-    }
-    fn replies(self) -> bool {
-        matches!(self, Cmd::Attach | Cmd::Detach)
-    }
-}
-
-/// Sends a command to ghost `to` (a world rank) and returns its reply, if it has one.
-pub fn command(lay: &Layout, to: i32, cmd: Cmd, args: &[i64], name: Option<&str>) -> [i64; WORDS] {
-    let mut m = [0i64; WORDS];
-    m[0] = cmd as i64;
-    m[1..1 + args.len()].copy_from_slice(args);
-    if let Some(n) = name {
-        let bytes = n.as_bytes();
-        assert!(bytes.len() < (WORDS - NAME_AT) * 8, "object name too long");
-        // SAFETY: the name area is (WORDS - NAME_AT) * 8 bytes of `m`, larger than the name.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                m[NAME_AT..].as_mut_ptr().cast::<u8>(),
-                bytes.len(),
-            );
-        }
-    }
-    let mut reply = [0i64; WORDS];
-    // SAFETY: WORDS int64s out and in; `ctl` is the control communicator.
-    unsafe {
-        pmpi::PMPI_Send(
-            m.as_ptr().cast(),
-            WORDS as c_int,
-            MPI_INT64_T(),
-            to,
-            CMD_TAG,
-            lay.ctl,
-        );
-        if cmd.replies() {
-            pmpi::PMPI_Recv(
-                reply.as_mut_ptr().cast(),
-                WORDS as c_int,
-                MPI_INT64_T(),
-                to,
-                REPLY_TAG,
-                lay.ctl,
-                MPI_STATUS_IGNORE,
-            );
-        }
-    }
-    reply
-}
-
-fn name_of(m: &[i64; WORDS]) -> String {
-    // SAFETY: reading the name area of the command as bytes.
-    let bytes: &[u8] = unsafe {
-        std::slice::from_raw_parts(m[NAME_AT..].as_ptr().cast::<u8>(), (WORDS - NAME_AT) * 8)
-    };
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
 
 /// Serves until every user of this node has finalized, then finalizes and exits 0.
 pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
@@ -114,7 +33,7 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
     let mut maps: HashMap<(i32, i64), (*mut libc::c_void, usize)> = HashMap::new();
     let mut finalized = 0;
     let mut idle: u32 = 0;
-    let oversubscribed = crate::init::oversubscribed();
+    let oversubscribed = crate::platform::proc::oversubscribed();
     if oversubscribed {
         // SAFETY: prctl with an integer argument; a precise timer for the naps below.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
@@ -160,7 +79,7 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
                 let len = m[1] as usize;
                 reply[0] = match attach(&name_of(&m), len) {
                     Ok(ptr) => {
-                        super::win::attach(ptr, len);
+                        common::attach(ptr, len);
                         maps.insert((from, ptr as i64), (ptr, len));
                         ptr as i64
                     }
@@ -173,7 +92,7 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
             Some(Cmd::Detach) => {
                 let addr = m[1];
                 if let Some((ptr, len)) = maps.remove(&(from, addr)) {
-                    super::win::detach(ptr);
+                    common::detach(ptr);
                     // SAFETY: the mapping made by `attach`, no longer attached anywhere.
                     unsafe { libc::munmap(ptr, len.max(1)) };
                 }
@@ -197,7 +116,7 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
             }
         }
     }
-    super::win::close_global_ghost();
+    common::close_global_ghost();
     for (_, (ptr, len)) in maps.drain() {
         // SAFETY: mappings made by `attach`; the windows they were attached to are freed.
         unsafe { libc::munmap(ptr, len.max(1)) };

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! The user side of ghost RMA: windows in node-shared memory, redirection of operations
 //! to ghosts, and the epochs translated to passive target (thesis §4.4–4.10).
 //!
@@ -25,77 +27,12 @@
 use core::ffi::{c_int, c_void};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use super::serve::{self, Cmd};
-use super::{Layout, layout};
-use crate::abi::*;
-use crate::config::{self, GhostBalance};
-use crate::pmpi;
-
-static GLOBAL: OnceLock<MPI_Win> = OnceLock::new();
-
-/// The internal window.
-fn global() -> MPI_Win {
-    *GLOBAL
-        .get()
-        .expect("the internal window exists while ghosts are on")
-}
-
-/// Creates the internal window (collective over users and ghosts, at init).
-pub fn create_global(lay: &Layout) {
-    let mut w: MPI_Win = MPI_WIN_NULL();
-    // SAFETY: collective over the control communicator; valid out-pointer.
-    unsafe { pmpi::PMPI_Win_create_dynamic(MPI_INFO_NULL(), lay.ctl, &mut w) };
-    GLOBAL.get_or_init(|| w);
-}
-
-/// (ghost) Exposes `len` bytes at `ptr` in the internal window.
-pub(super) fn attach(ptr: *mut c_void, len: usize) {
-    // SAFETY: a live mapping of `len` bytes; the dynamic window of this process.
-    unsafe { pmpi::PMPI_Win_attach(global(), ptr, len as MPI_Aint) };
-}
-
-/// (ghost) Withdraws a region attached by `attach`.
-pub(super) fn detach(ptr: *mut c_void) {
-    // SAFETY: the region was attached to the internal window.
-    unsafe { pmpi::PMPI_Win_detach(global(), ptr) };
-}
-
-/// (user) Opens the internal window's standing `lock_all`.
-pub fn open_global() {
-    // SAFETY: the internal window; shared locks never conflict.
-    unsafe { pmpi::PMPI_Win_lock_all(0, global()) };
-}
-
-/// (user) Closes the standing `lock_all` and frees the internal window at finalize.
-pub fn close_global() {
-    if let Some(&w) = GLOBAL.get() {
-        // SAFETY: the lock_all opened by `open_global`.
-        unsafe { pmpi::PMPI_Win_unlock_all(w) };
-    }
-    close_global_ghost();
-}
-
-/// (ghost, and users after their unlock) Frees the internal window at finalize, together.
-pub fn close_global_ghost() {
-    if let Some(&w) = GLOBAL.get() {
-        let mut w = w;
-        // SAFETY: freed once, collectively, at finalize.
-        unsafe { pmpi::PMPI_Win_free(&mut w) };
-    }
-    finalize_barrier();
-}
-
-/// Users and ghosts enter `MPI_Finalize` together. Over TCP, MPICH 4.0 (ch4:ucx) could
-/// hang in a ghost's finalize (closing its endpoints while the users already waited in
-/// the process manager's barrier, no longer progressing the network).
-fn finalize_barrier() {
-    if let Some(lay) = layout() {
-        // SAFETY: collective over the control communicator, in every user and ghost.
-        unsafe { pmpi::PMPI_Barrier(lay.ctl) };
-    }
-}
+use super::common::{Cmd, command, global, layout};
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
+use crate::platform::config::GhostBalance;
 
 /// RMA operations this process redirected to ghosts.
 pub static REDIRECTED: AtomicU64 = AtomicU64::new(0);
@@ -186,7 +123,7 @@ fn hidden_at(size: i64) -> i64 {
 }
 
 fn lookup(win: MPI_Win) -> Option<Arc<Mutex<UserWin>>> {
-    if !super::active() {
+    if !crate::platform::proc::ghosts_active() {
         return None;
     }
     WINS.read()
@@ -201,7 +138,7 @@ pub fn is_ghost_window(win: MPI_Win) -> bool {
 }
 
 fn raise(win: MPI_Win, class: c_int, what: &str) -> c_int {
-    crate::errors::raise_win(win, class, what)
+    crate::platform::errors::raise_win(win, class, what)
 }
 
 /// Where a redirected operation goes.
@@ -232,7 +169,7 @@ impl UserWin {
     }
     fn pick(&mut self, t: i32, acc: bool) -> usize {
         let tg = &self.targets[t as usize];
-        let policy = config::get().ghost_balance;
+        let policy = layout().map_or(GhostBalance::Static, |l| l.balance);
         if acc || tg.ghosts.len() == 1 || policy == GhostBalance::Static {
             return tg.bound;
         }
@@ -306,7 +243,7 @@ pub fn route(
         DIRECT.fetch_add(1, Ordering::Relaxed);
         return Ok(Some(Routed::Direct(d)));
     }
-    let bytes = if config::get().ghost_balance == GhostBalance::Byte {
+    let bytes = if layout().is_some_and(|l| l.balance == GhostBalance::Byte) {
         let mut sz: c_int = 0;
         // SAFETY: valid out-pointer; an invalid type is reported by the real call.
         unsafe { pmpi::PMPI_Type_size(dt, &mut sz) };
@@ -360,7 +297,7 @@ fn to_user_world(comm: MPI_Comm, n: i32) -> Vec<i32> {
     // SAFETY: valid communicators and arrays of n ints; the groups are freed.
     unsafe {
         pmpi::PMPI_Comm_group(comm, &mut g1);
-        pmpi::PMPI_Comm_group(super::user_world(), &mut g2);
+        pmpi::PMPI_Comm_group(crate::platform::proc::user_world(), &mut g2);
         pmpi::PMPI_Group_translate_ranks(g1, n, ranks.as_ptr(), g2, out.as_mut_ptr());
         pmpi::PMPI_Group_free(&mut g1);
         pmpi::PMPI_Group_free(&mut g2);
@@ -395,7 +332,11 @@ fn servable(
     comm: MPI_Comm,
     out: [bool; 2],
 ) -> bool {
-    if size < 0 || disp_unit <= 0 || out.contains(&true) || !crate::errors::comm_valid(comm) {
+    if size < 0
+        || disp_unit <= 0
+        || out.contains(&true)
+        || !crate::platform::errors::comm_valid(comm)
+    {
         return false;
     }
     let (mut inter, mut nkeys) = (0, 0);
@@ -420,7 +361,7 @@ pub fn allocate(
     win: *mut MPI_Win,
 ) -> Option<c_int> {
     let lay = layout()?;
-    if !super::active()
+    if !crate::platform::proc::ghosts_active()
         || !servable(
             size,
             disp_unit,
@@ -457,7 +398,7 @@ pub fn allocate(
     let name = object_name(std::process::id() as i64, obj as i64, nonce);
     let base = create_object(&name, map_len).unwrap_or_else(|e| object_failed(&e));
     let cname = std::ffi::CString::new(name.clone()).expect("no NUL");
-    let uw_rank = crate::init::world().rank as usize;
+    let uw_rank = crate::platform::proc::world().rank as usize;
     let my_ghosts = &lay.node_ghosts[lay.user_node[uw_rank]];
     let g = lay.ghosts;
     // what every rank tells the others: disp_unit, size, whether it may go direct, its
@@ -468,7 +409,7 @@ pub fn allocate(
     let one_node = uranks
         .iter()
         .all(|&u| lay.user_node[u as usize] == lay.user_node[uw_rank]);
-    let may_direct = config::get().ghost_direct && one_node;
+    let may_direct = lay.direct && one_node;
     let mut rec = vec![0i64; HEAD + g];
     rec[0] = disp_unit;
     rec[1] = size as i64;
@@ -477,7 +418,7 @@ pub fn allocate(
     rec[4] = obj as i64;
     rec[5] = nonce as i64;
     for (j, &gh) in my_ghosts.iter().enumerate() {
-        rec[HEAD + j] = serve::command(lay, gh, Cmd::Attach, &[map_len as i64], Some(&name))[0];
+        rec[HEAD + j] = command(lay, gh, Cmd::Attach, &[map_len as i64], Some(&name))[0];
     }
     if !may_direct {
         // SAFETY: the name of the object created above (the ghosts have it mapped).
@@ -671,11 +612,11 @@ fn create_object(name: &str, len: usize) -> Result<*mut c_void, String> {
 /// other ranks would wait for this one, so the message goes to stderr and the whole job
 /// is aborted (exit status 71, EX_OSERR).
 fn object_failed(msg: &str) -> ! {
-    crate::log::raw_stderr(&format!(
+    crate::platform::log::raw_stderr(&format!(
         "{} MPI_Win_allocate with ghosts: {msg}; aborting the job\n",
-        crate::log::prefix()
+        crate::platform::log::prefix()
     ));
-    crate::init::abort_job(71)
+    crate::platform::proc::abort_job(71)
 }
 
 /// Maps another user's window object (direct windows); aborts the job if it cannot (the
@@ -724,7 +665,7 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
     unsafe { pmpi::PMPI_Barrier(w.ctl) };
     let mine = w.targets[w.me as usize].clone();
     for (j, &gh) in mine.ghosts.iter().enumerate() {
-        serve::command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
+        command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
     }
     // SAFETY: collective over the duplicate; then only this rank's own objects are freed.
     let rc = unsafe {
@@ -738,24 +679,24 @@ pub fn free(win: *mut MPI_Win) -> Option<c_int> {
         *win = MPI_WIN_NULL();
         rc
     };
-    if crate::stats::enabled() && w.direct.is_some() {
-        crate::log::raw_stderr(&format!(
+    if crate::platform::counters::enabled() && w.direct.is_some() {
+        crate::platform::log::raw_stderr(&format!(
             "{} window {}: {} RMA operations done directly in node-shared memory\n",
-            crate::log::prefix(),
+            crate::platform::log::prefix(),
             w.id,
             w.direct_ops
         ));
     }
-    if crate::stats::enabled() && !w.sent.is_empty() {
+    if crate::platform::counters::enabled() && !w.sent.is_empty() {
         let mut per: Vec<_> = w.sent.iter().collect();
         per.sort();
         let list: Vec<String> = per
             .iter()
             .map(|(g, (ops, _))| format!("ghost {g}: {ops}"))
             .collect();
-        crate::log::raw_stderr(&format!(
+        crate::platform::log::raw_stderr(&format!(
             "{} window {}: RMA operations redirected per ghost (world rank): {}\n",
-            crate::log::prefix(),
+            crate::platform::log::prefix(),
             w.id,
             list.join(", ")
         ));

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Allgather(v) (Kumar & Kale digest; Hoefler digest §3). All ranks know every block's
 //! size (Allgatherv passes all counts everywhere), so several blocks can travel as one
 //! message ([`multi`]); every algorithm places received blocks straight into the receive
@@ -24,8 +26,8 @@
 //!   `SHIM_ALLGATHER_K`, default 2), with the same fold as recursive doubling.
 
 use super::{Blk, Me, multi, pof2_floor, sub_mod};
-use crate::coll::select::{Algo, Choice};
-use crate::sched::{Builder, Schedule, V};
+use crate::core::sched::{Builder, Schedule, V};
+use crate::services::coll::select::{Algo, Choice};
 
 /// `send`: this rank's contribution (`None` = in place, already in its block); `blocks`:
 /// the receive buffer's blocks, one per rank.
@@ -336,16 +338,16 @@ fn kshift(me: Me, send: Option<Blk>, blocks: &[Blk], k: i32) -> Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::MPI_UINT64_T;
-    use crate::sched::Addr;
-    use crate::sched::sim::{self, Bufs, Mode};
+    use crate::core::sched::Addr;
+    use crate::core::sched::sim::{self, Bufs, Mode};
+    use crate::platform::abi::MPI_UINT64_T;
 
     fn blk(addr: Addr, n: i64) -> Blk {
         Blk::new(
             addr,
             n,
             MPI_UINT64_T(),
-            &crate::dtype::info(MPI_UINT64_T()).unwrap(),
+            &crate::core::dtype::info(MPI_UINT64_T()).unwrap(),
         )
     }
 

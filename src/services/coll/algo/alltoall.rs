@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Alltoall(v, w) (Hoefler digest §3; MPICH's algorithm set).
 //! - `linear`: every message posted at once, in the order rank ± i so that peers meet in
 //!   a balanced pattern.
@@ -11,9 +13,9 @@
 //! positions) and sent from there; a block's receive waits for its copy.
 
 use super::{Blk, Me, sub_mod};
-use crate::abi::MPI_PACKED;
-use crate::coll::select::{Algo, Choice};
-use crate::sched::{Addr, Base, Builder, Data, Schedule, V};
+use crate::core::sched::{Addr, Base, Builder, Data, Schedule, V};
+use crate::platform::abi::MPI_PACKED;
+use crate::services::coll::select::{Algo, Choice};
 
 /// `send`: blocks to send, one per rank (ignored in place); `recv`: blocks to receive;
 /// `regular`: every block has the same size on every rank (MPI_Alltoall).
@@ -164,15 +166,15 @@ fn bruck(me: Me, send: &[Blk], recv: &[Blk], inplace: bool) -> Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::MPI_UINT64_T;
-    use crate::sched::sim::{self, Bufs, Mode};
+    use crate::core::sched::sim::{self, Bufs, Mode};
+    use crate::platform::abi::MPI_UINT64_T;
 
     fn blk(addr: Addr, n: i64) -> Blk {
         Blk::new(
             addr,
             n,
             MPI_UINT64_T(),
-            &crate::dtype::info(MPI_UINT64_T()).unwrap(),
+            &crate::core::dtype::info(MPI_UINT64_T()).unwrap(),
         )
     }
 

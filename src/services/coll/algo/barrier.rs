@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Barrier (Hoefler digest §3, §II.3.1):
 //! - `dissemination` (Hensgen, Finkel, Manber): in round k every rank signals rank + 2^k
 //!   and waits for rank - 2^k; after ceil(log2 P) rounds everyone has heard, directly or
@@ -9,9 +11,9 @@
 //!   release the extra ranks.
 
 use super::{Me, ceil_log, pof2_floor, sub_mod};
-use crate::abi::MPI_BYTE;
-use crate::coll::select::{Algo, Choice};
-use crate::sched::{Addr, Builder, Data, Schedule, V};
+use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use crate::platform::abi::MPI_BYTE;
+use crate::services::coll::select::{Algo, Choice};
 
 fn empty() -> Data {
     Data::new(Addr::recv(0), 0, MPI_BYTE())
@@ -92,7 +94,7 @@ fn recursive_doubling(me: Me) -> Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::sim::{self, Bufs, Mode};
+    use crate::core::sched::sim::{self, Bufs, Mode};
 
     #[test]
     fn barriers_complete_and_synchronize() {

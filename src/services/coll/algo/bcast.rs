@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Broadcast (Hoefler digest §3 and §8.4, Eq. III.1-III.4; van de Geijn). Ranks are
 //! taken relative to the root (`vr = rank - root mod P`).
 //! - `linear`: the root sends to every rank.
@@ -14,9 +16,9 @@
 //! agrees on the byte count, whatever datatype it passed.
 
 use super::{Me, Packed, ceil_log, split, sub_mod};
-use crate::coll::select::{Algo, Choice};
-use crate::dtype::TypeInfo;
-use crate::sched::{Builder, Data, Schedule, V};
+use crate::core::dtype::TypeInfo;
+use crate::core::sched::{Builder, Data, Schedule, V};
+use crate::services::coll::select::{Algo, Choice};
 
 pub fn build(ch: &Choice, me: Me, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
     let bytes = data.count * ti.size;
@@ -212,12 +214,12 @@ fn scatter_allgather(me: Me, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::MPI_UINT64_T;
-    use crate::sched::Addr;
-    use crate::sched::sim::{self, Bufs, Mode};
+    use crate::core::sched::Addr;
+    use crate::core::sched::sim::{self, Bufs, Mode};
+    use crate::platform::abi::MPI_UINT64_T;
 
     fn ti8() -> TypeInfo {
-        crate::dtype::info(MPI_UINT64_T()).unwrap()
+        crate::core::dtype::info(MPI_UINT64_T()).unwrap()
     }
 
     #[test]

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Intercommunicator collectives (MPI-4.0 §6.2.2): every message goes between the two
 //! groups, so every peer below is a rank of the remote group (of size `remote`).
 //!
@@ -12,7 +14,7 @@
 //! from the highest rank down), so non-commutative operations are correct.
 
 use super::{Blk, Red};
-use crate::sched::{Addr, Builder, Data, Schedule, V};
+use crate::core::sched::{Addr, Builder, Data, Schedule, V};
 
 pub const NAME: &str = "inter-linear";
 
@@ -30,7 +32,7 @@ pub enum Role {
 /// Every process has entered once every remote process has (MPI-4.0 §6.3).
 pub fn barrier(remote: i32) -> Schedule {
     let mut b = Builder::new(NAME);
-    let token = Data::new(Addr::recv(0), 0, crate::abi::MPI_BYTE());
+    let token = Data::new(Addr::recv(0), 0, crate::platform::abi::MPI_BYTE());
     for j in 0..remote {
         b.send(token, j, &[]);
         b.recv(token, j, &[]);
@@ -182,7 +184,7 @@ pub fn reduce_scatter(r: &Red, len: i64, at: i64, sends: &[(i64, i64)]) -> Sched
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::Action;
+    use crate::core::sched::Action;
 
     fn peers(s: &Schedule) -> (Vec<i32>, Vec<i32>) {
         let (mut snd, mut rcv) = (Vec::new(), Vec::new());
@@ -205,7 +207,7 @@ mod tests {
 
     #[test]
     fn only_the_root_and_the_remote_group_move_data() {
-        let d = Data::new(Addr::recv(0), 4, crate::abi::MPI_INT());
+        let d = Data::new(Addr::recv(0), 4, crate::platform::abi::MPI_INT());
         assert_eq!(peers(&bcast(Role::Root, d, 3)).0, vec![0, 1, 2]);
         assert_eq!(peers(&bcast(Role::Leaf(1), d, 3)).1, vec![1]);
         assert!(bcast(Role::Idle, d, 3).is_empty());

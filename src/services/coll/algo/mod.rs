@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Schedule builders, one module per collective (family). Each takes this rank's view of
 //! the call (`Me`, blocks of data, reduction parameters) and returns a schedule. They are
 //! correct for every process count, powers of two or not.
@@ -17,9 +19,9 @@ pub mod reduce_scatter;
 pub mod rooted;
 pub mod scan;
 
-use crate::abi::{MPI_Datatype, MPI_Op, MPI_PACKED};
-use crate::dtype::TypeInfo;
-use crate::sched::{Addr, Builder, Data, V};
+use crate::core::dtype::TypeInfo;
+use crate::core::sched::{Addr, Builder, Data, V};
+use crate::platform::abi::{MPI_Datatype, MPI_Op, MPI_PACKED};
 
 /// This rank in its communicator.
 #[derive(Clone, Copy, Debug)]
@@ -167,7 +169,7 @@ impl Red {
     }
     /// Whether the system MPI reduces this operation and datatype right (`ops`).
     pub fn native_trusted(&self) -> bool {
-        crate::ops::native_trusted(self.op, self.dt)
+        crate::core::ops::native_trusted(self.op, self.dt)
     }
 }
 

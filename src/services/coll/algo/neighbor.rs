@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Neighbourhood collectives: one round, a send to every destination and a receive from
 //! every source, all posted at once (MPI-4.0 §8.6).
 //!
@@ -8,8 +10,8 @@
 //! its own tag (the sender's neighbour index). Graph topologies match in list order.
 
 use super::{Blk, Me};
-use crate::abi::MPI_PROC_NULL;
-use crate::sched::{Builder, Schedule};
+use crate::core::sched::{Builder, Schedule};
+use crate::platform::abi::MPI_PROC_NULL;
 
 pub fn single_round(_me: Me, sends: &[(Blk, i32)], recvs: &[(Blk, i32)], cart: bool) -> Schedule {
     let mut b = Builder::new("single-round");

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Reduce and Allreduce (Franke digest §5; Hoefler digest §3, §8.4; Thakur, Rabenseifner
 //! and Gropp).
 //!
@@ -32,8 +34,8 @@
 
 use super::bcast::knomial_tree;
 use super::{Me, Red, pof2_floor, split, sub_mod};
-use crate::coll::select::{Algo, Choice};
-use crate::sched::{Addr, Builder, Data, Schedule, V};
+use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use crate::services::coll::select::{Algo, Choice};
 
 fn copy_to(b: &mut Builder, r: &Red, from: Addr, to: Addr, deps: &[V]) -> Vec<V> {
     if from == to || r.count == 0 {
@@ -754,14 +756,14 @@ fn reduce_bcast(me: Me, r: &Red, inplace: bool) -> Schedule {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::abi::{MPI_SUM, MPI_UINT64_T};
-    use crate::sched::sim::{self, Bufs, Mode, NONCOMM, iv};
+    use crate::core::sched::sim::{self, Bufs, Mode, NONCOMM, iv};
+    use crate::platform::abi::{MPI_SUM, MPI_UINT64_T};
 
     pub fn red(count: i64, commutative: bool) -> Red {
         Red {
             count,
             dt: MPI_UINT64_T(),
-            ti: crate::dtype::info(MPI_UINT64_T()).unwrap(),
+            ti: crate::core::dtype::info(MPI_UINT64_T()).unwrap(),
             op: if commutative { MPI_SUM() } else { NONCOMM },
             commutative,
         }

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Reduce_scatter and Reduce_scatter_block (Franke digest §5.3; MPICH). Block i of the
 //! reduced vector (`counts[i]` elements) goes to rank i; in place the input vector is the
 //! receive buffer and the result lands at its start.
@@ -12,8 +14,8 @@
 //!   (the three above combine in ring or butterfly order).
 
 use super::{Me, Red, pof2_floor};
-use crate::coll::select::{Algo, Choice};
-use crate::sched::{Addr, Builder, Data, Schedule, V};
+use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use crate::services::coll::select::{Algo, Choice};
 
 pub fn build(ch: &Choice, me: Me, r: &Red, counts: &[i64], inplace: bool) -> Schedule {
     let ordered = |name: &'static str| {
@@ -289,8 +291,8 @@ fn via_reduce(me: Me, r: &Red, counts: &[i64], inplace: bool) -> Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coll::algo::reduce::tests::{expect, input, red};
-    use crate::sched::sim::{self, Bufs, Mode};
+    use crate::core::sched::sim::{self, Bufs, Mode};
+    use crate::services::coll::algo::reduce::tests::{expect, input, red};
 
     #[test]
     fn every_reduce_scatter_algorithm() {

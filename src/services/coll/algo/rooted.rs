@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Gather(v) and Scatter(v).
 //! - `linear`: the root posts one receive (send) per rank at once and the system MPI moves
 //!   them concurrently; every other rank sends (receives) one block.
@@ -13,9 +15,9 @@
 
 use super::bcast::knomial_tree;
 use super::{Blk, Me, multi, sub_mod};
-use crate::abi::MPI_PACKED;
-use crate::coll::select::{Algo, Choice};
-use crate::sched::{Addr, Builder, Data, Schedule, V};
+use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use crate::platform::abi::MPI_PACKED;
+use crate::services::coll::select::{Algo, Choice};
 
 /// `send`: this rank's contribution (`None` = in place at the root); `recv`: the root's
 /// blocks, one per rank (ignored elsewhere); `block_bytes`: the size of every block when
@@ -189,15 +191,15 @@ fn scatter_binomial(me: Me, send: &[Blk], recv: Option<Blk>, root: i32, bb: i64)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::MPI_UINT64_T;
-    use crate::sched::sim::{self, Bufs, Mode};
+    use crate::core::sched::sim::{self, Bufs, Mode};
+    use crate::platform::abi::MPI_UINT64_T;
 
     fn blk(addr: Addr, n: i64) -> Blk {
         Blk::new(
             addr,
             n,
             MPI_UINT64_T(),
-            &crate::dtype::info(MPI_UINT64_T()).unwrap(),
+            &crate::core::dtype::info(MPI_UINT64_T()).unwrap(),
         )
     }
 

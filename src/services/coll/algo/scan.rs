@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Scan and Exscan (Franke digest §5.4).
 //! - `recursive-doubling` (the MPICH algorithm): in step k a rank exchanges its partial
 //!   result (the reduction of a contiguous range of ranks ending at itself) with
@@ -9,8 +11,8 @@
 //!   the new prefix on. P-1 steps, but each segment moves as soon as it is ready.
 
 use super::{Me, Red};
-use crate::coll::select::{Algo, Choice};
-use crate::sched::{Addr, Builder, Data, Schedule, V};
+use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use crate::services::coll::select::{Algo, Choice};
 
 pub fn build(ch: &Choice, me: Me, r: &Red, inplace: bool, exclusive: bool) -> Schedule {
     match ch.algo {
@@ -157,8 +159,8 @@ fn recursive_doubling(me: Me, r: &Red, inplace: bool, exclusive: bool) -> Schedu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coll::algo::reduce::tests::{expect, input, red};
-    use crate::sched::sim::{self, Bufs, Mode};
+    use crate::core::sched::sim::{self, Bufs, Mode};
+    use crate::services::coll::algo::reduce::tests::{expect, input, red};
 
     #[test]
     fn every_scan_algorithm() {

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! `SHIM_CALIBRATE=1`: measures the model's parameters at `MPI_Init` (a fraction of a
 //! second). Rank 0 measures, with rank 1 as its partner, and broadcasts the result, so
 //! every rank decides with the same numbers.
@@ -16,10 +18,10 @@ use core::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use super::model::{NAMES, Params};
-use crate::abi::*;
-use crate::pmpi;
-use crate::sched::run::Run;
-use crate::sched::{Addr, Builder, Data};
+use crate::core::sched::run::Run;
+use crate::core::sched::{Addr, Builder, Data};
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
 
 fn now() -> f64 {
     // SAFETY: no arguments.
@@ -144,7 +146,7 @@ fn local(p: &mut Params) {
         let t = now();
         // SAFETY: two distinct buffers of n doubles.
         unsafe {
-            crate::ops::reduce_local(
+            crate::core::ops::reduce_local(
                 a.as_ptr().cast(),
                 b.as_mut_ptr().cast(),
                 n as i64,
@@ -166,23 +168,24 @@ fn local(p: &mut Params) {
 /// The cost of a call through the shim's schedules and through the system MPI, on
 /// `MPI_COMM_SELF`.
 fn overheads(p: &mut Params) {
-    let Ok(st) = crate::comm::get(MPI_COMM_SELF()) else {
+    let Ok(st) = crate::core::comm::get(MPI_COMM_SELF()) else {
         return;
     };
     let mut x = [0.0f64; 64];
     let mut y = [0.0f64; 64];
-    let run = |sched: &Arc<crate::sched::Schedule>, x: &mut [f64; 64], y: &mut [f64; 64]| -> f64 {
-        let t = now();
-        let mut r = Run::new(
-            Arc::clone(sched),
-            Arc::clone(&st),
-            st.next_tag(true),
-            x.as_ptr() as *const c_void,
-            y.as_mut_ptr() as *mut c_void,
-        );
-        crate::progress::run_blocking(&mut r);
-        now() - t
-    };
+    let run =
+        |sched: &Arc<crate::core::sched::Schedule>, x: &mut [f64; 64], y: &mut [f64; 64]| -> f64 {
+            let t = now();
+            let mut r = Run::new(
+                Arc::clone(sched),
+                Arc::clone(&st),
+                st.next_tag(true),
+                x.as_ptr() as *const c_void,
+                y.as_mut_ptr() as *mut c_void,
+            );
+            crate::core::progress::run_blocking(&mut r);
+            now() - t
+        };
     // one local copy: the fixed cost of a schedule run
     let mut b = Builder::new("calibrate");
     b.copy(
@@ -232,11 +235,11 @@ pub fn run(base: &Params) -> Params {
     let (mut rank, mut size) = (0, 1);
     // SAFETY: valid out-pointers.
     unsafe {
-        pmpi::PMPI_Comm_rank(crate::ghost::user_world(), &mut rank);
-        pmpi::PMPI_Comm_size(crate::ghost::user_world(), &mut size);
+        pmpi::PMPI_Comm_rank(crate::platform::proc::user_world(), &mut rank);
+        pmpi::PMPI_Comm_size(crate::platform::proc::user_world(), &mut size);
     }
     if size >= 2 {
-        point_to_point(&mut p, crate::ghost::user_world(), rank);
+        point_to_point(&mut p, crate::platform::proc::user_world(), rank);
     } else {
         p.o_native = p.o_native.min(p.o);
     }
@@ -252,7 +255,7 @@ pub fn run(base: &Params) -> Params {
             v.len() as c_int,
             MPI_DOUBLE(),
             0,
-            crate::ghost::user_world(),
+            crate::platform::proc::user_world(),
         );
     }
     for (n, x) in NAMES.iter().zip(v) {

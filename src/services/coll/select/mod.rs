@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Algorithm selection: the registry of algorithms per collective, forced choices
 //! (`SHIM_<COLL>_ALGORITHM`, `_K`, `_SEGMENT`, or `shim_set_algorithm` at run time), and
 //! `auto`, which asks the cost model (`model`) and the measured table of a tuning file
@@ -13,6 +15,7 @@
 //! which is why the configuration is also checked to be identical on all ranks at init.
 
 pub mod calibrate;
+pub mod env;
 pub mod model;
 pub mod tuning;
 
@@ -543,8 +546,18 @@ pub fn set_override(coll: Coll, algo: Option<Algo>) {
     super::memo::invalidate();
 }
 
+/// The forced choices of `SHIM_<COLL>_*` ([`env`]), handed over at init.
+static FORCED: OnceLock<[Forced; 22]> = OnceLock::new();
+
+/// Installs the forced choices parsed at init (first call wins).
+pub fn configure(forced: [Forced; 22]) {
+    let _ = FORCED.set(forced);
+}
+
 fn forced(coll: Coll) -> Forced {
-    let mut f = crate::config::get().algorithms[coll as usize - 1];
+    let mut f = FORCED
+        .get()
+        .map_or_else(Forced::default, |t| t[coll as usize - 1]);
     let o = OVERRIDE[coll as usize - 1].load(Ordering::Relaxed);
     if o != 0 {
         f.algo = Algo::from_u8((o - 1) as u8);
@@ -800,7 +813,7 @@ pub fn decide(
 /// communicator; README, "system MPI bugs"), and not when the node is oversubscribed
 /// (its waits spin without yielding; see `init::oversubscribed`).
 fn native_allowed(form: Form, p: i32) -> bool {
-    form != Form::Persistent && p > 1 && !crate::init::oversubscribed()
+    form != Form::Persistent && p > 1 && !crate::platform::proc::oversubscribed()
 }
 
 /// The decision table (what `auto` picks) for the given communicator sizes, as text.

@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! The cost model: LogGP (Hoefler digest §8; Culler et al., Alexandrov et al.) with a
 //! per-byte reduction cost γ (Franke digest §4) and a rendezvous round trip for messages
 //! above the eager limit (LogGPS). For each algorithm it predicts the completion time and

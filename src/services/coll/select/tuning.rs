@@ -1,3 +1,5 @@
+//! Layer: services. May use: core, platform.
+//!
 //! Tuning data: the model's parameters and a table of measured winners.
 //!
 //! A tuning file is text, one item per line (`#` starts a comment):
@@ -266,7 +268,7 @@ pub fn read_capped(path: &str, cap: u64) -> Result<String, String> {
 /// secure-execution mode the variable is ignored at configuration time; should the file
 /// be read anyway, errors do not quote it.
 pub fn load_file(path: &str) -> Result<Tuning, String> {
-    load_file_with(path, MAX_FILE_BYTES, crate::config::at_secure())
+    load_file_with(path, MAX_FILE_BYTES, crate::platform::config::at_secure())
 }
 
 fn load_file_with(path: &str, cap: u64, secure: bool) -> Result<Tuning, String> {

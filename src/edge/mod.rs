@@ -1,0 +1,10 @@
+//! Layer: edge. May use: hooks, services, core, platform.
+//!
+//! What the program and the MPI library call: the generated `MPI_*` entry points
+//! ([`api`]) and what each does around its hook ([`entry`]), the shim's own C API
+//! ([`capi`], `include/shim.h`), and the Fortran entry points ([`fortran`]).
+
+pub mod api;
+pub mod capi;
+pub mod entry;
+pub mod fortran;

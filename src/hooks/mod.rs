@@ -1,0 +1,18 @@
+//! Layer: hooks. May use: services, core, platform.
+//!
+//! One file per family of MPI functions the shim takes over, each a set of hooks the
+//! generated entry points call with the application's arguments and a `native` closure
+//! (the `PMPI_*` call): the table column `hook` of `src/platform/abi/mpi_functions.txt`
+//! names the file. `init` is the composition root: it reads the configuration once, hands
+//! each service its settings and registers what lower layers must call back.
+
+pub mod blocking;
+pub mod coll;
+pub mod errors;
+pub mod init;
+pub mod lifetime;
+pub mod p2p;
+pub mod pack;
+pub mod report;
+pub mod request;
+pub mod rma;

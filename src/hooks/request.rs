@@ -1,0 +1,639 @@
+//! Layer: hooks. May use: services, core, platform.
+//!
+//! Hooks (see `src/platform/abi/mpi_functions.txt`). Safety: the arguments are the application's,
+//! passed unchanged; the MPI standard's rules for them are the contract.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+use crate::core::progress::{self};
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
+use core::ffi::c_int;
+
+use crate::core::request::*;
+
+pub unsafe fn MPI_Wait(
+    request: *mut MPI_Request,
+    status: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    // SAFETY: the caller's request pointer.
+    let h = if request.is_null() {
+        MPI_REQUEST_NULL()
+    } else {
+        unsafe { *request }
+    };
+    if crate::core::retain::request_freed(h) {
+        return freed_request("MPI_Wait");
+    }
+    match state(h) {
+        State::Native => {
+            if !progress::any_active() || h == MPI_REQUEST_NULL() {
+                return native();
+            }
+            let mut rc = MPI_SUCCESS;
+            progress::wait_until(|| {
+                let mut flag = 0;
+                // SAFETY: the caller's request and status.
+                rc = unsafe { pmpi::PMPI_Test(request, &mut flag, status) };
+                rc != MPI_SUCCESS || flag != 0
+            });
+            rc
+        }
+        State::Inactive => {
+            set_empty_status(status);
+            MPI_SUCCESS
+        }
+        State::Running(cell, persistent) => {
+            progress::wait_until(|| cell.poke());
+            let comm = slot_comm(h);
+            // SAFETY: the caller's request.
+            let err = retire(unsafe { &mut *request }, &cell, persistent, status);
+            if err != MPI_SUCCESS {
+                crate::platform::errors::raise(comm, err, "MPI_Wait", cell.what())
+            } else {
+                MPI_SUCCESS
+            }
+        }
+    }
+}
+
+pub unsafe fn MPI_Test(
+    request: *mut MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    // SAFETY: the caller's request pointer.
+    let h = if request.is_null() {
+        MPI_REQUEST_NULL()
+    } else {
+        unsafe { *request }
+    };
+    if crate::core::retain::request_freed(h) {
+        return freed_request("MPI_Test");
+    }
+    match state(h) {
+        State::Native => native(),
+        State::Inactive => {
+            // SAFETY: the caller's flag.
+            unsafe { *flag = 1 };
+            set_empty_status(status);
+            MPI_SUCCESS
+        }
+        State::Running(cell, persistent) => {
+            progress::progress_all();
+            if !cell.poke() {
+                // SAFETY: the caller's flag.
+                unsafe { *flag = 0 };
+                return MPI_SUCCESS;
+            }
+            // SAFETY: the caller's flag and request.
+            unsafe { *flag = 1 };
+            let comm = slot_comm(h);
+            let err = retire(unsafe { &mut *request }, &cell, persistent, status);
+            if err != MPI_SUCCESS {
+                crate::platform::errors::raise(comm, err, "MPI_Test", cell.what())
+            } else {
+                MPI_SUCCESS
+            }
+        }
+    }
+}
+
+pub unsafe fn MPI_Request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    if crate::core::retain::request_freed(request) {
+        return freed_request("MPI_Request_get_status");
+    }
+    match state(request) {
+        State::Native => native(),
+        State::Inactive => {
+            // SAFETY: the caller's flag.
+            unsafe { *flag = 1 };
+            set_empty_status(status);
+            MPI_SUCCESS
+        }
+        State::Running(cell, _) => {
+            progress::progress_all();
+            let done = cell.poke();
+            // SAFETY: the caller's flag.
+            unsafe { *flag = c_int::from(done) };
+            if done {
+                cell.status_into(status);
+            }
+            MPI_SUCCESS
+        }
+    }
+}
+
+pub unsafe fn MPI_Request_free(request: *mut MPI_Request, native: &dyn Fn() -> c_int) -> c_int {
+    // SAFETY: the caller's request pointer.
+    let h = if request.is_null() {
+        MPI_REQUEST_NULL()
+    } else {
+        unsafe { *request }
+    };
+    if crate::core::retain::request_freed(h) {
+        return freed_request("MPI_Request_free");
+    }
+    match state(h) {
+        State::Native => {
+            // Only a complete request (an inactive persistent one, or one already
+            // finished) is released at once and its handle quarantined. An active one
+            // lives on in the library until it completes: allocating a placeholder then
+            // may take over a handle MPICH 4.0.2 still uses (a freed Isend to self
+            // whose message was never received is lost).
+            let mut done: c_int = 0;
+            if h != MPI_REQUEST_NULL() {
+                // SAFETY: valid out-pointer; an invalid handle only yields a code (the
+                // real world returns errors), reported again by the free below.
+                unsafe { pmpi::PMPI_Request_get_status(h, &mut done, MPI_STATUS_IGNORE) };
+            }
+            let rc = native();
+            if rc == MPI_SUCCESS && done != 0 {
+                crate::core::retain::request_quarantine(h);
+            }
+            rc
+        }
+        State::Inactive => {
+            if let Some(p) = packed(h) {
+                p.release();
+            }
+            remove(h);
+            // SAFETY: the caller's request.
+            unsafe { *request = MPI_REQUEST_NULL() };
+            MPI_SUCCESS
+        }
+        State::Running(Pending::P2p(p), _) => {
+            // the operation goes on; it is completed in the background
+            crate::core::progress::detach(p);
+            remove(h);
+            // SAFETY: the caller's request.
+            unsafe { *request = MPI_REQUEST_NULL() };
+            MPI_SUCCESS
+        }
+        State::Running(..) => crate::platform::errors::raise(
+            slot_comm(h),
+            MPI_ERR_REQUEST,
+            "MPI_Request_free",
+            "freeing an active collective request is erroneous (MPI-4.0 §6.12, §6.13)",
+        ),
+    }
+}
+
+pub unsafe fn MPI_Cancel(request: *mut MPI_Request, native: &dyn Fn() -> c_int) -> c_int {
+    // SAFETY: the caller's request pointer.
+    let h = if request.is_null() {
+        MPI_REQUEST_NULL()
+    } else {
+        unsafe { *request }
+    };
+    if crate::core::retain::request_freed(h) {
+        return freed_request("MPI_Cancel");
+    }
+    if let Some(p) = packed(h) {
+        return p.cancel();
+    }
+    match state(h) {
+        State::Native => native(),
+        _ => crate::platform::errors::raise(
+            slot_comm(h),
+            MPI_ERR_REQUEST,
+            "MPI_Cancel",
+            "a collective request cannot be cancelled (MPI-4.0 §6.12)",
+        ),
+    }
+}
+
+pub unsafe fn MPI_Start(request: *mut MPI_Request, native: &dyn Fn() -> c_int) -> c_int {
+    // SAFETY: the caller's request pointer.
+    let h = if request.is_null() {
+        MPI_REQUEST_NULL()
+    } else {
+        unsafe { *request }
+    };
+    if crate::core::retain::request_freed(h) {
+        return freed_request("MPI_Start");
+    }
+    match state(h) {
+        State::Native => native(),
+        _ => {
+            let rc = start(h);
+            if rc != MPI_SUCCESS {
+                return crate::platform::errors::raise(
+                    slot_comm(h),
+                    rc,
+                    "MPI_Start",
+                    "the persistent request is already active or could not start",
+                );
+            }
+            MPI_SUCCESS
+        }
+    }
+}
+
+pub unsafe fn MPI_Startall(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    if reqs.is_null() || count < 0 {
+        // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
+        return native();
+    }
+    if let Some(rc) = freed_entry(reqs, count) {
+        return rc;
+    }
+    if !has_shim(reqs, count) {
+        return native();
+    }
+    let mut nat = Native::of(reqs, count as usize);
+    for i in 0..count as usize {
+        // SAFETY: the caller's array of count requests.
+        let h = unsafe { *reqs.add(i) };
+        if is_shim_request(h) {
+            let rc = start(h);
+            if rc != MPI_SUCCESS {
+                return crate::platform::errors::raise(
+                    slot_comm(h),
+                    rc,
+                    "MPI_Startall",
+                    "a persistent request is already active or could not start",
+                );
+            }
+        }
+    }
+    if !nat.reqs.is_empty() {
+        // SAFETY: the native sub-array.
+        let rc = unsafe { pmpi::PMPI_Startall(nat.reqs.len() as c_int, nat.reqs.as_mut_ptr()) };
+        nat.write_back(reqs, MPI_STATUSES_IGNORE, Some(&[]));
+        return rc;
+    }
+    MPI_SUCCESS
+}
+
+/// Shared body of Waitall (`wait`) and Testall.
+fn all(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+    wait: bool,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    if reqs.is_null() || count < 0 {
+        // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
+        return native();
+    }
+    if let Some(rc) = freed_entry(reqs, count) {
+        return rc;
+    }
+    if !has_shim(reqs, count) && (!wait || !progress::any_active()) {
+        return native();
+    }
+    let n = count.max(0) as usize;
+    let want = statuses != MPI_STATUSES_IGNORE && !statuses.is_null();
+    let mut nat = Native::of(reqs, n);
+    let mut rc = MPI_SUCCESS;
+    let mut complete = false;
+    let mut check = || {
+        progress::progress_all();
+        for i in 0..n {
+            // SAFETY: the caller's array.
+            if let State::Running(c, _) = state(unsafe { *reqs.add(i) }) {
+                if !c.poke() {
+                    return false;
+                }
+            }
+        }
+        if !nat.reqs.is_empty() {
+            let mut f: c_int = 0;
+            let sp = nat.status_ptr(want);
+            // SAFETY: the native sub-array and its statuses.
+            rc = unsafe {
+                pmpi::PMPI_Testall(nat.reqs.len() as c_int, nat.reqs.as_mut_ptr(), &mut f, sp)
+            };
+            if f == 0 && rc == MPI_SUCCESS {
+                return false;
+            }
+        }
+        complete = true;
+        true
+    };
+    if wait {
+        progress::wait_until(&mut check);
+    } else {
+        check();
+    }
+    if !flag.is_null() {
+        // SAFETY: the caller's flag.
+        unsafe { *flag = c_int::from(complete) };
+    }
+    if !complete {
+        return MPI_SUCCESS;
+    }
+    nat.write_back(reqs, statuses, None);
+    let mut errors = false;
+    for i in 0..n {
+        // SAFETY: the caller's arrays.
+        let h = unsafe { &mut *reqs.add(i) };
+        let st = status_at(statuses, i);
+        match state(*h) {
+            State::Running(c, p) => {
+                let e = retire(h, &c, p, st);
+                if want {
+                    // SAFETY: st points into the caller's status array.
+                    unsafe { (*st).MPI_ERROR = e };
+                }
+                errors |= e != MPI_SUCCESS;
+            }
+            State::Inactive => set_empty_status(st),
+            State::Native => {}
+        }
+    }
+    if errors { MPI_ERR_IN_STATUS } else { rc }
+}
+
+pub unsafe fn MPI_Waitall(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    statuses: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    all(count, reqs, core::ptr::null_mut(), statuses, true, native)
+}
+
+pub unsafe fn MPI_Testall(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    all(count, reqs, flag, statuses, false, native)
+}
+
+/// Shared body of Waitany and Testany.
+fn any(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+    wait: bool,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    if reqs.is_null() || count < 0 {
+        // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
+        return native();
+    }
+    if let Some(rc) = freed_entry(reqs, count) {
+        return rc;
+    }
+    if !has_shim(reqs, count) && (!wait || !progress::any_active()) {
+        return native();
+    }
+    let n = count.max(0) as usize;
+    let mut nat = Native::of(reqs, n);
+    let mut result: Option<(c_int, c_int)> = None; // (index or UNDEFINED, rc)
+    let mut check = || {
+        progress::progress_all();
+        let mut active = false;
+        for i in 0..n {
+            // SAFETY: the caller's array.
+            let h = unsafe { &mut *reqs.add(i) };
+            if let State::Running(c, p) = state(*h) {
+                active = true;
+                if c.poke() {
+                    let comm = slot_comm(*h);
+                    let e = retire(h, &c, p, status);
+                    let rc = if e != MPI_SUCCESS {
+                        crate::platform::errors::raise(comm, e, "MPI_Waitany", c.what())
+                    } else {
+                        MPI_SUCCESS
+                    };
+                    result = Some((i as c_int, rc));
+                    return true;
+                }
+            }
+        }
+        if !nat.reqs.is_empty() {
+            let (mut idx, mut f): (c_int, c_int) = (MPI_UNDEFINED, 0);
+            // SAFETY: the native sub-array.
+            let rc = unsafe {
+                pmpi::PMPI_Testany(
+                    nat.reqs.len() as c_int,
+                    nat.reqs.as_mut_ptr(),
+                    &mut idx,
+                    &mut f,
+                    status,
+                )
+            };
+            if rc != MPI_SUCCESS || (f != 0 && idx != MPI_UNDEFINED) {
+                nat.write_back(reqs, MPI_STATUSES_IGNORE, Some(&[]));
+                let gi = if idx == MPI_UNDEFINED {
+                    MPI_UNDEFINED
+                } else {
+                    nat.idx[idx as usize] as c_int
+                };
+                result = Some((gi, rc));
+                return true;
+            }
+            if f == 0 {
+                active = true;
+            }
+        }
+        if !active {
+            // every request is null or inactive
+            set_empty_status(status);
+            result = Some((MPI_UNDEFINED, MPI_SUCCESS));
+            return true;
+        }
+        false
+    };
+    if wait {
+        progress::wait_until(&mut check);
+    } else {
+        check();
+    }
+    match result {
+        Some((i, rc)) => {
+            // SAFETY: the caller's out-pointers.
+            unsafe {
+                *index = i;
+                if !flag.is_null() {
+                    *flag = 1;
+                }
+            }
+            rc
+        }
+        None => {
+            // SAFETY: as above.
+            unsafe {
+                *index = MPI_UNDEFINED;
+                if !flag.is_null() {
+                    *flag = 0;
+                }
+            }
+            MPI_SUCCESS
+        }
+    }
+}
+
+pub unsafe fn MPI_Waitany(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    status: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    any(
+        count,
+        reqs,
+        index,
+        core::ptr::null_mut(),
+        status,
+        true,
+        native,
+    )
+}
+
+pub unsafe fn MPI_Testany(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    any(count, reqs, index, flag, status, false, native)
+}
+
+/// Shared body of Waitsome and Testsome.
+fn some(
+    incount: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+    wait: bool,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    if reqs.is_null() || incount < 0 {
+        // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
+        return native();
+    }
+    if let Some(rc) = freed_entry(reqs, incount) {
+        return rc;
+    }
+    if !has_shim(reqs, incount) && (!wait || !progress::any_active()) {
+        return native();
+    }
+    let n = incount.max(0) as usize;
+    let want = statuses != MPI_STATUSES_IGNORE && !statuses.is_null();
+    let mut nat = Native::of(reqs, n);
+    let mut out: Vec<(usize, c_int)> = Vec::new();
+    let mut rc = MPI_SUCCESS;
+    let mut none_active = false;
+    let mut check = || {
+        progress::progress_all();
+        let mut active = false;
+        for i in 0..n {
+            // SAFETY: the caller's array.
+            let h = unsafe { &mut *reqs.add(i) };
+            if let State::Running(c, p) = state(*h) {
+                active = true;
+                if c.poke() {
+                    // the status goes to position out.len() of the output
+                    let st = status_at(statuses, out.len());
+                    let e = retire(h, &c, p, st);
+                    out.push((i, e));
+                }
+            }
+        }
+        if !nat.reqs.is_empty() {
+            let mut cnt: c_int = 0;
+            let mut idx = vec![0 as c_int; nat.reqs.len()];
+            let sp = nat.status_ptr(want);
+            // SAFETY: the native sub-array and buffers of its length.
+            rc = unsafe {
+                pmpi::PMPI_Testsome(
+                    nat.reqs.len() as c_int,
+                    nat.reqs.as_mut_ptr(),
+                    &mut cnt,
+                    idx.as_mut_ptr(),
+                    sp,
+                )
+            };
+            if cnt != MPI_UNDEFINED {
+                active = true;
+                for (j, &k) in idx[..cnt.max(0) as usize].iter().enumerate() {
+                    let i = nat.idx[k as usize];
+                    if want {
+                        // SAFETY: status array of incount entries; Testsome fills its
+                        // statuses in completion order.
+                        unsafe { *statuses.add(out.len()) = nat.statuses[j] };
+                    }
+                    // SAFETY: the caller's array.
+                    unsafe { *reqs.add(i) = nat.reqs[k as usize] };
+                    out.push((i, MPI_SUCCESS));
+                }
+            }
+        }
+        if !active {
+            none_active = true;
+            return true;
+        }
+        !out.is_empty()
+    };
+    if wait {
+        progress::wait_until(&mut check);
+    } else {
+        check();
+    }
+    if none_active && out.is_empty() {
+        // SAFETY: the caller's outcount.
+        unsafe { *outcount = MPI_UNDEFINED };
+        return MPI_SUCCESS;
+    }
+    let mut errors = false;
+    for (k, &(i, e)) in out.iter().enumerate() {
+        // SAFETY: the caller's indices array has incount entries.
+        unsafe { *indices.add(k) = i as c_int };
+        if e != MPI_SUCCESS {
+            errors = true;
+            if want {
+                // SAFETY: as above.
+                unsafe { (*statuses.add(k)).MPI_ERROR = e };
+            }
+        }
+    }
+    // SAFETY: the caller's outcount.
+    unsafe { *outcount = out.len() as c_int };
+    if errors { MPI_ERR_IN_STATUS } else { rc }
+}
+
+pub unsafe fn MPI_Waitsome(
+    incount: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    some(incount, reqs, outcount, indices, statuses, true, native)
+}
+
+pub unsafe fn MPI_Testsome(
+    incount: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    some(incount, reqs, outcount, indices, statuses, false, native)
+}

@@ -1,0 +1,1 @@
+//! Layer: platform. May use: nothing.

@@ -1,0 +1,132 @@
+//! Layer: platform. May use: nothing.
+//!
+//! Facts about this process that are fixed at init and read everywhere below the hooks:
+//! its rank and the size of the application's world, its node's processes, the processors
+//! it may run on, and, with ghost processes (`SHIM_GHOSTS`), which communicator the
+//! application knows as `MPI_COMM_WORLD`. `hooks::init` and the ghost service write them
+//! once; everything else only reads, so they sit at the bottom of the layers.
+
+use core::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use crate::platform::abi::*;
+use crate::platform::api::pmpi;
+
+/// A rank and a size.
+#[derive(Clone, Copy, Debug)]
+pub struct World {
+    pub rank: i32,
+    pub size: i32,
+}
+
+static WORLD_RANK: AtomicI32 = AtomicI32::new(-1);
+static WORLD_SIZE: AtomicI32 = AtomicI32::new(0);
+static LOCAL_RANK: AtomicI32 = AtomicI32::new(0);
+static LOCAL_SIZE: AtomicI32 = AtomicI32::new(1);
+
+/// Ghosts are on (this process is a user and MPI_COMM_WORLD is mapped).
+static GHOSTS_ON: AtomicBool = AtomicBool::new(false);
+/// The user world, set when `GHOSTS_ON` is (0 until then: not a constant in the Open MPI ABI).
+static USER_WORLD: AtomicHandle = AtomicHandle::new(0);
+
+/// This process's rank and size in the application's world.
+pub fn world() -> World {
+    World {
+        rank: WORLD_RANK.load(Ordering::Relaxed),
+        size: WORLD_SIZE.load(Ordering::Relaxed),
+    }
+}
+
+/// Records the application's world (at init, and again when ghosts take their ranks out).
+pub fn set_world(w: World) {
+    WORLD_RANK.store(w.rank, Ordering::Relaxed);
+    WORLD_SIZE.store(w.size, Ordering::Relaxed);
+}
+
+/// This process's rank among the processes of its node, and their number.
+pub fn local() -> World {
+    World {
+        rank: LOCAL_RANK.load(Ordering::Relaxed),
+        size: LOCAL_SIZE.load(Ordering::Relaxed),
+    }
+}
+
+/// Records the node's processes (from the census at init).
+pub fn set_local(l: World) {
+    LOCAL_RANK.store(l.rank, Ordering::Relaxed);
+    LOCAL_SIZE.store(l.size, Ordering::Relaxed);
+}
+
+/// More ranks on this node than processors. MPICH's own collectives then busy-poll
+/// without yielding, so a waiting rank burns the time slice the rank it waits for needs
+/// (measured on 2 cores: mpi4py's test_cco_vec at 3 ranks takes 153 s when `auto` hands
+/// calls to the system MPI and 2.5 s on the shim's schedules, which yield while waiting).
+pub fn oversubscribed() -> bool {
+    LOCAL_SIZE.load(Ordering::Relaxed) > cpus()
+}
+
+/// Processors this process may run on.
+pub fn cpus() -> i32 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as i32)
+        .unwrap_or(1)
+}
+
+/// Are ghosts on (in a user process)?
+#[inline]
+pub fn ghosts_active() -> bool {
+    GHOSTS_ON.load(Ordering::Relaxed)
+}
+
+/// With ghosts, `MPI_COMM_WORLD` is the user world from now on (`None`: no longer).
+pub fn set_user_world(uw: Option<MPI_Comm>) {
+    if let Some(c) = uw {
+        USER_WORLD.store(c, Ordering::Relaxed);
+    }
+    GHOSTS_ON.store(uw.is_some(), Ordering::Relaxed);
+}
+
+/// `MPI_COMM_WORLD` as the application sees it (the user world when ghosts are on).
+#[inline(always)]
+pub fn map_world(comm: MPI_Comm) -> MPI_Comm {
+    if GHOSTS_ON.load(Ordering::Relaxed) && comm == MPI_COMM_WORLD() {
+        USER_WORLD.load(Ordering::Relaxed)
+    } else {
+        comm
+    }
+}
+
+/// The application's world (for the shim's own collective use of it).
+pub fn user_world() -> MPI_Comm {
+    map_world(MPI_COMM_WORLD())
+}
+
+/// What every rank told the others at init.
+pub struct Census {
+    /// Each world rank's node key.
+    pub nodes: Vec<u64>,
+}
+
+impl Census {
+    /// This rank's index among the ranks of its node (in world rank order), and their number.
+    pub fn local(&self, rank: usize) -> (usize, usize) {
+        let k = self.nodes[rank];
+        let before = self.nodes[..rank].iter().filter(|&&x| x == k).count();
+        (before, self.nodes.iter().filter(|&&x| x == k).count())
+    }
+}
+
+/// Aborts the whole job (every rank), or this process when MPI is not running.
+pub fn abort_job(code: c_int) -> ! {
+    let mut init: c_int = 0;
+    let mut fin: c_int = 0;
+    // SAFETY: both queries are valid at any time (MPI-4.0 §11.2.1).
+    unsafe {
+        pmpi::PMPI_Initialized(&mut init);
+        pmpi::PMPI_Finalized(&mut fin);
+        if init != 0 && fin == 0 {
+            pmpi::PMPI_Abort(MPI_COMM_WORLD(), code);
+        }
+    }
+    std::process::abort();
+}
