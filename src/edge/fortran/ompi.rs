@@ -153,7 +153,7 @@ pub fn weights(p: *mut c_int) -> *mut c_int {
 
 /// `MPI_INIT`/`MPI_INIT_THREAD`: the shim's C functions directly (Open MPI's binding only
 /// calls `PMPI_Init(0, NULL)`).
-pub(crate) use super::{init_direct as init, init_thread_direct as init_thread};
+pub(super) use super::{init_direct as init, init_thread_direct as init_thread};
 
 /// Open MPI's Fortran keyvals are the C ones.
 pub(crate) fn c_keyval(k: MPI_Fint) -> c_int {

@@ -1,1 +1,0 @@
-//! Layer: platform. May use: nothing.
