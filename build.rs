@@ -538,7 +538,7 @@ fn main() {
             }
         }
         // errors the system MPI raised on the world go to the application's world handler
-        // (src/errors.rs); the object a failed call's error belongs to is read first
+        // (src/platform/errors.rs); the object a failed call's error belongs to is read first
         let checked = f.ret == "int" && f.category != "init";
         if checked {
             writeln!(o, "        let obj__ = {};", error_object(f)).unwrap();
@@ -639,7 +639,7 @@ fn main() {
                     "        if crate::platform::guard::bypass() {{ return native(); }}"
                 )
                 .unwrap();
-                // the direct form (src/ghost/direct.rs): the same arguments without the
+                // the direct form (src/services/ghost/direct.rs): the same arguments without the
                 // target's rank, displacement and window, counts as i64; the request-based
                 // forms return a request that is already complete
                 let plain = base.trim_start_matches("MPI_");

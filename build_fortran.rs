@@ -1,5 +1,5 @@
 //! Generates the Fortran (`mpif.h` / `use mpi`) entry points from the same API table,
-//! into `$OUT_DIR/fortran_gen.rs` (included by `src/fortran/mod.rs`).
+//! into `$OUT_DIR/fortran_gen.rs` (included by `src/edge/fortran/mod.rs`).
 //!
 //! Which functions get a Fortran entry point: every table function the shim does more
 //! than forward (a hook, or `W`: `MPI_COMM_WORLD` is mapped to the user world when ghost
@@ -11,7 +11,7 @@
 //! point, so counters, hooks and the world mapping apply exactly as for C callers.
 //!
 //! Why export them although MPICH's `mpif.h` bindings call the C `MPI_*` functions (so a
-//! C interposer already sees them, see `src/fortran/mod.rs`): a program relinked with
+//! C interposer already sees them, see `src/edge/fortran/mod.rs`): a program relinked with
 //! `-lshim` under `--as-needed` references no symbol of the shim unless the shim defines
 //! Fortran names, and the linker would drop it; and an MPICH-ABI library whose Fortran
 //! bindings call `PMPI_*` (MPICH's `F77_USE_PMPI` builds) would bypass a C-only shim.
@@ -21,7 +21,7 @@
 //! arguments (hidden length arguments), callbacks, the 1-based indices of `Waitany`/
 //! `Testany`/`Waitsome`/`Testsome`, `MPI_UNWEIGHTED`/`MPI_ERRCODES_IGNORE` sentinels, and
 //! `MPI_File` handles (a pointer in MPICH, converted by a real `MPI_File_f2c`). The
-//! attribute functions and `MPI_INIT*` are hand-written in `src/fortran/mod.rs`.
+//! attribute functions and `MPI_INIT*` are hand-written in `src/edge/fortran/mod.rs`.
 //!
 //! Open MPI build (`abi-ompi`): Open MPI's bindings call `PMPI_*`, so a function without an
 //! entry point here bypasses the shim. Every table function that converts gets one (pure
@@ -35,7 +35,7 @@ use std::fmt::Write as _;
 
 use super::{Func, INT_HANDLES, Param};
 
-/// Hand-written in `src/fortran/mod.rs` (the generator emits nothing for them).
+/// Hand-written in `src/edge/fortran/mod.rs` (the generator emits nothing for them).
 pub const HAND_WRITTEN: &[&str] = &[
     // Fortran init (mpirinitf_, the Fortran sentinels' addresses) must run.
     "MPI_Init",

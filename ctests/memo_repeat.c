@@ -1,5 +1,5 @@
 /* Repeated collective calls with unchanged arguments, the case the shim's per-thread memo
- * of calls handed to the system MPI shortens (src/coll/memo.rs): results must follow
+ * of calls handed to the system MPI shortens (src/services/coll/memo.rs): results must follow
  * whatever changed behind unchanged arguments.
  *
  * For Gatherv, Scatterv, Allgatherv, Alltoallv, Alltoallw, Reduce_scatter and, as

@@ -18,7 +18,7 @@ its C type and name (ROLE rules below), every role a baseline value (in the C ru
     whole buffer only rank 0 sees the alias natively and the others wait for it) and
     run-time truncation of collectives, once as configured
     and once per non-native algorithm of the shim (forced with shim_set_algorithm when the
-    shim is loaded; the algorithm lists are read from src/coll/select/mod.rs so the case
+    shim is loaded; the algorithm lists are read from src/services/coll/select/mod.rs so the case
     list is the same with and without the shim: without it those cases run plainly);
   * a "[world-fatal]" variant of cases whose error is raised on a valid object: only the
     case's own communicator has MPI_ERRORS_RETURN, MPI_COMM_WORLD and MPI_COMM_SELF have

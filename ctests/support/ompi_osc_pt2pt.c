@@ -7,7 +7,7 @@
  *   bug-unlock       lock(A); lock(B); Get from B; unlock(A); unlock(B)
  *   workaround       both sequences as the shim's Open MPI build issues them: full flushes
  *                    instead of local ones, and every lock flushed before the first unlock
- *                    (src/ghost/win.rs, FULL_FLUSH_ONLY and FLUSH_BEFORE_UNLOCK)
+ *                    (src/services/ghost/win.rs, FULL_FLUSH_ONLY and FLUSH_BEFORE_UNLOCK)
  * With Debian's Open MPI 4.1.4 (`--mca osc pt2pt`) both bug-* modes hang at 3 and 4 ranks
  * (the first at the flush_local, the second at unlock(A)); `workaround` passes and is what
  * scripts/ompi-tests runs, so that a change of Open MPI that breaks the workaround shows.

@@ -112,9 +112,9 @@ static int selected(const char *colls, int c) {
 }
 
 /* Collectives whose message size not every rank knows: the shim decides them by the
- * process count alone (src/coll/api.rs), so their tuning is one row at size 0. The v/w
+ * process count alone (src/hooks/coll.rs), so their tuning is one row at size 0. The v/w
  * forms on two processes are sized (both ends know the one message between them;
- * CollSpec::sized_at in src/coll/select/mod.rs). */
+ * CollSpec::sized_at in src/services/coll/select/mod.rs). */
 static int unsized(int c, int size) {
     if (c == GATHERV || c == SCATTERV || c == ALLTOALLV || c == ALLTOALLW) return size != 2;
     return c == NALLGATHER || c == NALLTOALL;
