@@ -7,9 +7,9 @@ passed, and the program can go on).
     mpicc -O1 -g -w -o errors errors.c -ldl
 
 Input: src/platform/abi/mpi_functions.txt (the API table). Every function whose hook is not '-',
-'rma-op', 'ghost' or 'init' is covered: the collectives ('coll'), the completion family
-('request'), blocking and non-blocking point-to-point ('progress::blocking', 'dtype::p2p')
-and MPI_Pack/Unpack ('dtype'). The prototypes are parsed; every parameter gets a role from
+'rma-op', 'rma' or 'init' is covered: the collectives ('coll'), the completion family
+('request'), blocking and non-blocking point-to-point ('blocking', 'p2p')
+and MPI_Pack/Unpack ('pack'). The prototypes are parsed; every parameter gets a role from
 its C type and name (ROLE rules below), every role a baseline value (in the C runtime,
 `base_values`) and a list of invalid values (VALUES below) with the error class MPI-4.0
 §9.4 names for it. One case per (function, parameter, invalid value), plus:
@@ -53,12 +53,12 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-TABLE = os.path.join(ROOT, "src", "abi", "mpi_functions.txt")
-SELECT = os.path.join(ROOT, "src", "coll", "select", "mod.rs")
+TABLE = os.path.join(ROOT, "src", "platform", "abi", "mpi_functions.txt")
+SELECT = os.path.join(ROOT, "src", "services", "coll", "select", "mod.rs")
 HARNESS = os.path.join(HERE, "harness.h")
 
 FATAL_BASE = 50000
-SKIP_HOOKS = {"-", "rma-op", "ghost", "init"}
+SKIP_HOOKS = {"-", "rma-op", "rma", "init"}
 
 # ---------------------------------------------------------------------------------------
 # The API table
@@ -159,8 +159,8 @@ def classify(f):
         if low not in REQ_BASES:
             raise SystemExit("unknown request function " + f["name"])
         fam = "FAM_REQ"
-    elif f["hook"] not in ("dtype", "dtype::p2p", "progress::blocking"):
-        # other hand-written hooks ('comm', 'retain', 'errors', ...): handles and error
+    elif f["hook"] not in ("pack", "p2p", "blocking"):
+        # other hand-written hooks ('lifetime', 'errors', ...): handles and error
         # handlers, roles from the parameter types alone
         fam = "FAM_HANDLE"
     elif low in PACK_FAMS:
