@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::core::sched::cache::Cache;
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm as mpi_comm, p2p};
 
 /// Tags are handed out in blocks of this many (Cartesian neighbourhood collectives use
 /// two per dimension).
@@ -101,10 +101,11 @@ impl CommState {
             return;
         }
         let mut cell = Box::new((MPI_REQUEST_NULL(), MPI_COMM_NULL()));
-        // SAFETY: the box keeps both out-locations at fixed addresses until completion; the
-        // user communicator is valid (its state exists, so it has not been freed).
-        let rc = unsafe { pmpi::PMPI_Comm_idup(self.user, &mut cell.1, &mut cell.0) };
-        if rc == MPI_SUCCESS {
+        // SAFETY: the box keeps the new handle's location at a fixed address until
+        // completion; the user communicator is valid (its state exists, so it has not been
+        // freed).
+        if let Ok(req) = unsafe { mpi_comm::idup(self.user, &mut cell.1) } {
+            cell.0 = req;
             *g = Some(cell);
         }
     }
@@ -127,15 +128,13 @@ impl CommState {
             self.ensure_shadow();
             return false;
         };
-        let mut flag: c_int = 0;
-        // SAFETY: p.0 is the idup request; p.1 stays at a fixed address (boxed).
-        unsafe { pmpi::PMPI_Test(&mut p.0, &mut flag, MPI_STATUS_IGNORE) };
-        if flag == 0 {
+        // p.0 is the idup request; p.1 stays at a fixed address (boxed).
+        if !p2p::test(&mut p.0).unwrap_or(false) {
             return false;
         }
         let shadow = p.1;
-        // SAFETY: a valid new communicator; schedules want error codes, not aborts.
-        unsafe { pmpi::PMPI_Comm_set_errhandler(shadow, MPI_ERRORS_RETURN()) };
+        // a valid new communicator; schedules want error codes, not aborts
+        let _ = mpi_comm::set_errhandler(shadow, MPI_ERRORS_RETURN());
         self.shadow.store(shadow, Ordering::Release);
         *g = None;
         true
@@ -191,71 +190,52 @@ impl CommState {
 impl Drop for CommState {
     fn drop(&mut self) {
         let pending = self.dup.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        // SAFETY: handles owned by this state.
-        unsafe {
-            if let Some(mut p) = pending {
-                pmpi::PMPI_Wait(&mut p.0, MPI_STATUS_IGNORE);
-                self.shadow.store(p.1, Ordering::Relaxed);
-            }
-            let mut s = self.shadow.load(Ordering::Relaxed);
-            if s != MPI_COMM_NULL() {
-                let mut fin: c_int = 0;
-                pmpi::PMPI_Finalized(&mut fin);
-                if fin == 0 {
-                    pmpi::PMPI_Comm_free(&mut s);
-                }
-            }
+        // handles owned by this state
+        if let Some(mut p) = pending {
+            let _ = p2p::wait(&mut p.0);
+            self.shadow.store(p.1, Ordering::Relaxed);
+        }
+        let mut s = self.shadow.load(Ordering::Relaxed);
+        if s != MPI_COMM_NULL() && !mpi_comm::finalized().unwrap_or(false) {
+            let _ = mpi_comm::free(&mut s);
         }
     }
 }
 
 /// Neighbour lists of `comm`'s process topology, queried from the MPI library.
 pub(crate) fn query_neighbors(comm: MPI_Comm, _rank: c_int) -> Result<Neighbors, c_int> {
-    let mut kind: c_int = MPI_UNDEFINED;
-    // SAFETY: out-pointers are valid locals; arrays are sized by the counts MPI reports.
-    unsafe {
-        pmpi::PMPI_Topo_test(comm, &mut kind);
-        match kind {
-            MPI_CART => {
-                let mut ndims: c_int = 0;
-                pmpi::PMPI_Cartdim_get(comm, &mut ndims);
-                let mut list = Vec::with_capacity(2 * ndims as usize);
-                for d in 0..ndims {
-                    let (mut src, mut dst) = (MPI_PROC_NULL, MPI_PROC_NULL);
-                    pmpi::PMPI_Cart_shift(comm, d, 1, &mut src, &mut dst);
-                    list.push(src);
-                    list.push(dst);
-                }
-                Ok(Neighbors::new(list.clone(), list, true))
+    // Return codes are not checked: a failed query leaves the defaults below (as the
+    // out-values a failing call does not write); arrays are sized by the counts MPI reports.
+    match mpi_comm::topo_test(comm).unwrap_or(MPI_UNDEFINED) {
+        MPI_CART => {
+            let ndims = mpi_comm::cartdim_get(comm).unwrap_or(0);
+            let mut list = Vec::with_capacity(2 * ndims.max(0) as usize);
+            for d in 0..ndims {
+                let (src, dst) =
+                    mpi_comm::cart_shift(comm, d, 1).unwrap_or((MPI_PROC_NULL, MPI_PROC_NULL));
+                list.push(src);
+                list.push(dst);
             }
-            MPI_GRAPH => {
-                let (mut rank, mut n) = (0, 0);
-                pmpi::PMPI_Comm_rank(comm, &mut rank);
-                pmpi::PMPI_Graph_neighbors_count(comm, rank, &mut n);
-                let mut list = vec![0; n as usize];
-                pmpi::PMPI_Graph_neighbors(comm, rank, n, list.as_mut_ptr());
-                Ok(Neighbors::new(list.clone(), list, false))
-            }
-            MPI_DIST_GRAPH => {
-                let (mut indeg, mut outdeg, mut weighted) = (0, 0, 0);
-                pmpi::PMPI_Dist_graph_neighbors_count(comm, &mut indeg, &mut outdeg, &mut weighted);
-                let mut src = vec![0; indeg as usize];
-                let mut dst = vec![0; outdeg as usize];
-                let mut sw = vec![0; indeg.max(1) as usize];
-                let mut dw = vec![0; outdeg.max(1) as usize];
-                pmpi::PMPI_Dist_graph_neighbors(
-                    comm,
-                    indeg,
-                    src.as_mut_ptr(),
-                    sw.as_mut_ptr(),
-                    outdeg,
-                    dst.as_mut_ptr(),
-                    dw.as_mut_ptr(),
-                );
-                Ok(Neighbors::new(src, dst, false))
-            }
-            _ => Err(MPI_ERR_TOPOLOGY),
+            Ok(Neighbors::new(list.clone(), list, true))
         }
+        MPI_GRAPH => {
+            let rank = mpi_comm::rank(comm).unwrap_or(0);
+            let n = mpi_comm::graph_neighbors_count(comm, rank).unwrap_or(0);
+            let mut list = vec![0; n.max(0) as usize];
+            let _ = mpi_comm::graph_neighbors(comm, rank, &mut list);
+            Ok(Neighbors::new(list.clone(), list, false))
+        }
+        MPI_DIST_GRAPH => {
+            let (indeg, outdeg, _weighted) =
+                mpi_comm::dist_graph_neighbors_count(comm).unwrap_or((0, 0, false));
+            let mut src = vec![0; indeg.max(0) as usize];
+            let mut dst = vec![0; outdeg.max(0) as usize];
+            let mut sw = vec![0; indeg.max(1) as usize];
+            let mut dw = vec![0; outdeg.max(1) as usize];
+            let _ = mpi_comm::dist_graph_neighbors(comm, &mut src, &mut sw, &mut dst, &mut dw);
+            Ok(Neighbors::new(src, dst, false))
+        }
+        _ => Err(MPI_ERR_TOPOLOGY),
     }
 }
 
@@ -281,28 +261,22 @@ unsafe extern "C" fn delete_state(
 
 /// Creates the attribute key and reads `MPI_TAG_UB` (at init).
 pub fn init() {
-    let mut kv: c_int = MPI_KEYVAL_INVALID;
     let del: unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int =
         delete_state;
     // SAFETY: a copy function that copies nothing (MPI_COMM_NULL_COPY_FN: duplicates do
-    // not inherit the state) and our delete callback; out-pointers are valid.
-    unsafe {
-        pmpi::PMPI_Comm_create_keyval(
+    // not inherit the state) and our delete callback, which takes the values `lookup` sets.
+    let kv = unsafe {
+        mpi_comm::create_keyval(
             crate::platform::abi::null_copy_attr as *mut c_void,
             del as *mut c_void,
-            &mut kv,
             core::ptr::null_mut(),
-        );
-        let mut ub: *mut c_int = core::ptr::null_mut();
-        let mut flag: c_int = 0;
-        pmpi::PMPI_Comm_get_attr(
-            MPI_COMM_WORLD(),
-            MPI_TAG_UB,
-            (&mut ub as *mut *mut c_int).cast(),
-            &mut flag,
-        );
-        if flag != 0 && !ub.is_null() {
-            TAG_UB.store(*ub, Ordering::Relaxed);
+        )
+    }
+    .unwrap_or(MPI_KEYVAL_INVALID);
+    if let Ok(Some(ub)) = mpi_comm::get_attr(MPI_COMM_WORLD(), MPI_TAG_UB) {
+        if !ub.is_null() {
+            // SAFETY: MPI_TAG_UB's value is a pointer to the int (MPI-4.0 §9.1.2).
+            TAG_UB.store(unsafe { *(ub as *const c_int) }, Ordering::Relaxed);
         }
     }
     KEYVAL.store(kv, Ordering::Relaxed);
@@ -326,14 +300,9 @@ pub fn finalize() {
     }
     // Deleting an attribute that is not set is an error in Open MPI (MPICH ignores it).
     let delete_if_set = |comm: MPI_Comm| {
-        let mut value: *mut c_void = core::ptr::null_mut();
-        let mut flag: c_int = 0;
-        // SAFETY: valid out-pointers; deleting our own attribute runs delete_state.
-        unsafe {
-            pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag);
-            if flag != 0 {
-                pmpi::PMPI_Comm_delete_attr(comm, kv);
-            }
+        // deleting our own attribute runs delete_state
+        if let Ok(Some(_)) = mpi_comm::get_attr(comm, kv) {
+            let _ = mpi_comm::delete_attr(comm, kv);
         }
     };
     delete_if_set(MPI_COMM_WORLD());
@@ -341,8 +310,8 @@ pub fn finalize() {
         delete_if_set(crate::platform::proc::user_world());
     }
     delete_if_set(MPI_COMM_SELF());
-    // SAFETY: our key, no longer used.
-    unsafe { pmpi::PMPI_Comm_free_keyval(&mut kv) };
+    // our key, no longer used
+    let _ = mpi_comm::free_keyval(&mut kv);
 }
 
 /// The state of `comm`, created on first use. `Err(code)` if the handle is not a valid
@@ -420,39 +389,28 @@ fn remember(comm: MPI_Comm, st: &Arc<CommState>) {
 /// The state from the communicator's attribute, or a new one.
 fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     let kv = KEYVAL.load(Ordering::Relaxed);
-    let mut value: *mut c_void = core::ptr::null_mut();
-    let mut flag: c_int = 0;
-    // SAFETY: valid out-pointers; an invalid communicator yields an error code.
-    let rc = unsafe {
-        pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag)
-    };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
-    if flag != 0 && !value.is_null() {
+    // an invalid communicator yields an error code
+    let value = mpi_comm::get_attr(comm, kv).map_err(|e| e.code())?;
+    if let Some(value) = value.filter(|v| !v.is_null()) {
         // SAFETY: the attribute holds a strong count; take another for the caller.
         unsafe {
             Arc::increment_strong_count(value as *const CommState);
             return Ok(Arc::from_raw(value as *const CommState));
         }
     }
-    let (mut rank, mut size, mut inter) = (0, 0, 0);
-    // SAFETY: valid communicator (the attribute query succeeded), valid out-pointers.
-    unsafe {
-        pmpi::PMPI_Comm_test_inter(comm, &mut inter);
-        pmpi::PMPI_Comm_rank(comm, &mut rank);
-        pmpi::PMPI_Comm_size(comm, &mut size);
-    }
+    // a valid communicator (the attribute query succeeded); codes unchecked as before
+    let inter = mpi_comm::test_inter(comm).unwrap_or(false);
+    let rank = mpi_comm::rank(comm).unwrap_or(0);
+    let size = mpi_comm::size(comm).unwrap_or(0);
     let mut remote_size = size;
-    if inter != 0 {
-        // SAFETY: as above.
-        unsafe { pmpi::PMPI_Comm_remote_size(comm, &mut remote_size) };
+    if inter {
+        remote_size = mpi_comm::remote_size(comm).unwrap_or(remote_size);
     }
     let state = Arc::new(CommState {
         user: comm,
         rank,
         size,
-        inter: inter != 0,
+        inter,
         remote_size,
         shadow: AtomicHandle::new(MPI_COMM_NULL()),
         dup: Mutex::new(None),
@@ -469,7 +427,7 @@ fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     }
     let raw = Arc::into_raw(Arc::clone(&state));
     // SAFETY: the attribute takes over one strong count (released by delete_state).
-    unsafe { pmpi::PMPI_Comm_set_attr(comm, kv, raw as *mut c_void) };
+    let _ = unsafe { mpi_comm::set_attr(comm, kv, raw as *mut c_void) };
     Ok(state)
 }
 
@@ -479,10 +437,9 @@ pub fn valid(comm: MPI_Comm) -> bool {
     if comm == MPI_COMM_NULL() {
         return false;
     }
-    let mut size: c_int = 0;
-    // SAFETY: valid out-pointer; an invalid handle yields an error code (the real world's
-    // handler is MPI_ERRORS_RETURN, src/errors.rs).
-    unsafe { pmpi::PMPI_Comm_size(comm, &mut size) == MPI_SUCCESS }
+    // an invalid handle yields an error code (the real world's handler is
+    // MPI_ERRORS_RETURN, src/errors.rs)
+    mpi_comm::size(comm).is_ok()
 }
 
 /// The state of `comm` if the shim made one (no new state, no error).
@@ -491,14 +448,10 @@ pub(crate) fn existing(comm: MPI_Comm) -> Option<Arc<CommState>> {
     if kv == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL() {
         return None;
     }
-    let mut value: *mut c_void = core::ptr::null_mut();
-    let mut flag: c_int = 0;
-    // SAFETY: valid out-pointers; an invalid communicator yields an error code (the real
-    // world returns errors, src/errors.rs).
-    let rc = unsafe {
-        pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag)
-    };
-    if rc != MPI_SUCCESS || flag == 0 || value.is_null() {
+    // an invalid communicator yields an error code (the real world returns errors,
+    // src/errors.rs)
+    let value = mpi_comm::get_attr(comm, kv).ok().flatten()?;
+    if value.is_null() {
         return None;
     }
     // SAFETY: the attribute holds a strong count; take another for the caller.

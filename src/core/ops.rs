@@ -20,7 +20,7 @@
 use core::ffi::{c_int, c_void};
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::dtype as mpi_dtype;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
@@ -131,13 +131,9 @@ fn check_uncached(op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
     if !is_builtin_op(op) {
         // a user operation: the system MPI knows whether the handle is one (it returns
         // errors here: the real world's handler is MPI_ERRORS_RETURN, src/errors.rs)
-        let mut c: c_int = 0;
-        // SAFETY: valid out-pointer; an invalid handle yields an error code.
-        let rc = unsafe { pmpi::PMPI_Op_commutative(op, &mut c) };
-        return if rc == MPI_SUCCESS {
-            Ok(())
-        } else {
-            Err(MPI_ERR_OP)
+        return match mpi_dtype::op_commutative(op) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(MPI_ERR_OP),
         };
     }
     if op == MPI_REPLACE() || op == MPI_NO_OP() {
@@ -191,10 +187,8 @@ pub fn commutative(op: MPI_Op) -> bool {
     if is_builtin_op(op) {
         return true;
     }
-    let mut c: c_int = 1;
-    // SAFETY: valid out-pointer.
-    unsafe { pmpi::PMPI_Op_commutative(op, &mut c) };
-    c != 0
+    // an error leaves the operation commutative, as the unwritten flag did
+    mpi_dtype::op_commutative(op).unwrap_or(true)
 }
 
 macro_rules! int_kernel {
@@ -386,12 +380,16 @@ pub unsafe fn reduce_local(
         return MPI_SUCCESS;
     }
     // SAFETY: buffers per the caller's contract.
-    unsafe {
+    let r = unsafe {
         if count <= c_int::MAX as i64 {
-            pmpi::PMPI_Reduce_local(src, dst, count as c_int, dt, op)
+            mpi_dtype::reduce_local(src, dst, count as c_int, dt, op)
         } else {
-            pmpi::PMPI_Reduce_local_c(src, dst, count, dt, op)
+            mpi_dtype::reduce_local_c(src, dst, count, dt, op)
         }
+    };
+    match r {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => e.code(),
     }
 }
 

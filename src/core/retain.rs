@@ -31,7 +31,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm as mpi_comm, dtype as mpi_dtype, p2p};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
@@ -116,33 +116,27 @@ unsafe extern "C" fn placeholder_op(
 /// remembers it, releasing the oldest placeholder beyond [`QUARANTINE`]. A library that
 /// does not reuse the slot at once gets its placeholder back at once (nothing is kept).
 pub(crate) fn quarantine(kind: Kind, handle: usize) {
-    // SAFETY: out-pointers are valid locals; the placeholders are the shim's own objects.
-    let placeholder = unsafe {
-        match kind {
-            Kind::Request => {
-                let mut r = MPI_REQUEST_NULL();
-                pmpi::PMPI_Recv_init(
+    // The placeholders are the shim's own objects; a failed creation leaves the null
+    // handle (codes unchecked).
+    let placeholder = match kind {
+        Kind::Request => {
+            // SAFETY: a receive of zero bytes from MPI_PROC_NULL: no buffer is touched.
+            unsafe {
+                p2p::recv_init(
                     core::ptr::null_mut(),
                     0,
                     MPI_BYTE(),
                     MPI_PROC_NULL,
                     0,
                     MPI_COMM_SELF(),
-                    &mut r,
-                );
-                r as usize
+                )
             }
-            Kind::Datatype => {
-                let mut t = MPI_DATATYPE_NULL();
-                pmpi::PMPI_Type_contiguous(1, MPI_BYTE(), &mut t);
-                t as usize
-            }
-            Kind::Op => {
-                let mut o = MPI_OP_NULL();
-                pmpi::PMPI_Op_create(placeholder_op as *mut c_void, 1, &mut o);
-                o as usize
-            }
+            .unwrap_or(MPI_REQUEST_NULL()) as usize
         }
+        Kind::Datatype => {
+            mpi_dtype::contiguous(1, MPI_BYTE()).unwrap_or(MPI_DATATYPE_NULL()) as usize
+        }
+        Kind::Op => mpi_dtype::op_create(placeholder_op, true).unwrap_or(MPI_OP_NULL()) as usize,
     };
     let release = if placeholder != handle {
         Some(placeholder)
@@ -163,22 +157,20 @@ pub(crate) fn quarantine(kind: Kind, handle: usize) {
 }
 
 fn free_native(kind: Kind, handle: usize) {
-    // SAFETY: a handle the shim owns (a placeholder) or the application freed through the
-    // shim (a deferred free).
-    unsafe {
-        match kind {
-            Kind::Datatype => {
-                let mut dt = handle as MPI_Datatype;
-                pmpi::PMPI_Type_free(&mut dt);
-            }
-            Kind::Op => {
-                let mut op = handle as MPI_Op;
-                pmpi::PMPI_Op_free(&mut op);
-            }
-            Kind::Request => {
-                let mut r = handle as MPI_Request;
-                pmpi::PMPI_Request_free(&mut r);
-            }
+    // a handle the shim owns (a placeholder) or the application freed through the shim (a
+    // deferred free); codes unchecked
+    match kind {
+        Kind::Datatype => {
+            let mut dt = handle as MPI_Datatype;
+            let _ = mpi_dtype::free(&mut dt);
+        }
+        Kind::Op => {
+            let mut op = handle as MPI_Op;
+            let _ = mpi_dtype::op_free(&mut op);
+        }
+        Kind::Request => {
+            let mut r = handle as MPI_Request;
+            let _ = p2p::request_free(&mut r);
         }
     }
 }
@@ -235,10 +227,8 @@ pub fn is_freed_op(op: MPI_Op) -> bool {
 }
 
 fn finalized() -> bool {
-    let mut fin: c_int = 0;
-    // SAFETY: valid out-pointer; PMPI_Finalized may be called at any time.
-    unsafe { pmpi::PMPI_Finalized(&mut fin) };
-    fin != 0
+    // MPI_Finalized may be called at any time
+    mpi_comm::finalized().unwrap_or(false)
 }
 
 /// A reference on `dt` if it is a derived datatype (predefined ones need none).

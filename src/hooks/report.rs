@@ -34,8 +34,8 @@ fn gather_paths(
     let len = text.len() as i32;
     let mut lens = vec![0i32; if rank == 0 { size as usize } else { 0 }];
     // SAFETY: one int per rank into `lens` (size ints at the root).
-    unsafe {
-        crate::platform::api::pmpi::PMPI_Gather(
+    let _ = unsafe {
+        crate::platform::mpi::coll::gather(
             (&len as *const i32).cast(),
             1,
             crate::platform::abi::MPI_INT(),
@@ -44,8 +44,8 @@ fn gather_paths(
             crate::platform::abi::MPI_INT(),
             0,
             comm,
-        );
-    }
+        )
+    };
     let displs: Vec<i32> = lens
         .iter()
         .scan(0, |acc, &l| {
@@ -57,8 +57,8 @@ fn gather_paths(
     let total: i32 = lens.iter().sum();
     let mut all = vec![0u8; total as usize];
     // SAFETY: the counts and displacements describe `all` exactly at the root.
-    unsafe {
-        crate::platform::api::pmpi::PMPI_Gatherv(
+    let _ = unsafe {
+        crate::platform::mpi::coll::gatherv(
             text.as_ptr().cast(),
             len,
             crate::platform::abi::MPI_CHAR(),
@@ -68,8 +68,8 @@ fn gather_paths(
             crate::platform::abi::MPI_CHAR(),
             0,
             comm,
-        );
-    }
+        )
+    };
     let mut out = BTreeMap::new();
     for line in String::from_utf8_lossy(&all).lines() {
         let mut it = line.split(' ');
@@ -166,8 +166,8 @@ pub fn report(mode: StatsMode, comm: crate::platform::abi::MPI_Comm, rank: i32, 
                 Vec::new()
             };
             // SAFETY: buffers sized n and n*size; MPI_UINT64_T matches u64.
-            let rc = unsafe {
-                crate::platform::api::pmpi::PMPI_Gather(
+            let gathered = unsafe {
+                crate::platform::mpi::coll::gather(
                     mine.as_ptr().cast(),
                     n as i32,
                     crate::platform::abi::MPI_UINT64_T(),
@@ -179,7 +179,7 @@ pub fn report(mode: StatsMode, comm: crate::platform::abi::MPI_Comm, rank: i32, 
                 )
             };
             let paths = gather_paths(comm, rank, size);
-            if rc != 0 || rank != 0 {
+            if gathered.is_err() || rank != 0 {
                 return;
             }
             let mut rows = Vec::new();

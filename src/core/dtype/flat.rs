@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::dtype as mpi_dtype;
 
 /// One element's layout (see the module comment).
 #[derive(Clone, Debug, PartialEq)]
@@ -347,23 +347,11 @@ pub fn get(dt: MPI_Datatype) -> Result<Arc<Flat>, Opaque> {
 }
 
 fn extent(dt: MPI_Datatype) -> Result<(i64, i64), Opaque> {
-    let (mut lb, mut ext) = (0i64, 0i64);
-    // SAFETY: valid out-pointers.
-    let rc = unsafe { pmpi::PMPI_Type_get_extent_x(dt, &mut lb, &mut ext) };
-    if rc != MPI_SUCCESS {
-        return Err(Opaque::Invalid(rc));
-    }
-    Ok((lb, ext))
+    mpi_dtype::get_extent_x(dt).map_err(|e| Opaque::Invalid(e.code()))
 }
 
 fn size(dt: MPI_Datatype) -> Result<i64, Opaque> {
-    let mut s = 0i64;
-    // SAFETY: valid out-pointer.
-    let rc = unsafe { pmpi::PMPI_Type_size_x(dt, &mut s) };
-    if rc != MPI_SUCCESS {
-        return Err(Opaque::Invalid(rc));
-    }
-    Ok(s)
+    mpi_dtype::size_x(dt).map_err(|e| Opaque::Invalid(e.code()))
 }
 
 /// Named types: dense ones are one run; the pair types of MINLOC/MAXLOC are a value and
@@ -403,15 +391,7 @@ struct Contents {
 /// large-count array (MPI-4.0 §5.1.13, Table 5.1); they are moved to where the classic
 /// constructor keeps them, so one decoder reads both.
 fn contents(dt: MPI_Datatype) -> Result<(c_int, Contents), c_int> {
-    let (mut ni, mut na, mut nl, mut nd) = (0 as MPI_Count, 0 as MPI_Count, 0 as MPI_Count, 0);
-    let mut comb: c_int = 0;
-    // SAFETY: valid out-pointers.
-    let rc = unsafe {
-        pmpi::PMPI_Type_get_envelope_c(dt, &mut ni, &mut na, &mut nl, &mut nd, &mut comb)
-    };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
+    let (ni, na, nl, nd, comb) = mpi_dtype::get_envelope_c(dt).map_err(|e| e.code())?;
     let mut c = Contents {
         ints: Vec::new(),
         addrs: Vec::new(),
@@ -424,36 +404,16 @@ fn contents(dt: MPI_Datatype) -> Result<(c_int, Contents), c_int> {
     let mut addrs: Vec<MPI_Aint> = vec![0; na.max(0) as usize];
     let mut large: Vec<MPI_Count> = vec![0; nl.max(0) as usize];
     c.types = vec![MPI_DATATYPE_NULL(); nd.max(0) as usize];
-    // SAFETY: arrays of exactly the sizes the envelope gave. The classic call when there
-    // are no large counts: an MPI-3 library (Open MPI 4) has no `_c` form.
-    let rc = unsafe {
-        if nl == 0 {
-            pmpi::PMPI_Type_get_contents(
-                dt,
-                ni as c_int,
-                na as c_int,
-                nd as c_int,
-                ints.as_mut_ptr(),
-                addrs.as_mut_ptr(),
-                c.types.as_mut_ptr(),
-            )
-        } else {
-            pmpi::PMPI_Type_get_contents_c(
-                dt,
-                ni,
-                na,
-                nl,
-                nd,
-                ints.as_mut_ptr(),
-                addrs.as_mut_ptr(),
-                large.as_mut_ptr(),
-                c.types.as_mut_ptr(),
-            )
-        }
+    // Arrays of exactly the sizes the envelope gave. The classic call when there are no
+    // large counts: an MPI-3 library (Open MPI 4) has no `_c` form.
+    let got = if nl == 0 {
+        mpi_dtype::get_contents(dt, &mut ints, &mut addrs, &mut c.types)
+    } else {
+        mpi_dtype::get_contents_c(dt, &mut ints, &mut addrs, &mut large, &mut c.types)
     };
-    if rc != MPI_SUCCESS {
+    if let Err(e) = got {
         c.types.clear();
-        return Err(rc);
+        return Err(e.code());
     }
     let mut i: Vec<i64> = ints.iter().map(|&v| v as i64).collect();
     let mut a: Vec<i64> = addrs.iter().map(|&v| v as i64).collect();
@@ -501,8 +461,8 @@ impl Drop for Contents {
         for t in &self.types {
             if !is_predefined_datatype(*t) {
                 let mut t = *t;
-                // SAFETY: a reference get_contents created for us.
-                unsafe { pmpi::PMPI_Type_free(&mut t) };
+                // a reference get_contents created for us
+                let _ = mpi_dtype::free(&mut t);
             }
         }
     }
@@ -739,25 +699,24 @@ fn keyval() -> c_int {
     if k != MPI_KEYVAL_INVALID {
         return k;
     }
-    let mut kv: c_int = MPI_KEYVAL_INVALID;
     let del: unsafe extern "C" fn(MPI_Datatype, c_int, *mut c_void, *mut c_void) -> c_int =
         delete_flat;
     // SAFETY: a copy function that copies nothing (MPI_TYPE_NULL_COPY_FN: a duplicate decodes its own) and
-    // our delete callback; valid out-pointer.
-    unsafe {
-        pmpi::PMPI_Type_create_keyval(
+    // our delete callback, which takes the values `store` sets.
+    let mut kv = unsafe {
+        mpi_dtype::create_keyval(
             crate::platform::abi::null_copy_attr as *mut c_void,
             del as *mut c_void,
-            &mut kv,
             core::ptr::null_mut(),
         )
-    };
+    }
+    .unwrap_or(MPI_KEYVAL_INVALID);
     match KEYVAL.compare_exchange(MPI_KEYVAL_INVALID, kv, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => kv,
         Err(other) => {
             // another thread won the race: keep its key
-            // SAFETY: our key, unused.
-            unsafe { pmpi::PMPI_Type_free_keyval(&mut kv) };
+            // our key, unused
+            let _ = mpi_dtype::free_keyval(&mut kv);
             other
         }
     }
@@ -768,12 +727,8 @@ fn cached(dt: MPI_Datatype) -> Option<Arc<Flat>> {
     if k == MPI_KEYVAL_INVALID {
         return None;
     }
-    let mut v: *mut c_void = core::ptr::null_mut();
-    let mut flag: c_int = 0;
-    // SAFETY: valid out-pointers; an attribute value is a pointer-sized slot.
-    let rc =
-        unsafe { pmpi::PMPI_Type_get_attr(dt, k, (&mut v as *mut *mut c_void).cast(), &mut flag) };
-    if rc != MPI_SUCCESS || flag == 0 || v.is_null() {
+    let v = mpi_dtype::get_attr(dt, k).ok().flatten()?;
+    if v.is_null() {
         return None;
     }
     let p = v as *const Flat;
@@ -791,8 +746,7 @@ fn store(dt: MPI_Datatype, f: &Arc<Flat>) {
     }
     let raw = Arc::into_raw(f.clone()) as *mut c_void;
     // SAFETY: the attribute takes over one strong count; the delete callback returns it.
-    let rc = unsafe { pmpi::PMPI_Type_set_attr(dt, k, raw) };
-    if rc != MPI_SUCCESS {
+    if unsafe { mpi_dtype::set_attr(dt, k, raw) }.is_err() {
         // SAFETY: not stored: give the count back.
         drop(unsafe { Arc::from_raw(raw as *const Flat) });
     }

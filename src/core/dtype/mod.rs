@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, RwLock};
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm as mpi_comm, dtype as mpi_dtype};
 
 /// What the engine needs to know about a datatype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,22 +80,10 @@ pub fn info(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
             return Ok(*i);
         }
     }
-    let (mut size, mut lb, mut ext, mut tlb, mut text) = (0i64, 0i64, 0i64, 0i64, 0i64);
-    // SAFETY: out-pointers are valid locals; an invalid handle yields an error code.
-    unsafe {
-        let rc = pmpi::PMPI_Type_size_x(dt, &mut size);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        let rc = pmpi::PMPI_Type_get_extent_x(dt, &mut lb, &mut ext);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        let rc = pmpi::PMPI_Type_get_true_extent_x(dt, &mut tlb, &mut text);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-    }
+    // an invalid handle yields an error code
+    let size = mpi_dtype::size_x(dt).map_err(|e| e.code())?;
+    let (lb, ext) = mpi_dtype::get_extent_x(dt).map_err(|e| e.code())?;
+    let (tlb, text) = mpi_dtype::get_true_extent_x(dt).map_err(|e| e.code())?;
     let same_span = size == ext && text == ext && tlb == lb;
     // named types (the pair types) never reorder: the span decides; a derived type is
     // contiguous only if its flattened map is one run at the lower bound, or empty (a
@@ -153,9 +141,7 @@ pub fn check_usable(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
 /// Asked on the real world, whose handler only records: `MPI_COMM_SELF` may carry the
 /// program's fatal handler, and the error belongs on the program's communicator.
 fn is_committed(dt: MPI_Datatype) -> bool {
-    let mut sz: c_int = 0;
-    // SAFETY: out-pointer is a valid local.
-    unsafe { pmpi::PMPI_Pack_size(1, dt, MPI_COMM_WORLD(), &mut sz) == MPI_SUCCESS }
+    mpi_dtype::pack_size(1, dt, MPI_COMM_WORLD()).is_ok()
 }
 
 /// Copies `scount` elements of `sdt` at `src` into `dcount` elements of `ddt` at `dst`;
@@ -238,37 +224,42 @@ pub unsafe fn copy(
     }
     // Types the engine does not decode: the system MPI packs and unpacks (on the real
     // world, whose handler only records; see `is_committed`).
-    let mut packed_size: MPI_Count = 0;
-    // SAFETY: valid out-pointer; buffers per the caller's contract.
-    unsafe {
-        let rc = pmpi::PMPI_Pack_size_c(scount, sdt, MPI_COMM_WORLD(), &mut packed_size);
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
-        let mut tmp = vec![0u8; packed_size.max(1) as usize];
-        let mut pos: MPI_Count = 0;
-        let rc = pmpi::PMPI_Pack_c(
+    let packed_size = match mpi_dtype::pack_size_c(scount, sdt, MPI_COMM_WORLD()) {
+        Ok(n) => n,
+        Err(e) => return e.code(),
+    };
+    let mut tmp = vec![0u8; packed_size.max(1) as usize];
+    let mut pos: MPI_Count = 0;
+    // SAFETY: buffers per the caller's contract; `tmp` holds the packed size (its first
+    // `packed_size` bytes are the output buffer, as the packing was asked to fill).
+    let packed = unsafe {
+        mpi_dtype::pack_c(
             src,
             scount,
             sdt,
-            tmp.as_mut_ptr().cast(),
-            packed_size,
+            &mut tmp[..packed_size.max(0) as usize],
             &mut pos,
             MPI_COMM_WORLD(),
-        );
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
-        let mut upos: MPI_Count = 0;
-        pmpi::PMPI_Unpack_c(
-            tmp.as_ptr().cast(),
-            pos,
+        )
+    };
+    if let Err(e) = packed {
+        return e.code();
+    }
+    let mut upos: MPI_Count = 0;
+    // SAFETY: as above; the input is the `pos` bytes packed.
+    let unpacked = unsafe {
+        mpi_dtype::unpack_c(
+            &tmp[..pos.clamp(0, tmp.len() as MPI_Count) as usize],
             &mut upos,
             dst,
             dcount,
             ddt,
             MPI_COMM_WORLD(),
         )
+    };
+    match unpacked {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => e.code(),
     }
 }
 
@@ -289,26 +280,18 @@ pub fn struct_types(composites: &[Vec<Part>]) -> Result<Vec<MPI_Datatype>, c_int
         let lens: Vec<MPI_Count> = parts.iter().map(|p| p.count).collect();
         let displs: Vec<MPI_Count> = parts.iter().map(|p| p.off as MPI_Count).collect();
         let types: Vec<MPI_Datatype> = parts.iter().map(|p| p.dt).collect();
-        let mut t: MPI_Datatype = MPI_DATATYPE_NULL();
-        // SAFETY: three arrays of parts.len() entries and a valid out-pointer.
-        let rc = unsafe {
-            let rc = pmpi::PMPI_Type_create_struct_c(
-                parts.len() as MPI_Count,
-                lens.as_ptr(),
-                displs.as_ptr(),
-                types.as_ptr(),
-                &mut t,
-            );
-            if rc == MPI_SUCCESS {
-                pmpi::PMPI_Type_commit(&mut t)
-            } else {
-                rc
+        // three arrays of parts.len() entries
+        let made = mpi_dtype::create_struct_c(&lens, &displs, &types).and_then(|mut t| {
+            mpi_dtype::commit(&mut t)?;
+            Ok(t)
+        });
+        let t = match made {
+            Ok(t) => t,
+            Err(e) => {
+                free_types(&out);
+                return Err(e.code());
             }
         };
-        if rc != MPI_SUCCESS {
-            free_types(&out);
-            return Err(rc);
-        }
         out.push(t);
     }
     Ok(out)
@@ -317,16 +300,14 @@ pub fn struct_types(composites: &[Vec<Part>]) -> Result<Vec<MPI_Datatype>, c_int
 /// Frees datatypes the shim created, unless MPI is already finalized (then the library
 /// has released them).
 pub fn free_types(types: &[MPI_Datatype]) {
-    let mut fin: c_int = 0;
-    // SAFETY: valid out-pointer; PMPI_Finalized may be called at any time.
-    unsafe { pmpi::PMPI_Finalized(&mut fin) };
-    if fin != 0 {
+    // MPI_Finalized may be called at any time
+    if mpi_comm::finalized().unwrap_or(false) {
         return;
     }
     for &t in types {
         let mut t = t;
-        // SAFETY: a datatype this module created and nobody else frees.
-        unsafe { pmpi::PMPI_Type_free(&mut t) };
+        // a datatype this module created and nobody else frees
+        let _ = mpi_dtype::free(&mut t);
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::{Action, Addr, Data, Schedule, V};
 use crate::core::comm::CommState;
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm as mpi_comm, p2p};
 
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -167,9 +167,7 @@ impl Run {
 
     /// Whether an error code is a truncation, which the run records and goes on after.
     fn truncation(&mut self, rc: c_int) -> bool {
-        let mut class = rc;
-        // SAFETY: valid out-pointer.
-        unsafe { pmpi::PMPI_Error_class(rc, &mut class) };
+        let class = mpi_comm::error_class(rc).unwrap_or(rc);
         if class != MPI_ERR_TRUNCATE {
             return false;
         }
@@ -273,25 +271,30 @@ impl Run {
         } else {
             crate::core::dtype::p2p::incoming(d.count, d.dt, peer).map(|i| Packed::In(i, buf))
         };
-        let rc = match &mut packed {
+        let posted = match &mut packed {
             // SAFETY: our packed buffers, kept with the request until it completes.
             Some(Packed::Out(b)) => unsafe {
-                pmpi::PMPI_Isend_c(
+                p2p::isend_c(
                     b.as_ptr().cast(),
                     b.len() as MPI_Count,
                     MPI_PACKED(),
                     peer,
                     tag,
                     comm,
-                    req,
                 )
             },
             Some(Packed::In(i, _)) => unsafe {
-                pmpi::PMPI_Irecv_c(i.ptr(), i.len(), MPI_PACKED(), peer, tag, comm, req)
+                p2p::irecv_c(i.ptr(), i.len(), MPI_PACKED(), peer, tag, comm)
             },
-            None => Self::post_typed(send, buf, d, peer, tag, comm, req),
+            None => Self::post_typed(send, buf, d, peer, tag, comm),
         };
-        (rc, packed)
+        match posted {
+            Ok(r) => {
+                *req = r;
+                (MPI_SUCCESS, packed)
+            }
+            Err(e) => (e.code(), packed),
+        }
     }
 
     /// Posts a message with its datatype, packed by the system MPI.
@@ -302,17 +305,14 @@ impl Run {
         peer: c_int,
         tag: c_int,
         comm: MPI_Comm,
-        req: &mut MPI_Request,
-    ) -> c_int {
-        // SAFETY: buffers as for Copy; `req` is a valid out-pointer.
+    ) -> crate::platform::mpi::MpiResult<MPI_Request> {
+        // SAFETY: buffers as for Copy.
         unsafe {
             match (send, d.count <= c_int::MAX as i64) {
-                (true, true) => pmpi::PMPI_Isend(buf, d.count as c_int, d.dt, peer, tag, comm, req),
-                (true, false) => pmpi::PMPI_Isend_c(buf, d.count, d.dt, peer, tag, comm, req),
-                (false, true) => {
-                    pmpi::PMPI_Irecv(buf, d.count as c_int, d.dt, peer, tag, comm, req)
-                }
-                (false, false) => pmpi::PMPI_Irecv_c(buf, d.count, d.dt, peer, tag, comm, req),
+                (true, true) => p2p::isend(buf, d.count as c_int, d.dt, peer, tag, comm),
+                (true, false) => p2p::isend_c(buf, d.count, d.dt, peer, tag, comm),
+                (false, true) => p2p::irecv(buf, d.count as c_int, d.dt, peer, tag, comm),
+                (false, false) => p2p::irecv_c(buf, d.count, d.dt, peer, tag, comm),
             }
         }
     }
@@ -344,28 +344,22 @@ impl Run {
         let n = self.reqs.len();
         self.indices.resize(n, 0);
         self.statuses.resize(n, MPI_Status::default());
-        let mut outcount: c_int = 0;
-        // SAFETY: arrays of n requests, n indices and n statuses.
-        let rc = unsafe {
-            pmpi::PMPI_Testsome(
-                n as c_int,
-                self.reqs.as_mut_ptr(),
-                &mut outcount,
-                self.indices.as_mut_ptr(),
-                self.statuses.as_mut_ptr(),
-            )
-        };
-        if rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS {
-            self.error = rc;
-            return true;
-        }
+        // arrays of n requests, n indices and n statuses
+        let (outcount, in_status) =
+            match p2p::testsome(&mut self.reqs, &mut self.indices, &mut self.statuses) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.error = e.code();
+                    return true;
+                }
+            };
         if outcount == MPI_UNDEFINED || outcount <= 0 {
             return false;
         }
         for k in 0..outcount as usize {
             let i = self.indices[k] as usize;
             let e = self.statuses[k].MPI_ERROR;
-            if rc == MPI_ERR_IN_STATUS && e != MPI_SUCCESS && !self.truncation(e) {
+            if in_status && e != MPI_SUCCESS && !self.truncation(e) {
                 self.error = e;
             }
             if let Some(Packed::In(inc, user)) = &self.req_packed[i] {
@@ -398,11 +392,9 @@ impl Run {
         for r in self.reqs.iter_mut() {
             // A receive left posted would match a message of a later collective (the
             // system MPI may give the shadow's context to a new communicator once it is
-            // freed): it is cancelled first. SAFETY: a valid outstanding request of this run.
-            unsafe {
-                pmpi::PMPI_Cancel(r);
-                pmpi::PMPI_Request_free(r);
-            }
+            // freed): it is cancelled first. A valid outstanding request of this run.
+            let _ = p2p::cancel(*r);
+            let _ = p2p::request_free(r);
         }
         self.reqs.clear();
         self.req_action.clear();
