@@ -841,7 +841,7 @@ mod tests {
         assert_eq!(
             kv.args,
             [
-                crate::platform::abi::null_copy_attr as usize as i64,
+                crate::platform::abi::null_copy_attr as *const () as usize as i64,
                 del as usize as i64,
                 0
             ]

@@ -279,4 +279,117 @@ mod tests {
         assert!(with(|m| !m.contains_key(&(Kind::Datatype, h))));
         assert_eq!(defer(Kind::Datatype, h), Ok(false));
     }
+
+    use crate::platform::mpi::fake;
+
+    /// A handle as the shim keeps it: the C handle's value, widened (an MPICH handle is a
+    /// negative `int` for derived types, user operations and requests).
+    fn handle(h: u32) -> usize {
+        h as i32 as MPI_Datatype as usize
+    }
+
+    fn args_of(name: &str) -> Vec<Vec<i64>> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args)
+            .collect()
+    }
+
+    #[test]
+    fn a_freed_handle_is_held_by_a_placeholder_only_when_the_library_reuses_it() {
+        // (kind, handle, placeholder call, its arguments, free call)
+        let cases = [
+            (
+                Kind::Request,
+                handle(0x2c00_6001),
+                "recv_init",
+                // an inactive persistent receive of nothing from MPI_PROC_NULL
+                vec![0, MPI_PROC_NULL as i64, 0, MPI_COMM_SELF() as i64],
+                "request_free",
+            ),
+            (
+                Kind::Datatype,
+                handle(0x8c00_6001),
+                "type_contiguous",
+                // an uncommitted one-byte type
+                vec![1, MPI_BYTE() as i64],
+                "type_free",
+            ),
+        ];
+        for (kind, h, create, args, free) in cases {
+            // the library reuses the freed slot: the placeholder keeps it
+            let _g = fake::install(move |_| Ok(vec![h as i64]));
+            quarantine(kind, h);
+            assert_eq!(args_of(create), [args.clone()]);
+            assert!(args_of(free).is_empty());
+            assert!(freed(kind, h));
+            drop(_g);
+            // another slot: the placeholder is given back at once, nothing is held
+            let other = h + 1;
+            let _g = fake::install(move |_| Ok(vec![other as i64 + 1]));
+            quarantine(kind, other);
+            assert_eq!(args_of(free), [vec![other as i64 + 1]]);
+            assert!(!freed(kind, other));
+        }
+        assert!(request_freed(handle(0x2c00_6001) as MPI_Request));
+        assert!(is_freed_type(handle(0x8c00_6001) as MPI_Datatype));
+    }
+
+    #[test]
+    fn the_oldest_placeholder_is_released_beyond_the_quarantine() {
+        // operations: only this test quarantines them
+        let base = handle(0x9800_6100);
+        let mut created = 0;
+        let _g = fake::install(move |c| {
+            Ok(match c.name {
+                // the placeholder takes the slot just freed
+                "op_create" => {
+                    created += 1;
+                    vec![(base + created - 1) as i64]
+                }
+                _ => vec![],
+            })
+        });
+        for k in 0..=QUARANTINE {
+            quarantine(Kind::Op, base + k);
+        }
+        assert_eq!(args_of("op_create").len(), QUARANTINE + 1);
+        // the user function is the shim's no-op, commutative
+        assert_eq!(args_of("op_create")[0][1], 1);
+        assert_eq!(args_of("op_free"), [vec![base as i64]]);
+        assert!(!is_freed_op(base as MPI_Op));
+        assert!(is_freed_op((base + 1) as MPI_Op));
+        assert!(is_freed_op((base + QUARANTINE) as MPI_Op));
+    }
+
+    #[test]
+    fn the_last_reference_runs_a_deferred_free_unless_mpi_is_finalized() {
+        for (k, finalized) in [false, true].into_iter().enumerate() {
+            let h = handle(0x8c00_6101) + k;
+            let _g = fake::install(move |c| {
+                Ok(match c.name {
+                    "finalized" => vec![finalized as i64],
+                    "type_contiguous" => vec![h as i64],
+                    _ => vec![],
+                })
+            });
+            let r = datatype(h as MPI_Datatype).unwrap();
+            assert_eq!(defer(Kind::Datatype, h), Ok(true));
+            assert!(fake::calls().is_empty(), "the free waits for the reference");
+            drop(r);
+            if finalized {
+                // the library released everything already
+                assert_eq!(fake::names(), ["finalized"]);
+                assert!(!is_freed_type(h as MPI_Datatype));
+            } else {
+                assert_eq!(fake::names(), ["finalized", "type_free", "type_contiguous"]);
+                assert_eq!(args_of("type_free"), [vec![h as i64]]);
+                assert!(is_freed_type(h as MPI_Datatype));
+            }
+        }
+        // predefined objects take no reference
+        assert!(datatype(MPI_INT()).is_none());
+        assert!(op(MPI_SUM()).is_none());
+    }
 }

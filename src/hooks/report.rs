@@ -219,3 +219,45 @@ pub fn report(mode: StatsMode, comm: crate::platform::abi::MPI_Comm, rank: i32, 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::abi::{MPI_CHAR, MPI_Comm, MPI_INT, MPI_UINT64_T};
+    use crate::platform::mpi::fake;
+
+    const COMM: i64 = 0x4400_7001;
+
+    #[test]
+    fn a_summary_takes_every_rank_through_the_same_gathers_even_after_a_failure() {
+        let n = 3 * N_FUNCS as i64;
+        // (rank, the first gather fails)
+        for (rank, fails) in [(1, false), (1, true), (0, true)] {
+            let mut first = true;
+            let _g = fake::install(move |c| {
+                if c.name == "gather" && std::mem::take(&mut first) && fails {
+                    Err(crate::platform::abi::MPI_ERR_OTHER)
+                } else {
+                    Ok(vec![])
+                }
+            });
+            report(StatsMode::Summary, COMM as MPI_Comm, rank, 4);
+            // the counters, the path text lengths, then the path texts, all to rank 0
+            assert_eq!(fake::names(), ["gather", "gather", "gatherv"]);
+            let calls = fake::calls();
+            let u64t = MPI_UINT64_T() as i64;
+            assert_eq!(calls[0].args, [n, u64t, n, u64t, 0, COMM]);
+            let int = MPI_INT() as i64;
+            assert_eq!(calls[1].args, [1, int, 1, int, 0, COMM]);
+            let ch = MPI_CHAR() as i64;
+            assert_eq!(calls[2].args[1..], [ch, ch, 0, COMM]);
+        }
+    }
+
+    #[test]
+    fn no_report_communicates_nothing() {
+        let _g = fake::install(|_| Ok(vec![]));
+        report(StatsMode::Off, COMM as MPI_Comm, 0, 4);
+        assert!(fake::calls().is_empty());
+    }
+}

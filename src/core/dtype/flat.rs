@@ -814,6 +814,127 @@ pub(crate) mod tests {
         );
     }
 
+    use crate::platform::mpi::fake::{self, Call};
+
+    /// Derived datatype handles the fake describes (MPICH's derived kind).
+    const D: i64 = 0x8c00_4001u32 as i32 as i64;
+    const D2: i64 = 0x8c00_4002u32 as i32 as i64;
+    const CODE: c_int = 0x0004_2a03;
+
+    /// A fake describing datatypes: `describe` answers the envelope and contents calls;
+    /// predefined types have their size as extent (derived ones 8 bytes in 16); the cache's key cannot be created (so
+    /// the layouts are not kept in attributes, and the key stays unset for other tests).
+    fn types(
+        mut describe: impl FnMut(&Call) -> Option<Result<Vec<i64>, c_int>> + 'static,
+    ) -> fake::Guard {
+        fake::install(move |c| {
+            if let Some(r) = describe(c) {
+                return r;
+            }
+            match c.name {
+                "type_get_extent_x" => {
+                    let dt = c.args[0] as MPI_Datatype;
+                    Ok(vec![0, builtin_size(dt).map_or(16, |s| s as i64)])
+                }
+                "type_size_x" => Ok(vec![
+                    builtin_size(c.args[0] as MPI_Datatype).map_or(8, |s| s as i64),
+                ]),
+                "type_create_keyval" => Err(CODE),
+                _ => Ok(vec![]),
+            }
+        })
+    }
+
+    fn runs(f: &Flat) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        collect(&f.node, 0, &mut out);
+        out
+    }
+
+    fn args_of(name: &str) -> Vec<Vec<i64>> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args)
+            .collect()
+    }
+
+    #[test]
+    fn a_vector_is_decoded_from_its_envelope_and_contents() {
+        let _g = types(|c| match (c.name, c.args[0]) {
+            ("type_get_envelope_c", D) => Some(Ok(vec![3, 0, 0, 1, MPI_COMBINER_VECTOR as i64])),
+            // count 2, block length 1, stride 3 ints
+            ("type_get_contents", D) => Some(Ok(vec![2, 1, 3, MPI_INT() as i64])),
+            _ => None,
+        });
+        let f = get(D as MPI_Datatype).unwrap();
+        assert_eq!(runs(&f), [(0, 4), (12, 4)]);
+        assert_eq!(f.size, 8);
+        // no large counts: the classic call (MPI-3 libraries have no _c form), with
+        // arrays of the sizes the envelope gave
+        assert_eq!(args_of("type_get_contents"), [vec![D, 3, 0, 1]]);
+        assert!(args_of("type_get_contents_c").is_empty());
+        // the predefined type the contents handed out is not freed
+        assert!(args_of("type_free").is_empty());
+    }
+
+    #[test]
+    fn a_large_count_hvector_keeps_its_stride_as_an_address() {
+        let _g = types(|c| match (c.name, c.args[0]) {
+            ("type_get_envelope_c", D) => Some(Ok(vec![0, 0, 3, 1, MPI_COMBINER_HVECTOR as i64])),
+            // large counts: count 2, block length 1, stride 24 bytes
+            ("type_get_contents_c", D) => Some(Ok(vec![2, 1, 24, MPI_INT() as i64])),
+            _ => None,
+        });
+        let f = get(D as MPI_Datatype).unwrap();
+        assert_eq!(runs(&f), [(0, 4), (24, 4)]);
+        assert_eq!(args_of("type_get_contents_c"), [vec![D, 0, 0, 3, 1]]);
+    }
+
+    #[test]
+    fn the_derived_types_contents_hand_out_are_freed() {
+        // D: 3 of D2; D2: 2 doubles
+        let _g = types(|c| match (c.name, c.args[0]) {
+            ("type_get_envelope_c", D | D2) => {
+                Some(Ok(vec![1, 0, 0, 1, MPI_COMBINER_CONTIGUOUS as i64]))
+            }
+            ("type_get_contents", D) => Some(Ok(vec![3, D2])),
+            ("type_get_contents", D2) => Some(Ok(vec![2, MPI_DOUBLE() as i64])),
+            _ => None,
+        });
+        assert_eq!(element_type(D as MPI_Datatype), Ok(Some(MPI_DOUBLE())));
+        // MPI-4.0 §5.1.13: the derived type D2 is a new reference; MPI_DOUBLE is not
+        assert_eq!(args_of("type_free"), [vec![D2]]);
+    }
+
+    #[test]
+    fn errors_of_the_library_come_back_and_free_nothing() {
+        // (failing call) -> what `get` reports
+        for failing in [
+            "type_get_extent_x",
+            "type_get_envelope_c",
+            "type_get_contents",
+        ] {
+            let _g = types(move |c| match c.name {
+                n if n == failing => Some(Err(CODE)),
+                "type_get_envelope_c" => Some(Ok(vec![3, 0, 0, 1, MPI_COMBINER_VECTOR as i64])),
+                _ => None,
+            });
+            assert_eq!(
+                get(D as MPI_Datatype).err(),
+                Some(Opaque::Invalid(CODE)),
+                "{failing}"
+            );
+            // a failed get_contents wrote no handles: none is freed (not even the null
+            // handles the array held)
+            assert!(args_of("type_free").is_empty(), "{failing}");
+            // an invalid type is not cached as opaque either
+            assert!(args_of("type_set_attr").is_empty());
+        }
+        let _g = types(|c| (c.name == "type_get_envelope_c").then_some(Err(CODE)));
+        assert_eq!(element_type(D as MPI_Datatype), Err(MPI_ERR_TYPE));
+    }
+
     /// The (offset, length) runs of a tree in packed order, by plain recursion (the
     /// reference the packer's tests compare against).
     pub(crate) fn collect(n: &Node, base: i64, out: &mut Vec<(i64, i64)>) {

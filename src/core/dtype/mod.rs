@@ -316,3 +316,208 @@ pub mod flat;
 pub mod p2p;
 pub mod pack;
 pub mod pool;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::mpi::fake::{self, Call};
+
+    /// Derived datatype handles (MPICH's derived kind) the fake describes.
+    const D: i64 = 0x8c00_5001u32 as i32 as i64;
+    const T1: i64 = 0x8c00_5011u32 as i32 as i64;
+    const T2: i64 = 0x8c00_5012u32 as i32 as i64;
+    const CODE: c_int = 0x0004_2a03;
+
+    /// A derived type of 8 bytes in an extent of 16 (true extent 12): never contiguous,
+    /// so no layout is decoded. `custom` answers first.
+    fn derived(
+        mut custom: impl FnMut(&Call) -> Option<Result<Vec<i64>, c_int>> + 'static,
+    ) -> fake::Guard {
+        fake::install(move |c| {
+            if let Some(r) = custom(c) {
+                return r;
+            }
+            Ok(match c.name {
+                "type_size_x" => vec![8],
+                "type_get_extent_x" => vec![0, 16],
+                "type_get_true_extent_x" => vec![0, 12],
+                "finalized" => vec![0],
+                // the layout is not decoded: the system MPI packs
+                "type_get_envelope_c" => return Err(CODE),
+                "type_create_keyval" => return Err(CODE),
+                _ => vec![],
+            })
+        })
+    }
+
+    fn args_of(name: &str) -> Vec<Vec<i64>> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args)
+            .collect()
+    }
+
+    #[test]
+    fn info_of_a_derived_type_asks_the_library_and_gives_back_its_codes() {
+        let _g = derived(|_| None);
+        let i = info(D as MPI_Datatype).unwrap();
+        assert_eq!(
+            (i.size, i.lb, i.extent, i.true_lb, i.true_extent),
+            (8, 0, 16, 0, 12)
+        );
+        assert!(!i.dense());
+        // MPI-4.0 §5.1.8: a buffer of 3 spans the true extent and two extents
+        assert_eq!(i.span(3), 44);
+        assert_eq!(
+            fake::names(),
+            ["type_size_x", "type_get_extent_x", "type_get_true_extent_x"]
+        );
+        // the first failing query's code comes back, and the queries stop there
+        let calls = ["type_size_x", "type_get_extent_x", "type_get_true_extent_x"];
+        for (k, failing) in calls.into_iter().enumerate() {
+            let _g = derived(move |c| (c.name == failing).then_some(Err(CODE)));
+            assert_eq!(info(D as MPI_Datatype), Err(CODE));
+            assert_eq!(fake::names(), calls[..=k]);
+        }
+        // predefined types need no query
+        let _g = derived(|_| None);
+        assert_eq!(info(MPI_INT()).unwrap().size, 4);
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn a_derived_type_is_usable_once_the_library_packs_it() {
+        // (pack size answer) -> usable
+        for (answer, usable) in [(Ok(vec![8]), true), (Err(CODE), false)] {
+            let _g = derived(move |c| (c.name == "pack_size").then(|| answer.clone()));
+            let r = check_usable(D as MPI_Datatype);
+            assert_eq!(r.is_ok(), usable);
+            if !usable {
+                assert_eq!(r, Err(MPI_ERR_TYPE));
+            }
+            // asked on the real world, for one element
+            assert_eq!(args_of("pack_size"), [vec![1, D, MPI_COMM_WORLD() as i64]]);
+        }
+        let _g = derived(|_| None);
+        assert_eq!(check_usable(MPI_DATATYPE_NULL()), Err(MPI_ERR_TYPE));
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn struct_types_are_committed_and_freed_again_when_one_fails() {
+        let parts = |dt: MPI_Datatype| {
+            vec![
+                Part {
+                    off: 0,
+                    count: 2,
+                    dt,
+                },
+                Part {
+                    off: 64,
+                    count: 1,
+                    dt,
+                },
+            ]
+        };
+        let composites = vec![parts(MPI_INT()), parts(MPI_DOUBLE()), parts(MPI_INT())];
+        // the third creation fails
+        let mut made = vec![T1, T2].into_iter();
+        let _g = derived(move |c| {
+            (c.name == "type_create_struct_c").then(|| made.next().map(|t| vec![t]).ok_or(CODE))
+        });
+        assert_eq!(
+            struct_types(&composites[..2]),
+            Ok(vec![T1 as MPI_Datatype, T2 as MPI_Datatype])
+        );
+        assert_eq!(
+            args_of("type_create_struct_c"),
+            [vec![2, 2, 2], vec![2, 2, 2]]
+        );
+        assert_eq!(args_of("type_commit"), [vec![T1], vec![T2]]);
+        assert!(args_of("type_free").is_empty());
+        drop(_g);
+        let mut made = vec![T1, T2].into_iter();
+        let _g = derived(move |c| {
+            (c.name == "type_create_struct_c").then(|| made.next().map(|t| vec![t]).ok_or(CODE))
+        });
+        assert_eq!(struct_types(&composites), Err(CODE));
+        // the types made before the failure are freed
+        assert_eq!(args_of("type_free"), [vec![T1], vec![T2]]);
+        // a failed commit frees the types made before it too
+        drop(_g);
+        // the second commit fails
+        let mut commits = 0;
+        let _g = derived(move |c| match c.name {
+            "type_create_struct_c" => Some(Ok(vec![T1])),
+            "type_commit" => {
+                commits += 1;
+                Some(if commits == 2 { Err(CODE) } else { Ok(vec![]) })
+            }
+            _ => None,
+        });
+        assert_eq!(struct_types(&composites[..2]), Err(CODE));
+        assert_eq!(args_of("type_free"), [vec![T1]]);
+    }
+
+    #[test]
+    fn types_are_not_freed_after_finalize() {
+        for (finalized, frees) in [(false, 2), (true, 0)] {
+            let _g = derived(move |c| (c.name == "finalized").then(|| Ok(vec![finalized as i64])));
+            free_types(&[T1 as MPI_Datatype, T2 as MPI_Datatype]);
+            assert_eq!(args_of("type_free").len(), frees);
+        }
+    }
+
+    #[test]
+    fn types_the_engine_does_not_decode_are_copied_by_pack_and_unpack() {
+        let src = [0u8; 64];
+        let mut dst = [0u8; 64];
+        let (s, d) = (src.as_ptr() as i64, dst.as_mut_ptr() as i64);
+        // (failing call) -> the copy's result: that call's code, or success
+        for failing in ["", "pack_size_c", "pack_c", "unpack_c"] {
+            let _g = derived(move |c| match c.name {
+                n if n == failing => Some(Err(CODE)),
+                "pack_size_c" => Some(Ok(vec![24])),
+                // the library packed 16 of the 24 bytes it asked for
+                "pack_c" => Some(Ok(vec![16])),
+                "unpack_c" => Some(Ok(vec![16])),
+                _ => None,
+            });
+            // SAFETY: the fake touches no buffer.
+            let rc = unsafe {
+                copy(
+                    src.as_ptr().cast(),
+                    2,
+                    D as MPI_Datatype,
+                    dst.as_mut_ptr().cast(),
+                    3,
+                    D as MPI_Datatype,
+                )
+            };
+            assert_eq!(
+                rc,
+                if failing.is_empty() {
+                    MPI_SUCCESS
+                } else {
+                    CODE
+                },
+                "{failing}"
+            );
+            let world = MPI_COMM_WORLD() as i64;
+            assert_eq!(args_of("pack_size_c"), [vec![2, D, world]]);
+            let packs = args_of("pack_c");
+            let unpacks = args_of("unpack_c");
+            match failing {
+                "pack_size_c" => assert!(packs.is_empty()),
+                "pack_c" => assert!(unpacks.is_empty()),
+                _ => {
+                    // packed into a buffer of the packed size, from position 0; unpacked
+                    // from exactly the bytes packed
+                    assert_eq!(packs, [vec![s, 2, D, 24, 0, world]]);
+                    assert_eq!(unpacks, [vec![16, 0, d, 3, D, world]]);
+                }
+            }
+        }
+    }
+}
