@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::core::sched::cache::Cache;
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm as mpi_comm, p2p};
 
 /// Tags are handed out in blocks of this many (Cartesian neighbourhood collectives use
 /// two per dimension).
@@ -101,10 +101,11 @@ impl CommState {
             return;
         }
         let mut cell = Box::new((MPI_REQUEST_NULL(), MPI_COMM_NULL()));
-        // SAFETY: the box keeps both out-locations at fixed addresses until completion; the
-        // user communicator is valid (its state exists, so it has not been freed).
-        let rc = unsafe { pmpi::PMPI_Comm_idup(self.user, &mut cell.1, &mut cell.0) };
-        if rc == MPI_SUCCESS {
+        // SAFETY: the box keeps the new handle's location at a fixed address until
+        // completion; the user communicator is valid (its state exists, so it has not been
+        // freed).
+        if let Ok(req) = unsafe { mpi_comm::idup(self.user, &mut cell.1) } {
+            cell.0 = req;
             *g = Some(cell);
         }
     }
@@ -127,15 +128,13 @@ impl CommState {
             self.ensure_shadow();
             return false;
         };
-        let mut flag: c_int = 0;
-        // SAFETY: p.0 is the idup request; p.1 stays at a fixed address (boxed).
-        unsafe { pmpi::PMPI_Test(&mut p.0, &mut flag, MPI_STATUS_IGNORE) };
-        if flag == 0 {
+        // p.0 is the idup request; p.1 stays at a fixed address (boxed).
+        if !p2p::test(&mut p.0).unwrap_or(false) {
             return false;
         }
         let shadow = p.1;
-        // SAFETY: a valid new communicator; schedules want error codes, not aborts.
-        unsafe { pmpi::PMPI_Comm_set_errhandler(shadow, MPI_ERRORS_RETURN()) };
+        // a valid new communicator; schedules want error codes, not aborts
+        let _ = mpi_comm::set_errhandler(shadow, MPI_ERRORS_RETURN());
         self.shadow.store(shadow, Ordering::Release);
         *g = None;
         true
@@ -191,71 +190,52 @@ impl CommState {
 impl Drop for CommState {
     fn drop(&mut self) {
         let pending = self.dup.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        // SAFETY: handles owned by this state.
-        unsafe {
-            if let Some(mut p) = pending {
-                pmpi::PMPI_Wait(&mut p.0, MPI_STATUS_IGNORE);
-                self.shadow.store(p.1, Ordering::Relaxed);
-            }
-            let mut s = self.shadow.load(Ordering::Relaxed);
-            if s != MPI_COMM_NULL() {
-                let mut fin: c_int = 0;
-                pmpi::PMPI_Finalized(&mut fin);
-                if fin == 0 {
-                    pmpi::PMPI_Comm_free(&mut s);
-                }
-            }
+        // handles owned by this state
+        if let Some(mut p) = pending {
+            let _ = p2p::wait(&mut p.0);
+            self.shadow.store(p.1, Ordering::Relaxed);
+        }
+        let mut s = self.shadow.load(Ordering::Relaxed);
+        if s != MPI_COMM_NULL() && !mpi_comm::finalized().unwrap_or(false) {
+            let _ = mpi_comm::free(&mut s);
         }
     }
 }
 
 /// Neighbour lists of `comm`'s process topology, queried from the MPI library.
 pub(crate) fn query_neighbors(comm: MPI_Comm, _rank: c_int) -> Result<Neighbors, c_int> {
-    let mut kind: c_int = MPI_UNDEFINED;
-    // SAFETY: out-pointers are valid locals; arrays are sized by the counts MPI reports.
-    unsafe {
-        pmpi::PMPI_Topo_test(comm, &mut kind);
-        match kind {
-            MPI_CART => {
-                let mut ndims: c_int = 0;
-                pmpi::PMPI_Cartdim_get(comm, &mut ndims);
-                let mut list = Vec::with_capacity(2 * ndims as usize);
-                for d in 0..ndims {
-                    let (mut src, mut dst) = (MPI_PROC_NULL, MPI_PROC_NULL);
-                    pmpi::PMPI_Cart_shift(comm, d, 1, &mut src, &mut dst);
-                    list.push(src);
-                    list.push(dst);
-                }
-                Ok(Neighbors::new(list.clone(), list, true))
+    // Return codes are not checked: a failed query leaves the defaults below (as the
+    // out-values a failing call does not write); arrays are sized by the counts MPI reports.
+    match mpi_comm::topo_test(comm).unwrap_or(MPI_UNDEFINED) {
+        MPI_CART => {
+            let ndims = mpi_comm::cartdim_get(comm).unwrap_or(0);
+            let mut list = Vec::with_capacity(2 * ndims.max(0) as usize);
+            for d in 0..ndims {
+                let (src, dst) =
+                    mpi_comm::cart_shift(comm, d, 1).unwrap_or((MPI_PROC_NULL, MPI_PROC_NULL));
+                list.push(src);
+                list.push(dst);
             }
-            MPI_GRAPH => {
-                let (mut rank, mut n) = (0, 0);
-                pmpi::PMPI_Comm_rank(comm, &mut rank);
-                pmpi::PMPI_Graph_neighbors_count(comm, rank, &mut n);
-                let mut list = vec![0; n as usize];
-                pmpi::PMPI_Graph_neighbors(comm, rank, n, list.as_mut_ptr());
-                Ok(Neighbors::new(list.clone(), list, false))
-            }
-            MPI_DIST_GRAPH => {
-                let (mut indeg, mut outdeg, mut weighted) = (0, 0, 0);
-                pmpi::PMPI_Dist_graph_neighbors_count(comm, &mut indeg, &mut outdeg, &mut weighted);
-                let mut src = vec![0; indeg as usize];
-                let mut dst = vec![0; outdeg as usize];
-                let mut sw = vec![0; indeg.max(1) as usize];
-                let mut dw = vec![0; outdeg.max(1) as usize];
-                pmpi::PMPI_Dist_graph_neighbors(
-                    comm,
-                    indeg,
-                    src.as_mut_ptr(),
-                    sw.as_mut_ptr(),
-                    outdeg,
-                    dst.as_mut_ptr(),
-                    dw.as_mut_ptr(),
-                );
-                Ok(Neighbors::new(src, dst, false))
-            }
-            _ => Err(MPI_ERR_TOPOLOGY),
+            Ok(Neighbors::new(list.clone(), list, true))
         }
+        MPI_GRAPH => {
+            let rank = mpi_comm::rank(comm).unwrap_or(0);
+            let n = mpi_comm::graph_neighbors_count(comm, rank).unwrap_or(0);
+            let mut list = vec![0; n.max(0) as usize];
+            let _ = mpi_comm::graph_neighbors(comm, rank, &mut list);
+            Ok(Neighbors::new(list.clone(), list, false))
+        }
+        MPI_DIST_GRAPH => {
+            let (indeg, outdeg, _weighted) =
+                mpi_comm::dist_graph_neighbors_count(comm).unwrap_or((0, 0, false));
+            let mut src = vec![0; indeg.max(0) as usize];
+            let mut dst = vec![0; outdeg.max(0) as usize];
+            let mut sw = vec![0; indeg.max(1) as usize];
+            let mut dw = vec![0; outdeg.max(1) as usize];
+            let _ = mpi_comm::dist_graph_neighbors(comm, &mut src, &mut sw, &mut dst, &mut dw);
+            Ok(Neighbors::new(src, dst, false))
+        }
+        _ => Err(MPI_ERR_TOPOLOGY),
     }
 }
 
@@ -281,28 +261,22 @@ unsafe extern "C" fn delete_state(
 
 /// Creates the attribute key and reads `MPI_TAG_UB` (at init).
 pub fn init() {
-    let mut kv: c_int = MPI_KEYVAL_INVALID;
     let del: unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int =
         delete_state;
     // SAFETY: a copy function that copies nothing (MPI_COMM_NULL_COPY_FN: duplicates do
-    // not inherit the state) and our delete callback; out-pointers are valid.
-    unsafe {
-        pmpi::PMPI_Comm_create_keyval(
+    // not inherit the state) and our delete callback, which takes the values `lookup` sets.
+    let kv = unsafe {
+        mpi_comm::create_keyval(
             crate::platform::abi::null_copy_attr as *mut c_void,
             del as *mut c_void,
-            &mut kv,
             core::ptr::null_mut(),
-        );
-        let mut ub: *mut c_int = core::ptr::null_mut();
-        let mut flag: c_int = 0;
-        pmpi::PMPI_Comm_get_attr(
-            MPI_COMM_WORLD(),
-            MPI_TAG_UB,
-            (&mut ub as *mut *mut c_int).cast(),
-            &mut flag,
-        );
-        if flag != 0 && !ub.is_null() {
-            TAG_UB.store(*ub, Ordering::Relaxed);
+        )
+    }
+    .unwrap_or(MPI_KEYVAL_INVALID);
+    if let Ok(Some(ub)) = mpi_comm::get_attr(MPI_COMM_WORLD(), MPI_TAG_UB) {
+        if !ub.is_null() {
+            // SAFETY: MPI_TAG_UB's value is a pointer to the int (MPI-4.0 §9.1.2).
+            TAG_UB.store(unsafe { *(ub as *const c_int) }, Ordering::Relaxed);
         }
     }
     KEYVAL.store(kv, Ordering::Relaxed);
@@ -326,14 +300,9 @@ pub fn finalize() {
     }
     // Deleting an attribute that is not set is an error in Open MPI (MPICH ignores it).
     let delete_if_set = |comm: MPI_Comm| {
-        let mut value: *mut c_void = core::ptr::null_mut();
-        let mut flag: c_int = 0;
-        // SAFETY: valid out-pointers; deleting our own attribute runs delete_state.
-        unsafe {
-            pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag);
-            if flag != 0 {
-                pmpi::PMPI_Comm_delete_attr(comm, kv);
-            }
+        // deleting our own attribute runs delete_state
+        if let Ok(Some(_)) = mpi_comm::get_attr(comm, kv) {
+            let _ = mpi_comm::delete_attr(comm, kv);
         }
     };
     delete_if_set(MPI_COMM_WORLD());
@@ -341,8 +310,8 @@ pub fn finalize() {
         delete_if_set(crate::platform::proc::user_world());
     }
     delete_if_set(MPI_COMM_SELF());
-    // SAFETY: our key, no longer used.
-    unsafe { pmpi::PMPI_Comm_free_keyval(&mut kv) };
+    // our key, no longer used
+    let _ = mpi_comm::free_keyval(&mut kv);
 }
 
 /// The state of `comm`, created on first use. `Err(code)` if the handle is not a valid
@@ -420,39 +389,28 @@ fn remember(comm: MPI_Comm, st: &Arc<CommState>) {
 /// The state from the communicator's attribute, or a new one.
 fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     let kv = KEYVAL.load(Ordering::Relaxed);
-    let mut value: *mut c_void = core::ptr::null_mut();
-    let mut flag: c_int = 0;
-    // SAFETY: valid out-pointers; an invalid communicator yields an error code.
-    let rc = unsafe {
-        pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag)
-    };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
-    if flag != 0 && !value.is_null() {
+    // an invalid communicator yields an error code
+    let value = mpi_comm::get_attr(comm, kv).map_err(|e| e.code())?;
+    if let Some(value) = value.filter(|v| !v.is_null()) {
         // SAFETY: the attribute holds a strong count; take another for the caller.
         unsafe {
             Arc::increment_strong_count(value as *const CommState);
             return Ok(Arc::from_raw(value as *const CommState));
         }
     }
-    let (mut rank, mut size, mut inter) = (0, 0, 0);
-    // SAFETY: valid communicator (the attribute query succeeded), valid out-pointers.
-    unsafe {
-        pmpi::PMPI_Comm_test_inter(comm, &mut inter);
-        pmpi::PMPI_Comm_rank(comm, &mut rank);
-        pmpi::PMPI_Comm_size(comm, &mut size);
-    }
+    // a valid communicator (the attribute query succeeded); codes unchecked as before
+    let inter = mpi_comm::test_inter(comm).unwrap_or(false);
+    let rank = mpi_comm::rank(comm).unwrap_or(0);
+    let size = mpi_comm::size(comm).unwrap_or(0);
     let mut remote_size = size;
-    if inter != 0 {
-        // SAFETY: as above.
-        unsafe { pmpi::PMPI_Comm_remote_size(comm, &mut remote_size) };
+    if inter {
+        remote_size = mpi_comm::remote_size(comm).unwrap_or(remote_size);
     }
     let state = Arc::new(CommState {
         user: comm,
         rank,
         size,
-        inter: inter != 0,
+        inter,
         remote_size,
         shadow: AtomicHandle::new(MPI_COMM_NULL()),
         dup: Mutex::new(None),
@@ -469,7 +427,7 @@ fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     }
     let raw = Arc::into_raw(Arc::clone(&state));
     // SAFETY: the attribute takes over one strong count (released by delete_state).
-    unsafe { pmpi::PMPI_Comm_set_attr(comm, kv, raw as *mut c_void) };
+    let _ = unsafe { mpi_comm::set_attr(comm, kv, raw as *mut c_void) };
     Ok(state)
 }
 
@@ -479,10 +437,9 @@ pub fn valid(comm: MPI_Comm) -> bool {
     if comm == MPI_COMM_NULL() {
         return false;
     }
-    let mut size: c_int = 0;
-    // SAFETY: valid out-pointer; an invalid handle yields an error code (the real world's
-    // handler is MPI_ERRORS_RETURN, src/errors.rs).
-    unsafe { pmpi::PMPI_Comm_size(comm, &mut size) == MPI_SUCCESS }
+    // an invalid handle yields an error code (the real world's handler is
+    // MPI_ERRORS_RETURN, src/errors.rs)
+    mpi_comm::size(comm).is_ok()
 }
 
 /// The state of `comm` if the shim made one (no new state, no error).
@@ -491,14 +448,10 @@ pub(crate) fn existing(comm: MPI_Comm) -> Option<Arc<CommState>> {
     if kv == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL() {
         return None;
     }
-    let mut value: *mut c_void = core::ptr::null_mut();
-    let mut flag: c_int = 0;
-    // SAFETY: valid out-pointers; an invalid communicator yields an error code (the real
-    // world returns errors, src/errors.rs).
-    let rc = unsafe {
-        pmpi::PMPI_Comm_get_attr(comm, kv, (&mut value as *mut *mut c_void).cast(), &mut flag)
-    };
-    if rc != MPI_SUCCESS || flag == 0 || value.is_null() {
+    // an invalid communicator yields an error code (the real world returns errors,
+    // src/errors.rs)
+    let value = mpi_comm::get_attr(comm, kv).ok().flatten()?;
+    if value.is_null() {
         return None;
     }
     // SAFETY: the attribute holds a strong count; take another for the caller.
@@ -522,5 +475,385 @@ mod tests {
         assert!(Neighbors::new(vec![0, 2, 0], vec![1], false).repeated);
         assert!(Neighbors::new(vec![1], vec![3, 2, 3], false).repeated);
         assert!(!Neighbors::new(vec![0, 1, 2], vec![2, 1, 0], false).repeated);
+    }
+
+    use crate::platform::mpi::fake;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::rc::Rc;
+
+    const DUP_REQ: i64 = 90;
+    const SHADOW: i64 = 0x4400_0123;
+    /// An error code as an MPI library returns it (more than the class).
+    const CODE: c_int = 0x0004_2a05;
+
+    /// A state of `user` made directly, without MPI calls (rank 0 of 2).
+    fn state(user: i64) -> CommState {
+        CommState {
+            user: user as MPI_Comm,
+            rank: 0,
+            size: 2,
+            inter: false,
+            remote_size: 2,
+            shadow: AtomicHandle::new(MPI_COMM_NULL()),
+            dup: Mutex::new(None),
+            seq: AtomicU32::new(0),
+            bseq: AtomicU32::new(0),
+            pseq: AtomicU32::new(0),
+            topo: OnceLock::new(),
+            cache: Mutex::new(Cache::new(4)),
+        }
+    }
+
+    fn args_of(name: &str) -> Vec<Vec<i64>> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args)
+            .collect()
+    }
+
+    #[test]
+    fn the_state_comes_from_mpi_queries_and_lives_in_an_attribute() {
+        // (test_inter, size, remote_size): an intercommunicator also asks its remote size
+        for (k, (inter, size, remote)) in [(false, 4, 4), (true, 3, 5)].into_iter().enumerate() {
+            let user = 0x4400_2001 + k as i64;
+            // the attribute as MPI keeps it: what set_attr stored, get_attr returns
+            let attrs: Rc<RefCell<HashMap<i64, i64>>> = Default::default();
+            let a = Rc::clone(&attrs);
+            let _g = fake::install(move |c| {
+                Ok(match c.name {
+                    "comm_get_attr" => match a.borrow().get(&c.args[0]) {
+                        Some(&v) => vec![1, v],
+                        None => vec![0, 0],
+                    },
+                    "comm_set_attr" => {
+                        a.borrow_mut().insert(c.args[0], c.args[2]);
+                        vec![]
+                    }
+                    "comm_test_inter" => vec![inter as i64],
+                    "comm_rank" => vec![1],
+                    "comm_size" => vec![size],
+                    "comm_remote_size" => vec![remote],
+                    _ => return Err(MPI_ERR_OTHER),
+                })
+            });
+            let st = get(user as MPI_Comm).unwrap();
+            assert_eq!(
+                (st.user, st.rank, st.size),
+                (user as MPI_Comm, 1, size as c_int)
+            );
+            assert_eq!((st.inter, st.remote_size), (inter, remote as c_int));
+            let mut expected = vec![
+                "comm_get_attr",
+                "comm_test_inter",
+                "comm_rank",
+                "comm_size",
+                "comm_set_attr",
+            ];
+            if inter {
+                expected.insert(4, "comm_remote_size");
+            }
+            assert_eq!(fake::names(), expected);
+            // the attribute holds the state (one strong count of its own)
+            assert_eq!(attrs.borrow()[&user], Arc::as_ptr(&st) as i64);
+            assert_eq!(Arc::strong_count(&st), 2);
+            // the next call finds the same state, without asking for it again
+            let again = get(user as MPI_Comm).unwrap();
+            assert!(Arc::ptr_eq(&st, &again));
+            assert_eq!(args_of("comm_test_inter").len(), 1);
+            assert_eq!(args_of("comm_set_attr").len(), 1);
+            drop(again);
+            // the delete callback (the application frees the communicator) releases the
+            // attribute's count; the state lives on while a run holds it
+            let raw = attrs.borrow_mut().remove(&user).unwrap();
+            // SAFETY: the value the attribute holds, handed over as MPI would.
+            let rc = unsafe {
+                delete_state(
+                    user as MPI_Comm,
+                    0,
+                    raw as usize as *mut c_void,
+                    core::ptr::null_mut(),
+                )
+            };
+            assert_eq!(rc, MPI_SUCCESS);
+            assert_eq!(Arc::strong_count(&st), 1);
+            // a state without a shadow frees nothing
+            let n = fake::calls().len();
+            drop(st);
+            assert_eq!(fake::calls().len(), n);
+        }
+    }
+
+    #[test]
+    fn an_invalid_communicator_gives_back_the_code_of_the_attribute_query() {
+        let _g = fake::install(|_| Err(CODE));
+        assert_eq!(get(0x4400_2010 as MPI_Comm).err(), Some(CODE));
+        assert_eq!(fake::names(), ["comm_get_attr"]);
+        assert!(!valid(0x4400_2010 as MPI_Comm));
+        // the null handle is rejected without asking MPI
+        let n = fake::calls().len();
+        assert_eq!(get(MPI_COMM_NULL()).err(), Some(MPI_ERR_COMM));
+        assert!(!valid(MPI_COMM_NULL()));
+        assert_eq!(fake::calls().len(), n);
+    }
+
+    #[test]
+    fn the_shadow_is_duplicated_once_and_ready_when_its_request_completes() {
+        let done = Rc::new(RefCell::new(false));
+        let d = Rc::clone(&done);
+        let _g = fake::install(move |c| {
+            Ok(match c.name {
+                "comm_idup" => vec![DUP_REQ, SHADOW],
+                "test" => vec![*d.borrow() as i64],
+                "comm_set_errhandler" | "finalized" | "comm_free" => vec![0],
+                _ => return Err(MPI_ERR_OTHER),
+            })
+        });
+        let st = state(0x4400_2020);
+        st.ensure_shadow();
+        st.ensure_shadow();
+        assert_eq!(args_of("comm_idup"), [vec![0x4400_2020]], "one duplicate");
+        assert!(st.dup_pending());
+        assert!(!st.shadow_ready());
+        assert_eq!(st.shadow(), MPI_COMM_NULL());
+        *done.borrow_mut() = true;
+        assert!(st.shadow_ready());
+        assert_eq!(st.shadow(), SHADOW as MPI_Comm);
+        assert!(!st.dup_pending());
+        // the schedules want error codes on the shadow, not the default abort
+        assert_eq!(
+            args_of("comm_set_errhandler"),
+            [vec![SHADOW, MPI_ERRORS_RETURN() as i64]]
+        );
+        assert_eq!(args_of("test"), [vec![DUP_REQ], vec![DUP_REQ]]);
+        // ready: no more tests, no new duplicate
+        assert!(st.shadow_ready());
+        st.ensure_shadow();
+        assert_eq!(args_of("test").len(), 2);
+        assert_eq!(args_of("comm_idup").len(), 1);
+        drop(st);
+        assert_eq!(args_of("comm_free"), [vec![SHADOW]]);
+    }
+
+    #[test]
+    fn a_duplicate_that_failed_to_start_is_started_again_by_the_run() {
+        let mut idups = 0;
+        let _g = fake::install(move |c| match c.name {
+            "comm_idup" => {
+                idups += 1;
+                if idups == 1 {
+                    Err(CODE)
+                } else {
+                    Ok(vec![DUP_REQ, SHADOW])
+                }
+            }
+            "test" | "finalized" => Ok(vec![0]),
+            _ => Ok(vec![]),
+        });
+        let st = state(0x4400_2030);
+        st.ensure_shadow();
+        assert!(!st.dup_pending(), "a failed start leaves nothing pending");
+        assert!(!st.shadow_ready());
+        assert!(st.dup_pending());
+        assert_eq!(fake::names(), ["comm_idup", "comm_idup"]);
+        // the pending duplicate is tested from now on
+        assert!(!st.shadow_ready());
+        assert_eq!(args_of("test"), [vec![DUP_REQ]]);
+        // dropped with the duplicate pending: it is completed first
+        drop(st);
+        assert_eq!(args_of("wait"), [vec![DUP_REQ]]);
+        assert_eq!(args_of("comm_free"), [vec![SHADOW]]);
+    }
+
+    #[test]
+    fn dropping_a_state_completes_its_duplicate_and_frees_the_shadow_unless_finalized() {
+        // (duplicate pending, shadow ready, MPI finalized) -> calls at drop
+        let cases: [(bool, bool, bool, &[&str]); 5] = [
+            (true, false, false, &["wait", "finalized", "comm_free"]),
+            (true, false, true, &["wait", "finalized"]),
+            (false, true, false, &["finalized", "comm_free"]),
+            (false, true, true, &["finalized"]),
+            (false, false, false, &[]),
+        ];
+        for (pending, ready, finalized, calls) in cases {
+            let _g = fake::install(move |c| {
+                Ok(match c.name {
+                    "finalized" => vec![finalized as i64],
+                    _ => vec![],
+                })
+            });
+            let st = state(0x4400_2040);
+            if pending {
+                *st.dup.lock().unwrap() =
+                    Some(Box::new((DUP_REQ as MPI_Request, SHADOW as MPI_Comm)));
+            }
+            if ready {
+                st.shadow.store(SHADOW as MPI_Comm, Ordering::Release);
+            }
+            drop(st);
+            assert_eq!(fake::names(), calls, "{pending} {ready} {finalized}");
+            if pending {
+                assert_eq!(args_of("wait"), [vec![DUP_REQ]]);
+            }
+            if !finalized && (pending || ready) {
+                assert_eq!(args_of("comm_free"), [vec![SHADOW]]);
+            }
+        }
+    }
+
+    #[test]
+    fn tag_blocks_follow_the_collective_order_per_sequence() {
+        let tag_ub = TAG_UB.load(Ordering::Relaxed);
+        let (a, b) = (state(0x4400_2050), state(0x4400_2051));
+        // rank A starts blocking and non-blocking collectives interleaved, rank B all
+        // blocking ones first: each sequence still agrees between them
+        let mut a_blocking = Vec::new();
+        let mut a_nonblocking = Vec::new();
+        for _ in 0..100 {
+            a_blocking.push(a.next_tag(true));
+            a_nonblocking.push(a.next_tag(false));
+        }
+        let b_blocking: Vec<c_int> = (0..100).map(|_| b.next_tag(true)).collect();
+        let b_nonblocking: Vec<c_int> = (0..100).map(|_| b.next_tag(false)).collect();
+        assert_eq!(a_blocking, b_blocking);
+        assert_eq!(a_nonblocking, b_nonblocking);
+        let persistent: Vec<c_int> = (0..100).map(|_| a.next_persistent_tag()).collect();
+        // every tag of every block is a valid tag
+        for &t in a_blocking.iter().chain(&a_nonblocking).chain(&persistent) {
+            assert_eq!(t % TAG_BLOCK, 0);
+            assert!(t >= 0 && t + TAG_BLOCK - 1 <= tag_ub, "{t}");
+        }
+        // the three ranges never meet
+        let set = |v: &[c_int]| v.iter().copied().collect::<std::collections::HashSet<_>>();
+        let (sb, sn, sp) = (set(&a_blocking), set(&a_nonblocking), set(&persistent));
+        assert!(sb.is_disjoint(&sn) && sb.is_disjoint(&sp) && sn.is_disjoint(&sp));
+        // consecutive collectives get different blocks until the range wraps around
+        let (_, blocking, _) = CommState::tag_blocks();
+        let wrap = blocking as usize;
+        assert_eq!(sb.len(), wrap.min(100));
+        assert_eq!(a_blocking[wrap], a_blocking[0]);
+        assert!(a_blocking[..wrap].windows(2).all(|w| w[0] != w[1]));
+    }
+
+    #[test]
+    fn neighbours_come_from_the_topology_queries() {
+        let p = MPI_PROC_NULL as i64;
+        // (topology kind, answers by call, sources, destinations, cartesian)
+        type Case = (
+            c_int,
+            Vec<(&'static str, Vec<i64>)>,
+            Vec<c_int>,
+            Vec<c_int>,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                MPI_CART,
+                vec![
+                    ("cartdim_get", vec![2]),
+                    ("cart_shift", vec![3, 1]),
+                    ("cart_shift", vec![p, 2]),
+                ],
+                vec![3, 1, MPI_PROC_NULL, 2],
+                vec![3, 1, MPI_PROC_NULL, 2],
+                true,
+            ),
+            (
+                MPI_GRAPH,
+                vec![
+                    ("comm_rank", vec![4]),
+                    ("graph_neighbors_count", vec![3]),
+                    ("graph_neighbors", vec![1, 2, 1]),
+                ],
+                vec![1, 2, 1],
+                vec![1, 2, 1],
+                false,
+            ),
+            (
+                MPI_DIST_GRAPH,
+                vec![
+                    ("dist_graph_neighbors_count", vec![2, 1, 0]),
+                    ("dist_graph_neighbors", vec![0, 2, 5]),
+                ],
+                vec![0, 2],
+                vec![5],
+                false,
+            ),
+        ];
+        for (kind, answers, sources, dests, cart) in cases {
+            let mut script = answers.clone().into_iter();
+            let _g = fake::install(move |c| {
+                if c.name == "topo_test" {
+                    return Ok(vec![kind as i64]);
+                }
+                let (name, words) = script.next().expect("an expected call");
+                assert_eq!(c.name, name);
+                Ok(words)
+            });
+            let n = query_neighbors(0x4400_2060 as MPI_Comm, 0).unwrap();
+            assert_eq!((n.sources, n.dests, n.cart), (sources, dests, cart));
+            let expected: Vec<&str> = std::iter::once("topo_test")
+                .chain(answers.iter().map(|a| a.0))
+                .collect();
+            assert_eq!(fake::names(), expected);
+            match kind {
+                // a shift by one in each dimension
+                MPI_CART => assert_eq!(
+                    args_of("cart_shift"),
+                    [vec![0x4400_2060, 0, 1], vec![0x4400_2060, 1, 1]]
+                ),
+                // the neighbours of this process's rank, as many as counted
+                MPI_GRAPH => assert_eq!(args_of("graph_neighbors"), [vec![0x4400_2060, 4, 3]]),
+                _ => assert_eq!(args_of("dist_graph_neighbors"), [vec![0x4400_2060, 2, 1]]),
+            }
+        }
+        // no topology
+        let _g = fake::install(|_| Ok(vec![MPI_UNDEFINED as i64]));
+        assert_eq!(
+            query_neighbors(0x4400_2061 as MPI_Comm, 0).err(),
+            Some(MPI_ERR_TOPOLOGY)
+        );
+    }
+
+    #[test]
+    fn init_creates_the_key_and_finalize_deletes_the_predefined_states_and_the_key() {
+        static UB: c_int = 32767;
+        let _g = fake::install(|c| {
+            Ok(match c.name {
+                "comm_create_keyval" => vec![77],
+                "comm_get_attr" if c.args[1] == MPI_TAG_UB as i64 => {
+                    vec![1, &UB as *const c_int as i64]
+                }
+                // the world carries a state, the self communicator none
+                "comm_get_attr" => vec![(c.args[0] == MPI_COMM_WORLD() as i64) as i64, 0],
+                _ => vec![],
+            })
+        });
+        init();
+        assert_eq!(KEYVAL.load(Ordering::Relaxed), 77);
+        assert_eq!(TAG_UB.load(Ordering::Relaxed), UB);
+        let kv = &fake::calls()[0];
+        assert_eq!(kv.name, "comm_create_keyval");
+        let del: unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int =
+            delete_state;
+        // the copy function copies nothing (duplicates do not inherit the state)
+        assert_eq!(
+            kv.args,
+            [
+                crate::platform::abi::null_copy_attr as *const () as usize as i64,
+                del as usize as i64,
+                0
+            ]
+        );
+        finalize();
+        assert_eq!(KEYVAL.load(Ordering::Relaxed), MPI_KEYVAL_INVALID);
+        // an attribute is deleted only where it is set (Open MPI reports the others)
+        assert_eq!(
+            args_of("comm_delete_attr"),
+            [vec![MPI_COMM_WORLD() as i64, 77]]
+        );
+        assert_eq!(args_of("comm_free_keyval"), [vec![77]]);
+        assert_eq!(fake::names().last(), Some(&"comm_free_keyval"));
     }
 }

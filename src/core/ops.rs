@@ -20,7 +20,7 @@
 use core::ffi::{c_int, c_void};
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::dtype as mpi_dtype;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
@@ -131,13 +131,9 @@ fn check_uncached(op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
     if !is_builtin_op(op) {
         // a user operation: the system MPI knows whether the handle is one (it returns
         // errors here: the real world's handler is MPI_ERRORS_RETURN, src/errors.rs)
-        let mut c: c_int = 0;
-        // SAFETY: valid out-pointer; an invalid handle yields an error code.
-        let rc = unsafe { pmpi::PMPI_Op_commutative(op, &mut c) };
-        return if rc == MPI_SUCCESS {
-            Ok(())
-        } else {
-            Err(MPI_ERR_OP)
+        return match mpi_dtype::op_commutative(op) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(MPI_ERR_OP),
         };
     }
     if op == MPI_REPLACE() || op == MPI_NO_OP() {
@@ -191,10 +187,8 @@ pub fn commutative(op: MPI_Op) -> bool {
     if is_builtin_op(op) {
         return true;
     }
-    let mut c: c_int = 1;
-    // SAFETY: valid out-pointer.
-    unsafe { pmpi::PMPI_Op_commutative(op, &mut c) };
-    c != 0
+    // an error leaves the operation commutative, as the unwritten flag did
+    mpi_dtype::op_commutative(op).unwrap_or(true)
 }
 
 macro_rules! int_kernel {
@@ -386,12 +380,16 @@ pub unsafe fn reduce_local(
         return MPI_SUCCESS;
     }
     // SAFETY: buffers per the caller's contract.
-    unsafe {
+    let r = unsafe {
         if count <= c_int::MAX as i64 {
-            pmpi::PMPI_Reduce_local(src, dst, count as c_int, dt, op)
+            mpi_dtype::reduce_local(src, dst, count as c_int, dt, op)
         } else {
-            pmpi::PMPI_Reduce_local_c(src, dst, count, dt, op)
+            mpi_dtype::reduce_local_c(src, dst, count, dt, op)
         }
+    };
+    match r {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => e.code(),
     }
 }
 
@@ -509,5 +507,103 @@ mod tests {
         assert_eq!(check(MPI_SUM(), 0x8c00_0100u32 as i32), Err(MPI_ERR_OP)); // a derived type
         // a user operation's handle is judged by the MPI library (PMPI_Op_commutative):
         // ctests/conform's error table checks garbage and freed ones under mpirun
+    }
+
+    use crate::platform::mpi::fake;
+
+    /// A user operation's handle (MPICH's user kind), and an MPI error code.
+    const USER_OP: i64 = 0x9800_0007u32 as i32 as i64;
+    const CODE: c_int = 0x0004_2a09;
+
+    #[test]
+    fn a_user_operation_is_valid_when_the_library_knows_it() {
+        // (answer of Op_commutative) -> verdict, on any datatype, never cached
+        for (answer, verdict) in [(Ok(vec![0]), Ok(())), (Err(CODE), Err(MPI_ERR_OP))] {
+            let _g = fake::install(move |_| answer.clone());
+            assert_eq!(check(USER_OP as MPI_Op, MPI_INT()), verdict);
+            assert_eq!(check(USER_OP as MPI_Op, MPI_INT()), verdict);
+            assert_eq!(
+                fake::calls().len(),
+                2,
+                "a user operation is asked every time"
+            );
+            assert_eq!(fake::calls()[0].name, "op_commutative");
+            assert_eq!(fake::calls()[0].args, [USER_OP]);
+        }
+        // a predefined operation needs no call
+        let _g = fake::install(|_| Err(CODE));
+        assert!(check(MPI_SUM(), MPI_INT()).is_ok());
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn commutativity_of_user_operations_comes_from_the_library() {
+        // (answer) -> commutative; an error keeps the default, commutative
+        for (answer, c) in [(Ok(vec![0]), false), (Ok(vec![1]), true), (Err(CODE), true)] {
+            let _g = fake::install(move |_| answer.clone());
+            assert_eq!(commutative(USER_OP as MPI_Op), c);
+            assert_eq!(fake::names(), ["op_commutative"]);
+        }
+        let _g = fake::install(|_| Ok(vec![0]));
+        assert!(
+            commutative(MPI_MAX()),
+            "MPI-4.0 §6.9.2: predefined operations commute"
+        );
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn reductions_without_a_kernel_go_to_the_library_with_their_code() {
+        let a = [1i32, 2];
+        let mut b = [10i32, 20];
+        let big = c_int::MAX as i64 + 1;
+        // (count, op, answer) -> (call, result)
+        let cases = [
+            (2i64, USER_OP, Ok(vec![]), Some("reduce_local"), MPI_SUCCESS),
+            (2, USER_OP, Err(CODE), Some("reduce_local"), CODE),
+            (
+                big,
+                USER_OP,
+                Ok(vec![]),
+                Some("reduce_local_c"),
+                MPI_SUCCESS,
+            ),
+            // a predefined operation on a predefined type: the kernel, no call
+            (2, MPI_SUM() as i64, Err(CODE), None, MPI_SUCCESS),
+            // nothing to reduce
+            (0, USER_OP, Err(CODE), None, MPI_SUCCESS),
+        ];
+        for (count, op, answer, call, rc) in cases {
+            let _g = fake::install(move |_| answer.clone());
+            // SAFETY: the fake touches no buffer; the kernel case reduces two ints.
+            let r = unsafe {
+                reduce_local(
+                    a.as_ptr().cast(),
+                    b.as_mut_ptr().cast(),
+                    count,
+                    MPI_INT(),
+                    op as MPI_Op,
+                )
+            };
+            assert_eq!(r, rc, "{count} {op:#x}");
+            match call {
+                Some(name) => {
+                    assert_eq!(fake::names(), [name]);
+                    let args = &fake::calls()[0].args;
+                    assert_eq!(
+                        args[..],
+                        [
+                            a.as_ptr() as i64,
+                            b.as_ptr() as i64,
+                            count,
+                            MPI_INT() as i64,
+                            op
+                        ]
+                    );
+                }
+                None => assert!(fake::calls().is_empty()),
+            }
+        }
+        assert_eq!(b, [11, 22], "the kernel ran once");
     }
 }

@@ -31,7 +31,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm as mpi_comm, dtype as mpi_dtype, p2p};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
@@ -116,33 +116,27 @@ unsafe extern "C" fn placeholder_op(
 /// remembers it, releasing the oldest placeholder beyond [`QUARANTINE`]. A library that
 /// does not reuse the slot at once gets its placeholder back at once (nothing is kept).
 pub(crate) fn quarantine(kind: Kind, handle: usize) {
-    // SAFETY: out-pointers are valid locals; the placeholders are the shim's own objects.
-    let placeholder = unsafe {
-        match kind {
-            Kind::Request => {
-                let mut r = MPI_REQUEST_NULL();
-                pmpi::PMPI_Recv_init(
+    // The placeholders are the shim's own objects; a failed creation leaves the null
+    // handle (codes unchecked).
+    let placeholder = match kind {
+        Kind::Request => {
+            // SAFETY: a receive of zero bytes from MPI_PROC_NULL: no buffer is touched.
+            unsafe {
+                p2p::recv_init(
                     core::ptr::null_mut(),
                     0,
                     MPI_BYTE(),
                     MPI_PROC_NULL,
                     0,
                     MPI_COMM_SELF(),
-                    &mut r,
-                );
-                r as usize
+                )
             }
-            Kind::Datatype => {
-                let mut t = MPI_DATATYPE_NULL();
-                pmpi::PMPI_Type_contiguous(1, MPI_BYTE(), &mut t);
-                t as usize
-            }
-            Kind::Op => {
-                let mut o = MPI_OP_NULL();
-                pmpi::PMPI_Op_create(placeholder_op as *mut c_void, 1, &mut o);
-                o as usize
-            }
+            .unwrap_or(MPI_REQUEST_NULL()) as usize
         }
+        Kind::Datatype => {
+            mpi_dtype::contiguous(1, MPI_BYTE()).unwrap_or(MPI_DATATYPE_NULL()) as usize
+        }
+        Kind::Op => mpi_dtype::op_create(placeholder_op, true).unwrap_or(MPI_OP_NULL()) as usize,
     };
     let release = if placeholder != handle {
         Some(placeholder)
@@ -163,22 +157,20 @@ pub(crate) fn quarantine(kind: Kind, handle: usize) {
 }
 
 fn free_native(kind: Kind, handle: usize) {
-    // SAFETY: a handle the shim owns (a placeholder) or the application freed through the
-    // shim (a deferred free).
-    unsafe {
-        match kind {
-            Kind::Datatype => {
-                let mut dt = handle as MPI_Datatype;
-                pmpi::PMPI_Type_free(&mut dt);
-            }
-            Kind::Op => {
-                let mut op = handle as MPI_Op;
-                pmpi::PMPI_Op_free(&mut op);
-            }
-            Kind::Request => {
-                let mut r = handle as MPI_Request;
-                pmpi::PMPI_Request_free(&mut r);
-            }
+    // a handle the shim owns (a placeholder) or the application freed through the shim (a
+    // deferred free); codes unchecked
+    match kind {
+        Kind::Datatype => {
+            let mut dt = handle as MPI_Datatype;
+            let _ = mpi_dtype::free(&mut dt);
+        }
+        Kind::Op => {
+            let mut op = handle as MPI_Op;
+            let _ = mpi_dtype::op_free(&mut op);
+        }
+        Kind::Request => {
+            let mut r = handle as MPI_Request;
+            let _ = p2p::request_free(&mut r);
         }
     }
 }
@@ -235,10 +227,8 @@ pub fn is_freed_op(op: MPI_Op) -> bool {
 }
 
 fn finalized() -> bool {
-    let mut fin: c_int = 0;
-    // SAFETY: valid out-pointer; PMPI_Finalized may be called at any time.
-    unsafe { pmpi::PMPI_Finalized(&mut fin) };
-    fin != 0
+    // MPI_Finalized may be called at any time
+    mpi_comm::finalized().unwrap_or(false)
 }
 
 /// A reference on `dt` if it is a derived datatype (predefined ones need none).
@@ -288,5 +278,118 @@ mod tests {
         drop(b);
         assert!(with(|m| !m.contains_key(&(Kind::Datatype, h))));
         assert_eq!(defer(Kind::Datatype, h), Ok(false));
+    }
+
+    use crate::platform::mpi::fake;
+
+    /// A handle as the shim keeps it: the C handle's value, widened (an MPICH handle is a
+    /// negative `int` for derived types, user operations and requests).
+    fn handle(h: u32) -> usize {
+        h as i32 as MPI_Datatype as usize
+    }
+
+    fn args_of(name: &str) -> Vec<Vec<i64>> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args)
+            .collect()
+    }
+
+    #[test]
+    fn a_freed_handle_is_held_by_a_placeholder_only_when_the_library_reuses_it() {
+        // (kind, handle, placeholder call, its arguments, free call)
+        let cases = [
+            (
+                Kind::Request,
+                handle(0x2c00_6001),
+                "recv_init",
+                // an inactive persistent receive of nothing from MPI_PROC_NULL
+                vec![0, MPI_PROC_NULL as i64, 0, MPI_COMM_SELF() as i64],
+                "request_free",
+            ),
+            (
+                Kind::Datatype,
+                handle(0x8c00_6001),
+                "type_contiguous",
+                // an uncommitted one-byte type
+                vec![1, MPI_BYTE() as i64],
+                "type_free",
+            ),
+        ];
+        for (kind, h, create, args, free) in cases {
+            // the library reuses the freed slot: the placeholder keeps it
+            let _g = fake::install(move |_| Ok(vec![h as i64]));
+            quarantine(kind, h);
+            assert_eq!(args_of(create), [args.clone()]);
+            assert!(args_of(free).is_empty());
+            assert!(freed(kind, h));
+            drop(_g);
+            // another slot: the placeholder is given back at once, nothing is held
+            let other = h + 1;
+            let _g = fake::install(move |_| Ok(vec![other as i64 + 1]));
+            quarantine(kind, other);
+            assert_eq!(args_of(free), [vec![other as i64 + 1]]);
+            assert!(!freed(kind, other));
+        }
+        assert!(request_freed(handle(0x2c00_6001) as MPI_Request));
+        assert!(is_freed_type(handle(0x8c00_6001) as MPI_Datatype));
+    }
+
+    #[test]
+    fn the_oldest_placeholder_is_released_beyond_the_quarantine() {
+        // operations: only this test quarantines them
+        let base = handle(0x9800_6100);
+        let mut created = 0;
+        let _g = fake::install(move |c| {
+            Ok(match c.name {
+                // the placeholder takes the slot just freed
+                "op_create" => {
+                    created += 1;
+                    vec![(base + created - 1) as i64]
+                }
+                _ => vec![],
+            })
+        });
+        for k in 0..=QUARANTINE {
+            quarantine(Kind::Op, base + k);
+        }
+        assert_eq!(args_of("op_create").len(), QUARANTINE + 1);
+        // the user function is the shim's no-op, commutative
+        assert_eq!(args_of("op_create")[0][1], 1);
+        assert_eq!(args_of("op_free"), [vec![base as i64]]);
+        assert!(!is_freed_op(base as MPI_Op));
+        assert!(is_freed_op((base + 1) as MPI_Op));
+        assert!(is_freed_op((base + QUARANTINE) as MPI_Op));
+    }
+
+    #[test]
+    fn the_last_reference_runs_a_deferred_free_unless_mpi_is_finalized() {
+        for (k, finalized) in [false, true].into_iter().enumerate() {
+            let h = handle(0x8c00_6101) + k;
+            let _g = fake::install(move |c| {
+                Ok(match c.name {
+                    "finalized" => vec![finalized as i64],
+                    "type_contiguous" => vec![h as i64],
+                    _ => vec![],
+                })
+            });
+            let r = datatype(h as MPI_Datatype).unwrap();
+            assert_eq!(defer(Kind::Datatype, h), Ok(true));
+            assert!(fake::calls().is_empty(), "the free waits for the reference");
+            drop(r);
+            if finalized {
+                // the library released everything already
+                assert_eq!(fake::names(), ["finalized"]);
+                assert!(!is_freed_type(h as MPI_Datatype));
+            } else {
+                assert_eq!(fake::names(), ["finalized", "type_free", "type_contiguous"]);
+                assert_eq!(args_of("type_free"), [vec![h as i64]]);
+                assert!(is_freed_type(h as MPI_Datatype));
+            }
+        }
+        // predefined objects take no reference
+        assert!(datatype(MPI_INT()).is_none());
+        assert!(op(MPI_SUM()).is_none());
     }
 }

@@ -34,8 +34,8 @@ fn gather_paths(
     let len = text.len() as i32;
     let mut lens = vec![0i32; if rank == 0 { size as usize } else { 0 }];
     // SAFETY: one int per rank into `lens` (size ints at the root).
-    unsafe {
-        crate::platform::api::pmpi::PMPI_Gather(
+    let _ = unsafe {
+        crate::platform::mpi::coll::gather(
             (&len as *const i32).cast(),
             1,
             crate::platform::abi::MPI_INT(),
@@ -44,8 +44,8 @@ fn gather_paths(
             crate::platform::abi::MPI_INT(),
             0,
             comm,
-        );
-    }
+        )
+    };
     let displs: Vec<i32> = lens
         .iter()
         .scan(0, |acc, &l| {
@@ -57,8 +57,8 @@ fn gather_paths(
     let total: i32 = lens.iter().sum();
     let mut all = vec![0u8; total as usize];
     // SAFETY: the counts and displacements describe `all` exactly at the root.
-    unsafe {
-        crate::platform::api::pmpi::PMPI_Gatherv(
+    let _ = unsafe {
+        crate::platform::mpi::coll::gatherv(
             text.as_ptr().cast(),
             len,
             crate::platform::abi::MPI_CHAR(),
@@ -68,8 +68,8 @@ fn gather_paths(
             crate::platform::abi::MPI_CHAR(),
             0,
             comm,
-        );
-    }
+        )
+    };
     let mut out = BTreeMap::new();
     for line in String::from_utf8_lossy(&all).lines() {
         let mut it = line.split(' ');
@@ -166,8 +166,8 @@ pub fn report(mode: StatsMode, comm: crate::platform::abi::MPI_Comm, rank: i32, 
                 Vec::new()
             };
             // SAFETY: buffers sized n and n*size; MPI_UINT64_T matches u64.
-            let rc = unsafe {
-                crate::platform::api::pmpi::PMPI_Gather(
+            let gathered = unsafe {
+                crate::platform::mpi::coll::gather(
                     mine.as_ptr().cast(),
                     n as i32,
                     crate::platform::abi::MPI_UINT64_T(),
@@ -179,7 +179,7 @@ pub fn report(mode: StatsMode, comm: crate::platform::abi::MPI_Comm, rank: i32, 
                 )
             };
             let paths = gather_paths(comm, rank, size);
-            if rc != 0 || rank != 0 {
+            if gathered.is_err() || rank != 0 {
                 return;
             }
             let mut rows = Vec::new();
@@ -217,5 +217,47 @@ pub fn report(mode: StatsMode, comm: crate::platform::abi::MPI_Comm, rank: i32, 
             let title = format!("{size} ranks aggregated on rank 0");
             crate::platform::log::raw_stderr(&format_table(&title, &rows));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::abi::{MPI_CHAR, MPI_Comm, MPI_INT, MPI_UINT64_T};
+    use crate::platform::mpi::fake;
+
+    const COMM: i64 = 0x4400_7001;
+
+    #[test]
+    fn a_summary_takes_every_rank_through_the_same_gathers_even_after_a_failure() {
+        let n = 3 * N_FUNCS as i64;
+        // (rank, the first gather fails)
+        for (rank, fails) in [(1, false), (1, true), (0, true)] {
+            let mut first = true;
+            let _g = fake::install(move |c| {
+                if c.name == "gather" && std::mem::take(&mut first) && fails {
+                    Err(crate::platform::abi::MPI_ERR_OTHER)
+                } else {
+                    Ok(vec![])
+                }
+            });
+            report(StatsMode::Summary, COMM as MPI_Comm, rank, 4);
+            // the counters, the path text lengths, then the path texts, all to rank 0
+            assert_eq!(fake::names(), ["gather", "gather", "gatherv"]);
+            let calls = fake::calls();
+            let u64t = MPI_UINT64_T() as i64;
+            assert_eq!(calls[0].args, [n, u64t, n, u64t, 0, COMM]);
+            let int = MPI_INT() as i64;
+            assert_eq!(calls[1].args, [1, int, 1, int, 0, COMM]);
+            let ch = MPI_CHAR() as i64;
+            assert_eq!(calls[2].args[1..], [ch, ch, 0, COMM]);
+        }
+    }
+
+    #[test]
+    fn no_report_communicates_nothing() {
+        let _g = fake::install(|_| Ok(vec![]));
+        report(StatsMode::Off, COMM as MPI_Comm, 0, 4);
+        assert!(fake::calls().is_empty());
     }
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::dtype as mpi_dtype;
 
 /// One element's layout (see the module comment).
 #[derive(Clone, Debug, PartialEq)]
@@ -347,23 +347,11 @@ pub fn get(dt: MPI_Datatype) -> Result<Arc<Flat>, Opaque> {
 }
 
 fn extent(dt: MPI_Datatype) -> Result<(i64, i64), Opaque> {
-    let (mut lb, mut ext) = (0i64, 0i64);
-    // SAFETY: valid out-pointers.
-    let rc = unsafe { pmpi::PMPI_Type_get_extent_x(dt, &mut lb, &mut ext) };
-    if rc != MPI_SUCCESS {
-        return Err(Opaque::Invalid(rc));
-    }
-    Ok((lb, ext))
+    mpi_dtype::get_extent_x(dt).map_err(|e| Opaque::Invalid(e.code()))
 }
 
 fn size(dt: MPI_Datatype) -> Result<i64, Opaque> {
-    let mut s = 0i64;
-    // SAFETY: valid out-pointer.
-    let rc = unsafe { pmpi::PMPI_Type_size_x(dt, &mut s) };
-    if rc != MPI_SUCCESS {
-        return Err(Opaque::Invalid(rc));
-    }
-    Ok(s)
+    mpi_dtype::size_x(dt).map_err(|e| Opaque::Invalid(e.code()))
 }
 
 /// Named types: dense ones are one run; the pair types of MINLOC/MAXLOC are a value and
@@ -403,15 +391,7 @@ struct Contents {
 /// large-count array (MPI-4.0 §5.1.13, Table 5.1); they are moved to where the classic
 /// constructor keeps them, so one decoder reads both.
 fn contents(dt: MPI_Datatype) -> Result<(c_int, Contents), c_int> {
-    let (mut ni, mut na, mut nl, mut nd) = (0 as MPI_Count, 0 as MPI_Count, 0 as MPI_Count, 0);
-    let mut comb: c_int = 0;
-    // SAFETY: valid out-pointers.
-    let rc = unsafe {
-        pmpi::PMPI_Type_get_envelope_c(dt, &mut ni, &mut na, &mut nl, &mut nd, &mut comb)
-    };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
+    let (ni, na, nl, nd, comb) = mpi_dtype::get_envelope_c(dt).map_err(|e| e.code())?;
     let mut c = Contents {
         ints: Vec::new(),
         addrs: Vec::new(),
@@ -424,36 +404,16 @@ fn contents(dt: MPI_Datatype) -> Result<(c_int, Contents), c_int> {
     let mut addrs: Vec<MPI_Aint> = vec![0; na.max(0) as usize];
     let mut large: Vec<MPI_Count> = vec![0; nl.max(0) as usize];
     c.types = vec![MPI_DATATYPE_NULL(); nd.max(0) as usize];
-    // SAFETY: arrays of exactly the sizes the envelope gave. The classic call when there
-    // are no large counts: an MPI-3 library (Open MPI 4) has no `_c` form.
-    let rc = unsafe {
-        if nl == 0 {
-            pmpi::PMPI_Type_get_contents(
-                dt,
-                ni as c_int,
-                na as c_int,
-                nd as c_int,
-                ints.as_mut_ptr(),
-                addrs.as_mut_ptr(),
-                c.types.as_mut_ptr(),
-            )
-        } else {
-            pmpi::PMPI_Type_get_contents_c(
-                dt,
-                ni,
-                na,
-                nl,
-                nd,
-                ints.as_mut_ptr(),
-                addrs.as_mut_ptr(),
-                large.as_mut_ptr(),
-                c.types.as_mut_ptr(),
-            )
-        }
+    // Arrays of exactly the sizes the envelope gave. The classic call when there are no
+    // large counts: an MPI-3 library (Open MPI 4) has no `_c` form.
+    let got = if nl == 0 {
+        mpi_dtype::get_contents(dt, &mut ints, &mut addrs, &mut c.types)
+    } else {
+        mpi_dtype::get_contents_c(dt, &mut ints, &mut addrs, &mut large, &mut c.types)
     };
-    if rc != MPI_SUCCESS {
+    if let Err(e) = got {
         c.types.clear();
-        return Err(rc);
+        return Err(e.code());
     }
     let mut i: Vec<i64> = ints.iter().map(|&v| v as i64).collect();
     let mut a: Vec<i64> = addrs.iter().map(|&v| v as i64).collect();
@@ -501,8 +461,8 @@ impl Drop for Contents {
         for t in &self.types {
             if !is_predefined_datatype(*t) {
                 let mut t = *t;
-                // SAFETY: a reference get_contents created for us.
-                unsafe { pmpi::PMPI_Type_free(&mut t) };
+                // a reference get_contents created for us
+                let _ = mpi_dtype::free(&mut t);
             }
         }
     }
@@ -739,25 +699,24 @@ fn keyval() -> c_int {
     if k != MPI_KEYVAL_INVALID {
         return k;
     }
-    let mut kv: c_int = MPI_KEYVAL_INVALID;
     let del: unsafe extern "C" fn(MPI_Datatype, c_int, *mut c_void, *mut c_void) -> c_int =
         delete_flat;
     // SAFETY: a copy function that copies nothing (MPI_TYPE_NULL_COPY_FN: a duplicate decodes its own) and
-    // our delete callback; valid out-pointer.
-    unsafe {
-        pmpi::PMPI_Type_create_keyval(
+    // our delete callback, which takes the values `store` sets.
+    let mut kv = unsafe {
+        mpi_dtype::create_keyval(
             crate::platform::abi::null_copy_attr as *mut c_void,
             del as *mut c_void,
-            &mut kv,
             core::ptr::null_mut(),
         )
-    };
+    }
+    .unwrap_or(MPI_KEYVAL_INVALID);
     match KEYVAL.compare_exchange(MPI_KEYVAL_INVALID, kv, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => kv,
         Err(other) => {
             // another thread won the race: keep its key
-            // SAFETY: our key, unused.
-            unsafe { pmpi::PMPI_Type_free_keyval(&mut kv) };
+            // our key, unused
+            let _ = mpi_dtype::free_keyval(&mut kv);
             other
         }
     }
@@ -768,12 +727,8 @@ fn cached(dt: MPI_Datatype) -> Option<Arc<Flat>> {
     if k == MPI_KEYVAL_INVALID {
         return None;
     }
-    let mut v: *mut c_void = core::ptr::null_mut();
-    let mut flag: c_int = 0;
-    // SAFETY: valid out-pointers; an attribute value is a pointer-sized slot.
-    let rc =
-        unsafe { pmpi::PMPI_Type_get_attr(dt, k, (&mut v as *mut *mut c_void).cast(), &mut flag) };
-    if rc != MPI_SUCCESS || flag == 0 || v.is_null() {
+    let v = mpi_dtype::get_attr(dt, k).ok().flatten()?;
+    if v.is_null() {
         return None;
     }
     let p = v as *const Flat;
@@ -791,8 +746,7 @@ fn store(dt: MPI_Datatype, f: &Arc<Flat>) {
     }
     let raw = Arc::into_raw(f.clone()) as *mut c_void;
     // SAFETY: the attribute takes over one strong count; the delete callback returns it.
-    let rc = unsafe { pmpi::PMPI_Type_set_attr(dt, k, raw) };
-    if rc != MPI_SUCCESS {
+    if unsafe { mpi_dtype::set_attr(dt, k, raw) }.is_err() {
         // SAFETY: not stored: give the count back.
         drop(unsafe { Arc::from_raw(raw as *const Flat) });
     }
@@ -858,6 +812,127 @@ pub(crate) mod tests {
             .unwrap(),
             vec![(8, 2)]
         );
+    }
+
+    use crate::platform::mpi::fake::{self, Call};
+
+    /// Derived datatype handles the fake describes (MPICH's derived kind).
+    const D: i64 = 0x8c00_4001u32 as i32 as i64;
+    const D2: i64 = 0x8c00_4002u32 as i32 as i64;
+    const CODE: c_int = 0x0004_2a03;
+
+    /// A fake describing datatypes: `describe` answers the envelope and contents calls;
+    /// predefined types have their size as extent (derived ones 8 bytes in 16); the cache's key cannot be created (so
+    /// the layouts are not kept in attributes, and the key stays unset for other tests).
+    fn types(
+        mut describe: impl FnMut(&Call) -> Option<Result<Vec<i64>, c_int>> + 'static,
+    ) -> fake::Guard {
+        fake::install(move |c| {
+            if let Some(r) = describe(c) {
+                return r;
+            }
+            match c.name {
+                "type_get_extent_x" => {
+                    let dt = c.args[0] as MPI_Datatype;
+                    Ok(vec![0, builtin_size(dt).map_or(16, |s| s as i64)])
+                }
+                "type_size_x" => Ok(vec![
+                    builtin_size(c.args[0] as MPI_Datatype).map_or(8, |s| s as i64),
+                ]),
+                "type_create_keyval" => Err(CODE),
+                _ => Ok(vec![]),
+            }
+        })
+    }
+
+    fn runs(f: &Flat) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        collect(&f.node, 0, &mut out);
+        out
+    }
+
+    fn args_of(name: &str) -> Vec<Vec<i64>> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args)
+            .collect()
+    }
+
+    #[test]
+    fn a_vector_is_decoded_from_its_envelope_and_contents() {
+        let _g = types(|c| match (c.name, c.args[0]) {
+            ("type_get_envelope_c", D) => Some(Ok(vec![3, 0, 0, 1, MPI_COMBINER_VECTOR as i64])),
+            // count 2, block length 1, stride 3 ints
+            ("type_get_contents", D) => Some(Ok(vec![2, 1, 3, MPI_INT() as i64])),
+            _ => None,
+        });
+        let f = get(D as MPI_Datatype).unwrap();
+        assert_eq!(runs(&f), [(0, 4), (12, 4)]);
+        assert_eq!(f.size, 8);
+        // no large counts: the classic call (MPI-3 libraries have no _c form), with
+        // arrays of the sizes the envelope gave
+        assert_eq!(args_of("type_get_contents"), [vec![D, 3, 0, 1]]);
+        assert!(args_of("type_get_contents_c").is_empty());
+        // the predefined type the contents handed out is not freed
+        assert!(args_of("type_free").is_empty());
+    }
+
+    #[test]
+    fn a_large_count_hvector_keeps_its_stride_as_an_address() {
+        let _g = types(|c| match (c.name, c.args[0]) {
+            ("type_get_envelope_c", D) => Some(Ok(vec![0, 0, 3, 1, MPI_COMBINER_HVECTOR as i64])),
+            // large counts: count 2, block length 1, stride 24 bytes
+            ("type_get_contents_c", D) => Some(Ok(vec![2, 1, 24, MPI_INT() as i64])),
+            _ => None,
+        });
+        let f = get(D as MPI_Datatype).unwrap();
+        assert_eq!(runs(&f), [(0, 4), (24, 4)]);
+        assert_eq!(args_of("type_get_contents_c"), [vec![D, 0, 0, 3, 1]]);
+    }
+
+    #[test]
+    fn the_derived_types_contents_hand_out_are_freed() {
+        // D: 3 of D2; D2: 2 doubles
+        let _g = types(|c| match (c.name, c.args[0]) {
+            ("type_get_envelope_c", D | D2) => {
+                Some(Ok(vec![1, 0, 0, 1, MPI_COMBINER_CONTIGUOUS as i64]))
+            }
+            ("type_get_contents", D) => Some(Ok(vec![3, D2])),
+            ("type_get_contents", D2) => Some(Ok(vec![2, MPI_DOUBLE() as i64])),
+            _ => None,
+        });
+        assert_eq!(element_type(D as MPI_Datatype), Ok(Some(MPI_DOUBLE())));
+        // MPI-4.0 §5.1.13: the derived type D2 is a new reference; MPI_DOUBLE is not
+        assert_eq!(args_of("type_free"), [vec![D2]]);
+    }
+
+    #[test]
+    fn errors_of_the_library_come_back_and_free_nothing() {
+        // (failing call) -> what `get` reports
+        for failing in [
+            "type_get_extent_x",
+            "type_get_envelope_c",
+            "type_get_contents",
+        ] {
+            let _g = types(move |c| match c.name {
+                n if n == failing => Some(Err(CODE)),
+                "type_get_envelope_c" => Some(Ok(vec![3, 0, 0, 1, MPI_COMBINER_VECTOR as i64])),
+                _ => None,
+            });
+            assert_eq!(
+                get(D as MPI_Datatype).err(),
+                Some(Opaque::Invalid(CODE)),
+                "{failing}"
+            );
+            // a failed get_contents wrote no handles: none is freed (not even the null
+            // handles the array held)
+            assert!(args_of("type_free").is_empty(), "{failing}");
+            // an invalid type is not cached as opaque either
+            assert!(args_of("type_set_attr").is_empty());
+        }
+        let _g = types(|c| (c.name == "type_get_envelope_c").then_some(Err(CODE)));
+        assert_eq!(element_type(D as MPI_Datatype), Err(MPI_ERR_TYPE));
     }
 
     /// The (offset, length) runs of a tree in packed order, by plain recursion (the

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, RwLock};
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm as mpi_comm, dtype as mpi_dtype};
 
 /// What the engine needs to know about a datatype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,22 +80,10 @@ pub fn info(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
             return Ok(*i);
         }
     }
-    let (mut size, mut lb, mut ext, mut tlb, mut text) = (0i64, 0i64, 0i64, 0i64, 0i64);
-    // SAFETY: out-pointers are valid locals; an invalid handle yields an error code.
-    unsafe {
-        let rc = pmpi::PMPI_Type_size_x(dt, &mut size);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        let rc = pmpi::PMPI_Type_get_extent_x(dt, &mut lb, &mut ext);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        let rc = pmpi::PMPI_Type_get_true_extent_x(dt, &mut tlb, &mut text);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-    }
+    // an invalid handle yields an error code
+    let size = mpi_dtype::size_x(dt).map_err(|e| e.code())?;
+    let (lb, ext) = mpi_dtype::get_extent_x(dt).map_err(|e| e.code())?;
+    let (tlb, text) = mpi_dtype::get_true_extent_x(dt).map_err(|e| e.code())?;
     let same_span = size == ext && text == ext && tlb == lb;
     // named types (the pair types) never reorder: the span decides; a derived type is
     // contiguous only if its flattened map is one run at the lower bound, or empty (a
@@ -153,9 +141,7 @@ pub fn check_usable(dt: MPI_Datatype) -> Result<TypeInfo, c_int> {
 /// Asked on the real world, whose handler only records: `MPI_COMM_SELF` may carry the
 /// program's fatal handler, and the error belongs on the program's communicator.
 fn is_committed(dt: MPI_Datatype) -> bool {
-    let mut sz: c_int = 0;
-    // SAFETY: out-pointer is a valid local.
-    unsafe { pmpi::PMPI_Pack_size(1, dt, MPI_COMM_WORLD(), &mut sz) == MPI_SUCCESS }
+    mpi_dtype::pack_size(1, dt, MPI_COMM_WORLD()).is_ok()
 }
 
 /// Copies `scount` elements of `sdt` at `src` into `dcount` elements of `ddt` at `dst`;
@@ -238,37 +224,42 @@ pub unsafe fn copy(
     }
     // Types the engine does not decode: the system MPI packs and unpacks (on the real
     // world, whose handler only records; see `is_committed`).
-    let mut packed_size: MPI_Count = 0;
-    // SAFETY: valid out-pointer; buffers per the caller's contract.
-    unsafe {
-        let rc = pmpi::PMPI_Pack_size_c(scount, sdt, MPI_COMM_WORLD(), &mut packed_size);
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
-        let mut tmp = vec![0u8; packed_size.max(1) as usize];
-        let mut pos: MPI_Count = 0;
-        let rc = pmpi::PMPI_Pack_c(
+    let packed_size = match mpi_dtype::pack_size_c(scount, sdt, MPI_COMM_WORLD()) {
+        Ok(n) => n,
+        Err(e) => return e.code(),
+    };
+    let mut tmp = vec![0u8; packed_size.max(1) as usize];
+    let mut pos: MPI_Count = 0;
+    // SAFETY: buffers per the caller's contract; `tmp` holds the packed size (its first
+    // `packed_size` bytes are the output buffer, as the packing was asked to fill).
+    let packed = unsafe {
+        mpi_dtype::pack_c(
             src,
             scount,
             sdt,
-            tmp.as_mut_ptr().cast(),
-            packed_size,
+            &mut tmp[..packed_size.max(0) as usize],
             &mut pos,
             MPI_COMM_WORLD(),
-        );
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
-        let mut upos: MPI_Count = 0;
-        pmpi::PMPI_Unpack_c(
-            tmp.as_ptr().cast(),
-            pos,
+        )
+    };
+    if let Err(e) = packed {
+        return e.code();
+    }
+    let mut upos: MPI_Count = 0;
+    // SAFETY: as above; the input is the `pos` bytes packed.
+    let unpacked = unsafe {
+        mpi_dtype::unpack_c(
+            &tmp[..pos.clamp(0, tmp.len() as MPI_Count) as usize],
             &mut upos,
             dst,
             dcount,
             ddt,
             MPI_COMM_WORLD(),
         )
+    };
+    match unpacked {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => e.code(),
     }
 }
 
@@ -289,26 +280,18 @@ pub fn struct_types(composites: &[Vec<Part>]) -> Result<Vec<MPI_Datatype>, c_int
         let lens: Vec<MPI_Count> = parts.iter().map(|p| p.count).collect();
         let displs: Vec<MPI_Count> = parts.iter().map(|p| p.off as MPI_Count).collect();
         let types: Vec<MPI_Datatype> = parts.iter().map(|p| p.dt).collect();
-        let mut t: MPI_Datatype = MPI_DATATYPE_NULL();
-        // SAFETY: three arrays of parts.len() entries and a valid out-pointer.
-        let rc = unsafe {
-            let rc = pmpi::PMPI_Type_create_struct_c(
-                parts.len() as MPI_Count,
-                lens.as_ptr(),
-                displs.as_ptr(),
-                types.as_ptr(),
-                &mut t,
-            );
-            if rc == MPI_SUCCESS {
-                pmpi::PMPI_Type_commit(&mut t)
-            } else {
-                rc
+        // three arrays of parts.len() entries
+        let made = mpi_dtype::create_struct_c(&lens, &displs, &types).and_then(|mut t| {
+            mpi_dtype::commit(&mut t)?;
+            Ok(t)
+        });
+        let t = match made {
+            Ok(t) => t,
+            Err(e) => {
+                free_types(&out);
+                return Err(e.code());
             }
         };
-        if rc != MPI_SUCCESS {
-            free_types(&out);
-            return Err(rc);
-        }
         out.push(t);
     }
     Ok(out)
@@ -317,16 +300,14 @@ pub fn struct_types(composites: &[Vec<Part>]) -> Result<Vec<MPI_Datatype>, c_int
 /// Frees datatypes the shim created, unless MPI is already finalized (then the library
 /// has released them).
 pub fn free_types(types: &[MPI_Datatype]) {
-    let mut fin: c_int = 0;
-    // SAFETY: valid out-pointer; PMPI_Finalized may be called at any time.
-    unsafe { pmpi::PMPI_Finalized(&mut fin) };
-    if fin != 0 {
+    // MPI_Finalized may be called at any time
+    if mpi_comm::finalized().unwrap_or(false) {
         return;
     }
     for &t in types {
         let mut t = t;
-        // SAFETY: a datatype this module created and nobody else frees.
-        unsafe { pmpi::PMPI_Type_free(&mut t) };
+        // a datatype this module created and nobody else frees
+        let _ = mpi_dtype::free(&mut t);
     }
 }
 
@@ -335,3 +316,208 @@ pub mod flat;
 pub mod p2p;
 pub mod pack;
 pub mod pool;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::mpi::fake::{self, Call};
+
+    /// Derived datatype handles (MPICH's derived kind) the fake describes.
+    const D: i64 = 0x8c00_5001u32 as i32 as i64;
+    const T1: i64 = 0x8c00_5011u32 as i32 as i64;
+    const T2: i64 = 0x8c00_5012u32 as i32 as i64;
+    const CODE: c_int = 0x0004_2a03;
+
+    /// A derived type of 8 bytes in an extent of 16 (true extent 12): never contiguous,
+    /// so no layout is decoded. `custom` answers first.
+    fn derived(
+        mut custom: impl FnMut(&Call) -> Option<Result<Vec<i64>, c_int>> + 'static,
+    ) -> fake::Guard {
+        fake::install(move |c| {
+            if let Some(r) = custom(c) {
+                return r;
+            }
+            Ok(match c.name {
+                "type_size_x" => vec![8],
+                "type_get_extent_x" => vec![0, 16],
+                "type_get_true_extent_x" => vec![0, 12],
+                "finalized" => vec![0],
+                // the layout is not decoded: the system MPI packs
+                "type_get_envelope_c" => return Err(CODE),
+                "type_create_keyval" => return Err(CODE),
+                _ => vec![],
+            })
+        })
+    }
+
+    fn args_of(name: &str) -> Vec<Vec<i64>> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args)
+            .collect()
+    }
+
+    #[test]
+    fn info_of_a_derived_type_asks_the_library_and_gives_back_its_codes() {
+        let _g = derived(|_| None);
+        let i = info(D as MPI_Datatype).unwrap();
+        assert_eq!(
+            (i.size, i.lb, i.extent, i.true_lb, i.true_extent),
+            (8, 0, 16, 0, 12)
+        );
+        assert!(!i.dense());
+        // MPI-4.0 §5.1.8: a buffer of 3 spans the true extent and two extents
+        assert_eq!(i.span(3), 44);
+        assert_eq!(
+            fake::names(),
+            ["type_size_x", "type_get_extent_x", "type_get_true_extent_x"]
+        );
+        // the first failing query's code comes back, and the queries stop there
+        let calls = ["type_size_x", "type_get_extent_x", "type_get_true_extent_x"];
+        for (k, failing) in calls.into_iter().enumerate() {
+            let _g = derived(move |c| (c.name == failing).then_some(Err(CODE)));
+            assert_eq!(info(D as MPI_Datatype), Err(CODE));
+            assert_eq!(fake::names(), calls[..=k]);
+        }
+        // predefined types need no query
+        let _g = derived(|_| None);
+        assert_eq!(info(MPI_INT()).unwrap().size, 4);
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn a_derived_type_is_usable_once_the_library_packs_it() {
+        // (pack size answer) -> usable
+        for (answer, usable) in [(Ok(vec![8]), true), (Err(CODE), false)] {
+            let _g = derived(move |c| (c.name == "pack_size").then(|| answer.clone()));
+            let r = check_usable(D as MPI_Datatype);
+            assert_eq!(r.is_ok(), usable);
+            if !usable {
+                assert_eq!(r, Err(MPI_ERR_TYPE));
+            }
+            // asked on the real world, for one element
+            assert_eq!(args_of("pack_size"), [vec![1, D, MPI_COMM_WORLD() as i64]]);
+        }
+        let _g = derived(|_| None);
+        assert_eq!(check_usable(MPI_DATATYPE_NULL()), Err(MPI_ERR_TYPE));
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn struct_types_are_committed_and_freed_again_when_one_fails() {
+        let parts = |dt: MPI_Datatype| {
+            vec![
+                Part {
+                    off: 0,
+                    count: 2,
+                    dt,
+                },
+                Part {
+                    off: 64,
+                    count: 1,
+                    dt,
+                },
+            ]
+        };
+        let composites = vec![parts(MPI_INT()), parts(MPI_DOUBLE()), parts(MPI_INT())];
+        // the third creation fails
+        let mut made = vec![T1, T2].into_iter();
+        let _g = derived(move |c| {
+            (c.name == "type_create_struct_c").then(|| made.next().map(|t| vec![t]).ok_or(CODE))
+        });
+        assert_eq!(
+            struct_types(&composites[..2]),
+            Ok(vec![T1 as MPI_Datatype, T2 as MPI_Datatype])
+        );
+        assert_eq!(
+            args_of("type_create_struct_c"),
+            [vec![2, 2, 2], vec![2, 2, 2]]
+        );
+        assert_eq!(args_of("type_commit"), [vec![T1], vec![T2]]);
+        assert!(args_of("type_free").is_empty());
+        drop(_g);
+        let mut made = vec![T1, T2].into_iter();
+        let _g = derived(move |c| {
+            (c.name == "type_create_struct_c").then(|| made.next().map(|t| vec![t]).ok_or(CODE))
+        });
+        assert_eq!(struct_types(&composites), Err(CODE));
+        // the types made before the failure are freed
+        assert_eq!(args_of("type_free"), [vec![T1], vec![T2]]);
+        // a failed commit frees the types made before it too
+        drop(_g);
+        // the second commit fails
+        let mut commits = 0;
+        let _g = derived(move |c| match c.name {
+            "type_create_struct_c" => Some(Ok(vec![T1])),
+            "type_commit" => {
+                commits += 1;
+                Some(if commits == 2 { Err(CODE) } else { Ok(vec![]) })
+            }
+            _ => None,
+        });
+        assert_eq!(struct_types(&composites[..2]), Err(CODE));
+        assert_eq!(args_of("type_free"), [vec![T1]]);
+    }
+
+    #[test]
+    fn types_are_not_freed_after_finalize() {
+        for (finalized, frees) in [(false, 2), (true, 0)] {
+            let _g = derived(move |c| (c.name == "finalized").then(|| Ok(vec![finalized as i64])));
+            free_types(&[T1 as MPI_Datatype, T2 as MPI_Datatype]);
+            assert_eq!(args_of("type_free").len(), frees);
+        }
+    }
+
+    #[test]
+    fn types_the_engine_does_not_decode_are_copied_by_pack_and_unpack() {
+        let src = [0u8; 64];
+        let mut dst = [0u8; 64];
+        let (s, d) = (src.as_ptr() as i64, dst.as_mut_ptr() as i64);
+        // (failing call) -> the copy's result: that call's code, or success
+        for failing in ["", "pack_size_c", "pack_c", "unpack_c"] {
+            let _g = derived(move |c| match c.name {
+                n if n == failing => Some(Err(CODE)),
+                "pack_size_c" => Some(Ok(vec![24])),
+                // the library packed 16 of the 24 bytes it asked for
+                "pack_c" => Some(Ok(vec![16])),
+                "unpack_c" => Some(Ok(vec![16])),
+                _ => None,
+            });
+            // SAFETY: the fake touches no buffer.
+            let rc = unsafe {
+                copy(
+                    src.as_ptr().cast(),
+                    2,
+                    D as MPI_Datatype,
+                    dst.as_mut_ptr().cast(),
+                    3,
+                    D as MPI_Datatype,
+                )
+            };
+            assert_eq!(
+                rc,
+                if failing.is_empty() {
+                    MPI_SUCCESS
+                } else {
+                    CODE
+                },
+                "{failing}"
+            );
+            let world = MPI_COMM_WORLD() as i64;
+            assert_eq!(args_of("pack_size_c"), [vec![2, D, world]]);
+            let packs = args_of("pack_c");
+            let unpacks = args_of("unpack_c");
+            match failing {
+                "pack_size_c" => assert!(packs.is_empty()),
+                "pack_c" => assert!(unpacks.is_empty()),
+                _ => {
+                    // packed into a buffer of the packed size, from position 0; unpacked
+                    // from exactly the bytes packed
+                    assert_eq!(packs, [vec![s, 2, D, 24, 0, world]]);
+                    assert_eq!(unpacks, [vec![16, 0, d, 3, D, world]]);
+                }
+            }
+        }
+    }
+}

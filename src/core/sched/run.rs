@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::{Action, Addr, Data, Schedule, V};
 use crate::core::comm::CommState;
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm as mpi_comm, p2p};
 
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -167,9 +167,7 @@ impl Run {
 
     /// Whether an error code is a truncation, which the run records and goes on after.
     fn truncation(&mut self, rc: c_int) -> bool {
-        let mut class = rc;
-        // SAFETY: valid out-pointer.
-        unsafe { pmpi::PMPI_Error_class(rc, &mut class) };
+        let class = mpi_comm::error_class(rc).unwrap_or(rc);
         if class != MPI_ERR_TRUNCATE {
             return false;
         }
@@ -273,25 +271,30 @@ impl Run {
         } else {
             crate::core::dtype::p2p::incoming(d.count, d.dt, peer).map(|i| Packed::In(i, buf))
         };
-        let rc = match &mut packed {
+        let posted = match &mut packed {
             // SAFETY: our packed buffers, kept with the request until it completes.
             Some(Packed::Out(b)) => unsafe {
-                pmpi::PMPI_Isend_c(
+                p2p::isend_c(
                     b.as_ptr().cast(),
                     b.len() as MPI_Count,
                     MPI_PACKED(),
                     peer,
                     tag,
                     comm,
-                    req,
                 )
             },
             Some(Packed::In(i, _)) => unsafe {
-                pmpi::PMPI_Irecv_c(i.ptr(), i.len(), MPI_PACKED(), peer, tag, comm, req)
+                p2p::irecv_c(i.ptr(), i.len(), MPI_PACKED(), peer, tag, comm)
             },
-            None => Self::post_typed(send, buf, d, peer, tag, comm, req),
+            None => Self::post_typed(send, buf, d, peer, tag, comm),
         };
-        (rc, packed)
+        match posted {
+            Ok(r) => {
+                *req = r;
+                (MPI_SUCCESS, packed)
+            }
+            Err(e) => (e.code(), packed),
+        }
     }
 
     /// Posts a message with its datatype, packed by the system MPI.
@@ -302,17 +305,14 @@ impl Run {
         peer: c_int,
         tag: c_int,
         comm: MPI_Comm,
-        req: &mut MPI_Request,
-    ) -> c_int {
-        // SAFETY: buffers as for Copy; `req` is a valid out-pointer.
+    ) -> crate::platform::mpi::MpiResult<MPI_Request> {
+        // SAFETY: buffers as for Copy.
         unsafe {
             match (send, d.count <= c_int::MAX as i64) {
-                (true, true) => pmpi::PMPI_Isend(buf, d.count as c_int, d.dt, peer, tag, comm, req),
-                (true, false) => pmpi::PMPI_Isend_c(buf, d.count, d.dt, peer, tag, comm, req),
-                (false, true) => {
-                    pmpi::PMPI_Irecv(buf, d.count as c_int, d.dt, peer, tag, comm, req)
-                }
-                (false, false) => pmpi::PMPI_Irecv_c(buf, d.count, d.dt, peer, tag, comm, req),
+                (true, true) => p2p::isend(buf, d.count as c_int, d.dt, peer, tag, comm),
+                (true, false) => p2p::isend_c(buf, d.count, d.dt, peer, tag, comm),
+                (false, true) => p2p::irecv(buf, d.count as c_int, d.dt, peer, tag, comm),
+                (false, false) => p2p::irecv_c(buf, d.count, d.dt, peer, tag, comm),
             }
         }
     }
@@ -344,28 +344,22 @@ impl Run {
         let n = self.reqs.len();
         self.indices.resize(n, 0);
         self.statuses.resize(n, MPI_Status::default());
-        let mut outcount: c_int = 0;
-        // SAFETY: arrays of n requests, n indices and n statuses.
-        let rc = unsafe {
-            pmpi::PMPI_Testsome(
-                n as c_int,
-                self.reqs.as_mut_ptr(),
-                &mut outcount,
-                self.indices.as_mut_ptr(),
-                self.statuses.as_mut_ptr(),
-            )
-        };
-        if rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS {
-            self.error = rc;
-            return true;
-        }
+        // arrays of n requests, n indices and n statuses
+        let (outcount, in_status) =
+            match p2p::testsome(&mut self.reqs, &mut self.indices, &mut self.statuses) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.error = e.code();
+                    return true;
+                }
+            };
         if outcount == MPI_UNDEFINED || outcount <= 0 {
             return false;
         }
         for k in 0..outcount as usize {
             let i = self.indices[k] as usize;
             let e = self.statuses[k].MPI_ERROR;
-            if rc == MPI_ERR_IN_STATUS && e != MPI_SUCCESS && !self.truncation(e) {
+            if in_status && e != MPI_SUCCESS && !self.truncation(e) {
                 self.error = e;
             }
             if let Some(Packed::In(inc, user)) = &self.req_packed[i] {
@@ -398,11 +392,9 @@ impl Run {
         for r in self.reqs.iter_mut() {
             // A receive left posted would match a message of a later collective (the
             // system MPI may give the shadow's context to a new communicator once it is
-            // freed): it is cancelled first. SAFETY: a valid outstanding request of this run.
-            unsafe {
-                pmpi::PMPI_Cancel(r);
-                pmpi::PMPI_Request_free(r);
-            }
+            // freed): it is cancelled first. A valid outstanding request of this run.
+            let _ = p2p::cancel(*r);
+            let _ = p2p::request_free(r);
         }
         self.reqs.clear();
         self.req_action.clear();
@@ -413,5 +405,295 @@ impl Run {
         self.ready.clear();
         self.finished = true;
         tracing::debug!(target: "shim::sched", "{} failed with MPI error {}", self.sched.algorithm, self.error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::sched::{Addr, Builder, Data};
+    use crate::platform::mpi::fake::{self, Call};
+
+    /// The request of the shadow's duplication and the shadow the fake hands out.
+    const DUP_REQ: i64 = 90;
+    const SHADOW: i64 = 0x4400_0123;
+    const TAG: c_int = 640;
+    /// Error codes as an MPI library returns them (more than the class).
+    const CODE: c_int = 0x0004_2a06;
+    const CODE_TRUNC: c_int = 0x0004_2a0e;
+
+    /// A fake MPI for runs: `custom` answers first (`None`: the default). Defaults: the
+    /// user communicator has no state yet (rank 0 of 2); its duplicate is `SHADOW`,
+    /// complete at the first test; posts get requests 100, 101, ...; `testsome` completes
+    /// every request; `error_class` is the identity.
+    fn mpi(
+        mut custom: impl FnMut(&Call) -> Option<Result<Vec<i64>, c_int>> + 'static,
+    ) -> fake::Guard {
+        let mut next = 100;
+        fake::install(move |c| {
+            if let Some(r) = custom(c) {
+                return r;
+            }
+            Ok(match c.name {
+                "comm_get_attr" => vec![0, 0],
+                "comm_test_inter" => vec![0],
+                "comm_rank" => vec![0],
+                "comm_size" => vec![2],
+                "comm_idup" => vec![DUP_REQ, SHADOW],
+                "test" => vec![1],
+                "isend" | "irecv" | "isend_c" | "irecv_c" => {
+                    next += 1;
+                    vec![next - 1]
+                }
+                "testsome" => std::iter::once(c.args[0]).chain(0..c.args[0]).collect(),
+                "error_class" => vec![c.args[0]],
+                _ => vec![],
+            })
+        })
+    }
+
+    /// A run of `b` on a fresh state of the user communicator `user` (every test its own
+    /// handle: the state is cached per thread and communicator).
+    fn run_of(b: Builder, user: i64, send: *const c_void, recv: *mut c_void) -> Run {
+        let st =
+            crate::core::comm::get(user as MPI_Comm).expect("a state for the fake communicator");
+        Run::new(Arc::new(b.finish()), st, TAG, send, recv)
+    }
+
+    /// The messages posted so far: (call, [count, peer, tag, comm]).
+    fn posts() -> Vec<(&'static str, Vec<i64>)> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name.starts_with("isend") || c.name.starts_with("irecv"))
+            .map(|c| (c.name, c.args))
+            .collect()
+    }
+
+    fn args_of(name: &str) -> Vec<Vec<i64>> {
+        fake::calls()
+            .into_iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args)
+            .collect()
+    }
+
+    const NOBUF: *mut c_void = core::ptr::null_mut();
+
+    #[test]
+    fn messages_wait_for_the_shadow_and_go_on_it_with_the_instance_tag() {
+        let mut tests = 0;
+        let _g = mpi(move |c| {
+            (c.name == "test").then(|| {
+                tests += 1;
+                Ok(vec![(tests > 1) as i64])
+            })
+        });
+        let mut b = Builder::new("t");
+        b.send(Data::new(Addr::send(0), 3, MPI_INT()), 1, &[]);
+        b.recv(Data::new(Addr::recv(0), 3, MPI_INT()), 1, &[]);
+        let user = 0x4400_1001;
+        let mut run = run_of(b, user, NOBUF, NOBUF);
+        // the duplicate of the user communicator starts with the run
+        assert_eq!(args_of("comm_idup"), [vec![user]]);
+        // not duplicated yet: nothing is posted
+        assert!(!run.advance());
+        assert!(posts().is_empty());
+        assert_eq!(args_of("test"), [vec![DUP_REQ]]);
+        // duplicated: errors are returned on the shadow, and both messages go on it
+        assert!(run.advance());
+        assert_eq!(
+            args_of("comm_set_errhandler"),
+            [vec![SHADOW, MPI_ERRORS_RETURN() as i64]]
+        );
+        assert_eq!(
+            posts(),
+            [
+                ("isend", vec![3, 1, TAG as i64, SHADOW]),
+                ("irecv", vec![3, 1, TAG as i64, SHADOW])
+            ]
+        );
+        assert_eq!(args_of("testsome"), [vec![2]]);
+        assert_eq!(run.error, MPI_SUCCESS);
+        assert!(run.is_finished());
+        assert_eq!(run.completed(), 2);
+        // a finished run makes no more calls
+        let n = fake::calls().len();
+        assert!(run.advance());
+        assert_eq!(fake::calls().len(), n);
+    }
+
+    #[test]
+    fn dependencies_and_channel_order_decide_when_messages_are_posted() {
+        let mut testsomes = 0;
+        let _g = mpi(move |c| {
+            (c.name == "testsome" && {
+                testsomes += 1;
+                testsomes == 1
+            })
+            .then(|| Ok(vec![0]))
+        });
+        let mut b = Builder::new("t");
+        let r = b.recv(Data::new(Addr::recv(0), 1, MPI_INT()), 2, &[]);
+        // the first send to 1 waits for the receive; the second has no dependency but
+        // must follow the first on the channel to 1
+        b.send(Data::new(Addr::send(0), 1, MPI_INT()), 1, &[r]);
+        b.send(Data::new(Addr::send(4), 2, MPI_INT()), 1, &[]);
+        // another channel (tag offset 3) is not held up
+        b.send_tagged(Data::new(Addr::send(0), 4, MPI_INT()), 1, 3, &[]);
+        let mut run = run_of(b, 0x4400_1002, NOBUF, NOBUF);
+        assert!(!run.advance(), "nothing completed yet");
+        assert_eq!(
+            posts(),
+            [
+                ("irecv", vec![1, 2, TAG as i64, SHADOW]),
+                ("isend", vec![4, 1, TAG as i64 + 3, SHADOW])
+            ]
+        );
+        assert!(run.advance());
+        assert_eq!(
+            posts()[2..],
+            [
+                ("isend", vec![1, 1, TAG as i64, SHADOW]),
+                ("isend", vec![2, 1, TAG as i64, SHADOW])
+            ]
+        );
+        assert_eq!(run.error, MPI_SUCCESS);
+    }
+
+    #[test]
+    fn an_error_posting_stops_the_run_and_cancels_and_frees_what_was_posted() {
+        let _g = mpi(|c| (c.name == "isend").then_some(Err(CODE)));
+        let mut b = Builder::new("t");
+        b.recv(Data::new(Addr::recv(0), 1, MPI_INT()), 1, &[]);
+        b.send(Data::new(Addr::send(0), 1, MPI_INT()), 1, &[]);
+        let mut run = run_of(b, 0x4400_1003, NOBUF, NOBUF);
+        assert!(run.advance(), "a failed run is finished");
+        assert_eq!(run.error, CODE, "the code comes back unchanged");
+        assert!(run.is_finished());
+        // the posted receive would match a later collective's message: cancelled, freed
+        assert_eq!(args_of("cancel"), [vec![100]]);
+        assert_eq!(args_of("request_free"), [vec![100]]);
+        assert!(args_of("testsome").is_empty());
+        assert_eq!(run.completed(), 0);
+    }
+
+    #[test]
+    fn an_error_of_testsome_fails_the_run_with_its_code() {
+        let _g = mpi(|c| (c.name == "testsome").then_some(Err(CODE)));
+        let mut b = Builder::new("t");
+        b.recv(Data::new(Addr::recv(0), 1, MPI_INT()), 1, &[]);
+        b.send(Data::new(Addr::send(0), 1, MPI_INT()), 1, &[]);
+        let mut run = run_of(b, 0x4400_1004, NOBUF, NOBUF);
+        assert!(run.advance());
+        assert_eq!(run.error, CODE);
+        assert_eq!(args_of("cancel"), [vec![100], vec![101]]);
+        assert_eq!(args_of("request_free"), [vec![100], vec![101]]);
+    }
+
+    #[test]
+    fn errors_in_statuses_fail_the_run_unless_they_are_truncations() {
+        // (code in the completed request's status, its class, the run goes on)
+        let cases = [
+            (CODE_TRUNC, MPI_ERR_TRUNCATE, true),
+            (CODE, MPI_ERR_OTHER, false),
+        ];
+        for (k, (code, class, goes_on)) in cases.into_iter().enumerate() {
+            let mut testsomes = 0;
+            let _g = mpi(move |c| match c.name {
+                "error_class" => Some(Ok(vec![if c.args[0] == code as i64 {
+                    class as i64
+                } else {
+                    c.args[0]
+                }])),
+                // the first request completes with an error in its status
+                "testsome" => {
+                    testsomes += 1;
+                    (testsomes == 1).then(|| Ok(vec![1, 0, code as i64]))
+                }
+                _ => None,
+            });
+            let mut b = Builder::new("t");
+            b.recv(Data::new(Addr::recv(0), 1, MPI_INT()), 1, &[]);
+            b.recv(Data::new(Addr::recv(4), 1, MPI_INT()), 2, &[]);
+            let mut run = run_of(b, 0x4400_1010 + k as i64, NOBUF, NOBUF);
+            assert!(run.advance());
+            assert!(run.is_finished());
+            // the code, not its class, comes back
+            assert_eq!(run.error, code, "case {k}");
+            assert_eq!(args_of("error_class"), [vec![code as i64]]);
+            if goes_on {
+                // a truncation is reported at the end; the other message still completed
+                assert_eq!(run.completed(), 2);
+                assert!(args_of("cancel").is_empty());
+            } else {
+                assert_eq!(run.completed(), 1);
+                assert_eq!(args_of("cancel"), [vec![101]]);
+                assert_eq!(args_of("request_free"), [vec![101]]);
+            }
+        }
+    }
+
+    #[test]
+    fn local_actions_need_no_mpi_call_and_release_their_successors() {
+        let _g = mpi(|_| None);
+        let src = [1i32, 2, 3];
+        let mut dst = [0i32; 3];
+        let mut b = Builder::new("t");
+        let c = b.copy(
+            Data::new(Addr::send(0), 3, MPI_INT()),
+            Data::new(Addr::recv(0), 3, MPI_INT()),
+            &[],
+        );
+        let r = b.reduce(Addr::send(0), Addr::recv(0), 3, MPI_INT(), MPI_SUM(), &[c]);
+        b.send(Data::new(Addr::recv(0), 3, MPI_INT()), 1, &[r]);
+        let mut run = run_of(b, 0x4400_1005, src.as_ptr().cast(), dst.as_mut_ptr().cast());
+        assert!(run.advance());
+        assert_eq!(dst, [2, 4, 6]);
+        assert_eq!(posts(), [("isend", vec![3, 1, TAG as i64, SHADOW])]);
+        assert!(!fake::names().contains(&"reduce_local"));
+        assert_eq!(run.error, MPI_SUCCESS);
+    }
+
+    #[test]
+    fn a_truncating_copy_is_reported_when_the_run_finishes() {
+        let _g = mpi(|_| None);
+        let src = [7i32, 8];
+        let mut dst = [0i32; 1];
+        let mut b = Builder::new("t");
+        let c = b.copy(
+            Data::new(Addr::send(0), 2, MPI_INT()),
+            Data::new(Addr::recv(0), 1, MPI_INT()),
+            &[],
+        );
+        b.send(Data::new(Addr::recv(0), 1, MPI_INT()), 1, &[c]);
+        let mut run = run_of(b, 0x4400_1006, src.as_ptr().cast(), dst.as_mut_ptr().cast());
+        assert!(run.advance());
+        // what fits is copied, and the send after it still goes
+        assert_eq!(dst, [7]);
+        assert_eq!(posts().len(), 1);
+        assert_eq!(run.error, MPI_ERR_TRUNCATE);
+    }
+
+    #[test]
+    fn counts_beyond_int_use_the_large_count_calls() {
+        let big = c_int::MAX as i64 + 1;
+        for (k, (count, send, recv)) in [(5i64, "isend", "irecv"), (big, "isend_c", "irecv_c")]
+            .into_iter()
+            .enumerate()
+        {
+            let _g = mpi(|_| None);
+            let mut b = Builder::new("t");
+            b.send(Data::new(Addr::send(0), count, MPI_BYTE()), 1, &[]);
+            b.recv(Data::new(Addr::recv(0), count, MPI_BYTE()), 1, &[]);
+            let mut run = run_of(b, 0x4400_1020 + k as i64, NOBUF, NOBUF);
+            assert!(run.advance());
+            assert_eq!(
+                posts(),
+                [
+                    (send, vec![count, 1, TAG as i64, SHADOW]),
+                    (recv, vec![count, 1, TAG as i64, SHADOW])
+                ]
+            );
+        }
     }
 }

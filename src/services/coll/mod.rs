@@ -293,11 +293,8 @@ impl<'a> Ctx<'a> {
                     return self.fail(MPI_ERR_ARG, "the request argument is NULL");
                 }
                 if info != MPI_INFO_NULL() {
-                    let mut n: c_int = 0;
-                    // SAFETY: valid out-pointer; an invalid handle yields an error code.
-                    if unsafe { crate::platform::api::pmpi::PMPI_Info_get_nkeys(info, &mut n) }
-                        != MPI_SUCCESS
-                    {
+                    // an invalid handle yields an error code
+                    if crate::platform::mpi::comm::info_get_nkeys(info).is_err() {
                         return self
                             .fail(MPI_ERR_INFO, "the info argument is not a valid info object");
                     }
