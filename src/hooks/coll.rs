@@ -19,7 +19,7 @@ use core::ffi::{c_int, c_void};
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::Addr;
 use crate::platform::abi::*;
-use crate::services::coll::algo::{self, Blk, Red};
+use crate::services::coll::algo::{self, Block, Reduction};
 use crate::services::coll::memo;
 use crate::services::coll::select::{Algo, Form};
 use crate::services::coll::{Call, Coll, Ctx, inter, key};
@@ -110,11 +110,11 @@ fn blocks(
     displs: &[i64],
     dt: MPI_Datatype,
     ti: &TypeInfo,
-) -> Vec<Blk> {
+) -> Vec<Block> {
     counts
         .iter()
         .zip(displs)
-        .map(|(&c, &d)| Blk::new(base(d * ti.extent), c, dt, ti))
+        .map(|(&c, &d)| Block::new(base(d * ti.extent), c, dt, ti))
         .collect()
 }
 
@@ -224,12 +224,17 @@ impl Ctx<'_> {
     }
 
     /// The reduction parameters after checking count, datatype and operation.
-    pub(crate) fn red(&self, count: i64, dt: MPI_Datatype, op: MPI_Op) -> Result<Red, c_int> {
+    pub(crate) fn reduction(
+        &self,
+        count: i64,
+        dt: MPI_Datatype,
+        op: MPI_Op,
+    ) -> Result<Reduction, c_int> {
         self.check_count(count, "count")?;
         let ti = self.type_info(dt, "datatype")?;
         self.check_op(op, dt)?;
         crate::platform::counters::note_bytes((count * ti.size) as u64);
-        Ok(Red {
+        Ok(Reduction {
             count,
             dt,
             ti,
@@ -329,7 +334,7 @@ fn gather_common(
         crate::platform::counters::note_bytes((sendcount * sti.size) as u64);
         types.push(sendtype);
         kc.push(sendcount);
-        Some(Blk::new(Addr::send(0), sendcount, sendtype, &sti))
+        Some(Block::new(Addr::send(0), sendcount, sendtype, &sti))
     };
     let mut rblocks = Vec::new();
     if let Some((counts, displs, rt)) = recv {
@@ -501,7 +506,7 @@ fn scatter_common(
         crate::platform::counters::note_bytes((recvcount * rti.size) as u64);
         types.push(recvtype);
         kc.push(recvcount);
-        Some(Blk::new(Addr::recv(0), recvcount, recvtype, &rti))
+        Some(Block::new(Addr::recv(0), recvcount, recvtype, &rti))
     };
     let mut sblocks = Vec::new();
     if let Some((counts, displs, st)) = send {
@@ -668,7 +673,7 @@ fn allgather_common(
         crate::platform::counters::note_bytes((sendcount * sti.size) as u64);
         types.push(sendtype);
         kc.push(sendcount);
-        Some(Blk::new(Addr::send(0), sendcount, sendtype, &sti))
+        Some(Block::new(Addr::send(0), sendcount, sendtype, &sti))
     };
     let rti = c.type_info(recvtype, "recvtype")?;
     if counts.iter().any(|&x| x > 0) {
@@ -792,7 +797,7 @@ pub unsafe fn allgatherv(
 /// (blocks relative to their buffers): aliased arguments, erroneous (MPI-4.0 §2.3). Used
 /// where the system MPI has no aliasing check of its own and crashes (Alltoallv/w, the
 /// neighbourhood collectives); elsewhere the shim applies the system MPI's rule.
-fn overlapping(sends: &[Blk], recvs: &[Blk]) -> bool {
+fn overlapping(sends: &[Block], recvs: &[Block]) -> bool {
     sends.iter().any(|s| {
         recvs
             .iter()
@@ -817,7 +822,7 @@ fn alltoall_common(
         for &(d, n, t) in &send {
             let ti = c.type_info(t, "sendtype")?;
             crate::platform::counters::note_bytes((n * ti.size) as u64);
-            sblocks.push(Blk::new(Addr::send(d), n, t, &ti));
+            sblocks.push(Block::new(Addr::send(d), n, t, &ti));
             kc.extend([d, n]);
             types.push(t);
         }
@@ -828,7 +833,7 @@ fn alltoall_common(
     let mut rblocks = Vec::new();
     for &(d, n, t) in &recv {
         let ti = c.type_info(t, "recvtype")?;
-        rblocks.push(Blk::new(Addr::recv(d), n, t, &ti));
+        rblocks.push(Block::new(Addr::recv(d), n, t, &ti));
         kc.extend([d, n]);
         types.push(t);
     }
@@ -1081,7 +1086,7 @@ pub unsafe fn reduce(
             return inter::reduce(c, sendbuf, recvbuf, count, datatype, op, root);
         }
         c.check_root(root)?;
-        let r = c.red(count, datatype, op)?;
+        let r = c.reduction(count, datatype, op)?;
         let is_root = c.rank() == root;
         let inplace = in_place(sendbuf);
         if inplace && !is_root {
@@ -1128,7 +1133,7 @@ pub unsafe fn allreduce(
         if c.st.inter {
             return inter::allreduce(c, sendbuf, recvbuf, count, datatype, op);
         }
-        let r = c.red(count, datatype, op)?;
+        let r = c.reduction(count, datatype, op)?;
         let inplace = in_place(sendbuf);
         if !inplace {
             c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
@@ -1165,7 +1170,7 @@ fn reduce_scatter_common(
     op: MPI_Op,
 ) -> Result<c_int, c_int> {
     let total: i64 = counts.iter().sum();
-    let r = c.red(counts[c.rank() as usize], datatype, op)?;
+    let r = c.reduction(counts[c.rank() as usize], datatype, op)?;
     let inplace = in_place(sendbuf);
     if !inplace {
         c.check_buffer(sendbuf, total, datatype, "the send buffer")?;
@@ -1261,7 +1266,7 @@ fn scan_common(
     if c.st.inter {
         return inter::scan(c);
     }
-    let r = c.red(count, datatype, op)?;
+    let r = c.reduction(count, datatype, op)?;
     let inplace = in_place(sendbuf);
     if !inplace {
         c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
@@ -1337,7 +1342,7 @@ fn neighbor_common(
         c.check_count(n, "a send count")?;
         let ti = c.type_info(t, "sendtype")?;
         crate::platform::counters::note_bytes((n * ti.size) as u64);
-        sends.push((Blk::new(Addr::send(d), n, t, &ti), peer));
+        sends.push((Block::new(Addr::send(d), n, t, &ti), peer));
         kc.extend([d, n]);
         types.push(t);
     }
@@ -1346,16 +1351,16 @@ fn neighbor_common(
         let (d, n, t) = recv(i);
         c.check_count(n, "a receive count")?;
         let ti = c.type_info(t, "recvtype")?;
-        recvs.push((Blk::new(Addr::recv(d), n, t, &ti), peer));
+        recvs.push((Block::new(Addr::recv(d), n, t, &ti), peer));
         kc.extend([d, n]);
         types.push(t);
     }
     // the system MPI does not check aliased buffers here, and crashes
-    let (sb, rb): (Vec<Blk>, Vec<Blk>) = (
+    let (send_blocks, recv_blocks): (Vec<Block>, Vec<Block>) = (
         sends.iter().map(|x| x.0).collect(),
         recvs.iter().map(|x| x.0).collect(),
     );
-    c.check_alias(overlapping(&sb, &rb), sendbuf, recvbuf)?;
+    c.check_alias(overlapping(&send_blocks, &recv_blocks), sendbuf, recvbuf)?;
     // with a process listed twice among the neighbours (a periodic dimension of size 1 or
     // 2, a graph with a repeated edge), MPICH 4.0.2 matches the messages out of the order
     // MPI-4.0 §8.6 defines (README, "Problems of the system MPI")

@@ -18,7 +18,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use super::algo::Blk;
+use super::algo::Block;
 use super::algo::inter::{self, Role};
 use super::select::{Algo, Choice};
 use super::{Coll, Ctx, key};
@@ -69,14 +69,14 @@ impl Ctx<'_> {
         count: i64,
         dt: MPI_Datatype,
         names: (&str, &str),
-    ) -> Result<Blk, c_int> {
+    ) -> Result<Block, c_int> {
         self.check_count(count, names.0)?;
         let ti = self.type_info(dt, names.1)?;
         self.check_buffer(buf, count, dt, "the buffer")?;
         if at.base == Base::Send {
             crate::platform::counters::note_bytes((count * ti.size) as u64);
         }
-        Ok(Blk::new(at, count, dt, &ti))
+        Ok(Block::new(at, count, dt, &ti))
     }
 }
 
@@ -117,7 +117,7 @@ pub fn bcast(
         )?)
     };
     let q = c.remote();
-    let data = b.map_or(Data::new(Addr::recv(0), 0, MPI_BYTE()), |b| b.d);
+    let data = b.map_or(Data::new(Addr::recv(0), 0, MPI_BYTE()), |b| b.data);
     let k = key(
         Coll::Bcast,
         &choice(),
@@ -141,7 +141,7 @@ fn rooted_blocks(
     displs: &[i64],
     dt: MPI_Datatype,
     names: (&str, &str),
-) -> Result<Vec<Blk>, c_int> {
+) -> Result<Vec<Block>, c_int> {
     let ti = c.type_info(dt, names.1)?;
     if counts.iter().any(|&n| n > 0) {
         c.check_buffer(buf, 1, dt, "the root's buffer")?;
@@ -149,7 +149,7 @@ fn rooted_blocks(
     Ok(counts
         .iter()
         .zip(displs)
-        .map(|(&n, &d)| Blk::new(at(d * ti.extent), n, dt, &ti))
+        .map(|(&n, &d)| Block::new(at(d * ti.extent), n, dt, &ti))
         .collect())
 }
 
@@ -172,7 +172,7 @@ fn rooted_parts(
     arrays: &dyn Fn() -> Result<(Vec<i64>, Vec<i64>), c_int>,
     own: Side<'_>,
     count: i64,
-) -> Result<(Role, Vec<Blk>, Option<Blk>, Vec<i64>), c_int> {
+) -> Result<(Role, Vec<Block>, Option<Block>, Vec<i64>), c_int> {
     let role = c.role(root)?;
     let (mut blocks, mut one, mut kc) = (Vec::new(), None, Vec::new());
     match role {
@@ -278,7 +278,7 @@ pub fn exchange(
                     kc.extend([d, n]);
                     c.block(at(d), buf, n, t, names)
                 })
-                .collect::<Result<Vec<Blk>, c_int>>()
+                .collect::<Result<Vec<Block>, c_int>>()
         };
     let sblocks = side(Addr::send, sendbuf, &send, ("sendcount", "sendtype"))?;
     let rblocks = side(Addr::recv, recvbuf, &recv, ("recvcount", "recvtype"))?;
@@ -298,7 +298,7 @@ pub fn reduce(
     root: c_int,
 ) -> Result<c_int, c_int> {
     let role = c.role(root)?;
-    let r = c.red(count, datatype, op)?;
+    let r = c.reduction(count, datatype, op)?;
     match role {
         Role::Root => {
             c.no_in_place(recvbuf, "the receive buffer")?;
@@ -331,7 +331,7 @@ pub fn allreduce(
     datatype: MPI_Datatype,
     op: MPI_Op,
 ) -> Result<c_int, c_int> {
-    let r = c.red(count, datatype, op)?;
+    let r = c.reduction(count, datatype, op)?;
     c.no_in_place(sendbuf, "the send buffer")?;
     c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
     c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
@@ -363,7 +363,7 @@ pub fn reduce_scatter(
     op: MPI_Op,
 ) -> Result<c_int, c_int> {
     let me = c.rank() as usize;
-    let r = c.red(counts[me], datatype, op)?;
+    let r = c.reduction(counts[me], datatype, op)?;
     let n: i64 = counts.iter().sum();
     c.no_in_place(sendbuf, "the send buffer")?;
     c.check_buffer(sendbuf, n, datatype, "the send buffer")?;

@@ -124,8 +124,8 @@ impl<'a> Ctx<'a> {
         self.st.size
     }
 
-    pub fn me(&self) -> algo::Me {
-        algo::Me {
+    pub fn me(&self) -> algo::Rank {
+        algo::Rank {
             rank: self.st.rank,
             size: self.st.size,
         }
