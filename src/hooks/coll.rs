@@ -19,7 +19,7 @@ use core::ffi::{c_int, c_void};
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::Addr;
 use crate::platform::abi::*;
-use crate::services::coll::algo::{self, Block, Reduction};
+use crate::services::coll::algo::{self, Block};
 use crate::services::coll::memo;
 use crate::services::coll::select::{Algo, Form};
 use crate::services::coll::{Call, Coll, Ctx, inter, key};
@@ -221,26 +221,6 @@ impl Ctx<'_> {
             .map(|&d| self.type_info(d, what))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((v, infos))
-    }
-
-    /// The reduction parameters after checking count, datatype and operation.
-    pub(crate) fn reduction(
-        &self,
-        count: i64,
-        dt: MPI_Datatype,
-        op: MPI_Op,
-    ) -> Result<Reduction, c_int> {
-        self.check_count(count, "count")?;
-        let ti = self.type_info(dt, "datatype")?;
-        self.check_op(op, dt)?;
-        crate::platform::counters::note_bytes((count * ti.size) as u64);
-        Ok(Reduction {
-            count,
-            dt,
-            ti,
-            op,
-            commutative: crate::core::ops::commutative(op),
-        })
     }
 }
 

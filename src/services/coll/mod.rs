@@ -179,6 +179,26 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The reduction parameters after checking count, datatype and operation.
+    pub fn reduction(
+        &self,
+        count: i64,
+        dt: MPI_Datatype,
+        op: MPI_Op,
+    ) -> Result<algo::Reduction, c_int> {
+        self.check_count(count, "count")?;
+        let ti = self.type_info(dt, "datatype")?;
+        self.check_op(op, dt)?;
+        crate::platform::counters::note_bytes((count * ti.size) as u64);
+        Ok(algo::Reduction {
+            count,
+            dt,
+            ti,
+            op,
+            commutative: crate::core::ops::commutative(op),
+        })
+    }
+
     /// A buffer that must be a real address when it describes data of a predefined type
     /// (`MPI_BOTTOM`, i.e. NULL, is legal with absolute-address derived datatypes).
     pub fn check_buffer(
