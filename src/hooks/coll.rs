@@ -19,10 +19,10 @@ use core::ffi::{c_int, c_void};
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::Addr;
 use crate::platform::abi::*;
-use crate::services::coll::algo::{self, Blk, Red};
+use crate::services::coll::algo::{self, Block};
 use crate::services::coll::memo;
 use crate::services::coll::select::{Algo, Form};
-use crate::services::coll::{Call, Coll, Ctx, inter, key};
+use crate::services::coll::{Call, Coll, Ctx, Done, Raised, inter, key, return_code};
 
 /// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`).
 macro_rules! hook {
@@ -73,8 +73,8 @@ macro_rules! hook {
                     memo::arm();
                     let $c = &ctx;
                     #[allow(clippy::redundant_closure_call)]
-                    let r: Result<c_int, c_int> = (|| $body)();
-                    let rc = r.unwrap_or_else(|e| e);
+                    let r: Result<Done, Raised> = (|| $body)();
+                    let rc = return_code(r);
                     if let Some(arrays) = arrays {
                         // `types` may read the arrays too (Alltoallw's), with the same shape
                         #[allow(unused_variables)]
@@ -92,8 +92,8 @@ macro_rules! hook {
             Ok(ctx) => {
                 let $c = &ctx;
                 #[allow(clippy::redundant_closure_call)]
-                let r: Result<c_int, c_int> = (|| $body)();
-                r.unwrap_or_else(|e| e)
+                let r: Result<Done, Raised> = (|| $body)();
+                return_code(r)
             }
         }
     }};
@@ -110,11 +110,11 @@ fn blocks(
     displs: &[i64],
     dt: MPI_Datatype,
     ti: &TypeInfo,
-) -> Vec<Blk> {
+) -> Vec<Block> {
     counts
         .iter()
         .zip(displs)
-        .map(|(&c, &d)| Blk::new(base(d * ti.extent), c, dt, ti))
+        .map(|(&c, &d)| Block::new(base(d * ti.extent), c, dt, ti))
         .collect()
 }
 
@@ -148,14 +148,14 @@ impl Ctx<'_> {
         count: i64,
         dt: MPI_Datatype,
         names: (&str, &str),
-    ) -> Result<Option<c_int>, c_int> {
+    ) -> Result<Option<Done>, Raised> {
         self.check_count(count, names.0)?;
         let ti = self.type_info(dt, names.1)?;
         if self.choose(coll, count * ti.size, true).algo != Algo::Native {
             return Ok(None);
         }
         crate::platform::counters::note_bytes((count * ti.size) as u64);
-        self.native().map(Some)
+        Ok(Some(self.native()))
     }
 
     /// [`Self::native_first`] for Gather and Scatter: the root decides by its side of the
@@ -167,7 +167,7 @@ impl Ctx<'_> {
         root: c_int,
         root_side: Side<'_>,
         own: Side<'_>,
-    ) -> Result<Option<c_int>, c_int> {
+    ) -> Result<Option<Done>, Raised> {
         self.check_root(root)?;
         let side = if self.rank() == root {
             root_side
@@ -180,7 +180,7 @@ impl Ctx<'_> {
     }
 
     /// Reads a count array of `n` entries, each non-negative.
-    pub(crate) fn counts(&self, c: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
+    pub(crate) fn counts(&self, c: Counts, n: usize, what: &str) -> Result<Vec<i64>, Raised> {
         if c.is_null() && n > 0 {
             return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
         }
@@ -196,7 +196,7 @@ impl Ctx<'_> {
     }
 
     /// Reads a displacement array of `n` entries.
-    pub(crate) fn displs(&self, d: Counts, n: usize, what: &str) -> Result<Vec<i64>, c_int> {
+    pub(crate) fn displs(&self, d: Counts, n: usize, what: &str) -> Result<Vec<i64>, Raised> {
         if d.is_null() && n > 0 {
             return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
         }
@@ -210,7 +210,7 @@ impl Ctx<'_> {
         t: *const MPI_Datatype,
         n: usize,
         what: &str,
-    ) -> Result<(Vec<MPI_Datatype>, Vec<TypeInfo>), c_int> {
+    ) -> Result<(Vec<MPI_Datatype>, Vec<TypeInfo>), Raised> {
         if t.is_null() && n > 0 {
             return self.fail(MPI_ERR_ARG, format_args!("{what} is NULL"));
         }
@@ -222,21 +222,6 @@ impl Ctx<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         Ok((v, infos))
     }
-
-    /// The reduction parameters after checking count, datatype and operation.
-    pub(crate) fn red(&self, count: i64, dt: MPI_Datatype, op: MPI_Op) -> Result<Red, c_int> {
-        self.check_count(count, "count")?;
-        let ti = self.type_info(dt, "datatype")?;
-        self.check_op(op, dt)?;
-        crate::platform::counters::note_bytes((count * ti.size) as u64);
-        Ok(Red {
-            count,
-            dt,
-            ti,
-            op,
-            commutative: crate::core::ops::commutative(op),
-        })
-    }
 }
 
 pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
@@ -246,7 +231,7 @@ pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) ->
         }
         let ch = c.choose(Coll::Barrier, 0, true);
         if ch.algo == Algo::Native {
-            return c.native();
+            return Ok(c.native());
         }
         let me = c.me();
         let k = key(Coll::Barrier, &ch, 0, 0, MPI_OP_NULL(), &[], Vec::new());
@@ -276,7 +261,7 @@ pub unsafe fn bcast(
         crate::platform::counters::note_bytes((count * ti.size) as u64);
         let ch = c.choose(Coll::Bcast, count * ti.size, true);
         if ch.algo == Algo::Native {
-            return c.native();
+            return Ok(c.native());
         }
         let me = c.me();
         let data = crate::core::sched::Data::new(Addr::recv(0), count, datatype);
@@ -311,7 +296,7 @@ fn gather_common(
     recvbuf: *mut c_void,
     recv: Option<(Vec<i64>, Vec<i64>, MPI_Datatype)>,
     root: c_int,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     c.check_root(root)?;
     let is_root = c.rank() == root;
     let inplace = in_place(sendbuf);
@@ -329,7 +314,7 @@ fn gather_common(
         crate::platform::counters::note_bytes((sendcount * sti.size) as u64);
         types.push(sendtype);
         kc.push(sendcount);
-        Some(Blk::new(Addr::send(0), sendcount, sendtype, &sti))
+        Some(Block::new(Addr::send(0), sendcount, sendtype, &sti))
     };
     let mut rblocks = Vec::new();
     if let Some((counts, displs, rt)) = recv {
@@ -363,7 +348,7 @@ fn gather_common(
     };
     let ch = c.choose(coll, block, true);
     if ch.algo == Algo::Native {
-        return c.native();
+        return Ok(c.native());
     }
     let me = c.me();
     let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
@@ -399,8 +384,8 @@ pub unsafe fn gather(
         }
         let root_side = Side::new(recvbuf, recvcount, recvtype, "recvcount", "recvtype");
         let own = Side::new(sendbuf, sendcount, sendtype, "sendcount", "sendtype");
-        if let Some(rc) = c.rooted_native_first(Coll::Gather, root, root_side, own)? {
-            return Ok(rc);
+        if let Some(done) = c.rooted_native_first(Coll::Gather, root, root_side, own)? {
+            return Ok(done);
         }
         let recv = if c.rank() == root {
             let p = c.size() as i64;
@@ -483,7 +468,7 @@ fn scatter_common(
     recvcount: i64,
     recvtype: MPI_Datatype,
     root: c_int,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     c.check_root(root)?;
     let is_root = c.rank() == root;
     let inplace = in_place(recvbuf);
@@ -501,7 +486,7 @@ fn scatter_common(
         crate::platform::counters::note_bytes((recvcount * rti.size) as u64);
         types.push(recvtype);
         kc.push(recvcount);
-        Some(Blk::new(Addr::recv(0), recvcount, recvtype, &rti))
+        Some(Block::new(Addr::recv(0), recvcount, recvtype, &rti))
     };
     let mut sblocks = Vec::new();
     if let Some((counts, displs, st)) = send {
@@ -534,7 +519,7 @@ fn scatter_common(
     };
     let ch = c.choose(coll, block, true);
     if ch.algo == Algo::Native {
-        return c.native();
+        return Ok(c.native());
     }
     let me = c.me();
     let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
@@ -570,8 +555,8 @@ pub unsafe fn scatter(
         }
         let root_side = Side::new(sendbuf, sendcount, sendtype, "sendcount", "sendtype");
         let own = Side::new(recvbuf, recvcount, recvtype, "recvcount", "recvtype");
-        if let Some(rc) = c.rooted_native_first(Coll::Scatter, root, root_side, own)? {
-            return Ok(rc);
+        if let Some(done) = c.rooted_native_first(Coll::Scatter, root, root_side, own)? {
+            return Ok(done);
         }
         let send = if c.rank() == root {
             let p = c.size() as i64;
@@ -655,7 +640,7 @@ fn allgather_common(
     counts: Vec<i64>,
     displs: Vec<i64>,
     recvtype: MPI_Datatype,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     let inplace = in_place(sendbuf);
     let mut types = Vec::new();
     let mut kc = Vec::new();
@@ -668,7 +653,7 @@ fn allgather_common(
         crate::platform::counters::note_bytes((sendcount * sti.size) as u64);
         types.push(sendtype);
         kc.push(sendcount);
-        Some(Blk::new(Addr::send(0), sendcount, sendtype, &sti))
+        Some(Block::new(Addr::send(0), sendcount, sendtype, &sti))
     };
     let rti = c.type_info(recvtype, "recvtype")?;
     if counts.iter().any(|&x| x > 0) {
@@ -694,7 +679,7 @@ fn allgather_common(
     kc.extend(displs);
     let ch = c.choose_with(coll, avg, true, native_ok);
     if ch.algo == Algo::Native {
-        return c.native();
+        return Ok(c.native());
     }
     let me = c.me();
     let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
@@ -723,8 +708,8 @@ pub unsafe fn allgather(
             return inter::exchange(c, Coll::Allgather, sendbuf, send, recvbuf, recv);
         }
         let names = ("recvcount", "recvtype");
-        if let Some(rc) = c.native_first(Coll::Allgather, recvcount, recvtype, names)? {
-            return Ok(rc);
+        if let Some(done) = c.native_first(Coll::Allgather, recvcount, recvtype, names)? {
+            return Ok(done);
         }
         let p = c.size() as i64;
         let counts = vec![recvcount; p as usize];
@@ -792,7 +777,7 @@ pub unsafe fn allgatherv(
 /// (blocks relative to their buffers): aliased arguments, erroneous (MPI-4.0 §2.3). Used
 /// where the system MPI has no aliasing check of its own and crashes (Alltoallv/w, the
 /// neighbourhood collectives); elsewhere the shim applies the system MPI's rule.
-fn overlapping(sends: &[Blk], recvs: &[Blk]) -> bool {
+fn overlapping(sends: &[Block], recvs: &[Block]) -> bool {
     sends.iter().any(|s| {
         recvs
             .iter()
@@ -808,7 +793,7 @@ fn alltoall_common(
     send: Vec<(i64, i64, MPI_Datatype)>,
     recvbuf: *mut c_void,
     recv: Vec<(i64, i64, MPI_Datatype)>,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     let inplace = in_place(sendbuf);
     let mut kc = Vec::new();
     let mut types = Vec::new();
@@ -817,7 +802,7 @@ fn alltoall_common(
         for &(d, n, t) in &send {
             let ti = c.type_info(t, "sendtype")?;
             crate::platform::counters::note_bytes((n * ti.size) as u64);
-            sblocks.push(Blk::new(Addr::send(d), n, t, &ti));
+            sblocks.push(Block::new(Addr::send(d), n, t, &ti));
             kc.extend([d, n]);
             types.push(t);
         }
@@ -828,7 +813,7 @@ fn alltoall_common(
     let mut rblocks = Vec::new();
     for &(d, n, t) in &recv {
         let ti = c.type_info(t, "recvtype")?;
-        rblocks.push(Blk::new(Addr::recv(d), n, t, &ti));
+        rblocks.push(Block::new(Addr::recv(d), n, t, &ti));
         kc.extend([d, n]);
         types.push(t);
     }
@@ -857,7 +842,7 @@ fn alltoall_common(
     let native_ok = !(inplace && coll == Coll::Alltoallw && c.form() != Form::Blocking);
     let ch = c.choose_with(coll, bytes, true, native_ok);
     if ch.algo == Algo::Native {
-        return c.native();
+        return Ok(c.native());
     }
     let me = c.me();
     let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
@@ -875,7 +860,7 @@ fn triples(
     displs: &[i64],
     dt: MPI_Datatype,
     what: &str,
-) -> Result<Vec<(i64, i64, MPI_Datatype)>, c_int> {
+) -> Result<Vec<(i64, i64, MPI_Datatype)>, Raised> {
     let ti = c.type_info(dt, what)?;
     Ok(counts
         .iter()
@@ -905,8 +890,8 @@ pub unsafe fn alltoall(
             return inter::exchange(c, Coll::Alltoall, sendbuf, send, recvbuf, recv);
         }
         let names = ("recvcount", "recvtype");
-        if let Some(rc) = c.native_first(Coll::Alltoall, recvcount, recvtype, names)? {
-            return Ok(rc);
+        if let Some(done) = c.native_first(Coll::Alltoall, recvcount, recvtype, names)? {
+            return Ok(done);
         }
         let p = c.size() as i64;
         let recv = triples(
@@ -1036,7 +1021,7 @@ pub unsafe fn alltoallw(
         if c.st.inter {
             let q = c.remote() as usize;
             c.no_in_place(sendbuf, "the send buffer")?;
-            let side = |t: *const MPI_Datatype, n: Counts, d: Counts, names: [&str; 3]| -> Result<Vec<(i64, i64, MPI_Datatype)>, c_int> {
+            let side = |t: *const MPI_Datatype, n: Counts, d: Counts, names: [&str; 3]| -> Result<Vec<(i64, i64, MPI_Datatype)>, Raised> {
                 let (t, _) = c.types(t, q, names[0])?;
                 let n = c.counts(n, q, names[1])?;
                 let d = c.displs(d, q, names[2])?;
@@ -1081,7 +1066,7 @@ pub unsafe fn reduce(
             return inter::reduce(c, sendbuf, recvbuf, count, datatype, op, root);
         }
         c.check_root(root)?;
-        let r = c.red(count, datatype, op)?;
+        let r = c.reduction(count, datatype, op)?;
         let is_root = c.rank() == root;
         let inplace = in_place(sendbuf);
         if inplace && !is_root {
@@ -1096,7 +1081,7 @@ pub unsafe fn reduce(
         }
         let ch = c.choose_with(Coll::Reduce, r.bytes(), r.commutative, r.native_trusted());
         if ch.algo == Algo::Native {
-            return c.native();
+            return Ok(c.native());
         }
         let me = c.me();
         let k = key(
@@ -1128,7 +1113,7 @@ pub unsafe fn allreduce(
         if c.st.inter {
             return inter::allreduce(c, sendbuf, recvbuf, count, datatype, op);
         }
-        let r = c.red(count, datatype, op)?;
+        let r = c.reduction(count, datatype, op)?;
         let inplace = in_place(sendbuf);
         if !inplace {
             c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
@@ -1137,7 +1122,7 @@ pub unsafe fn allreduce(
         c.check_alias(!inplace && count != 0, sendbuf, recvbuf)?;
         let ch = c.choose_with(Coll::Allreduce, r.bytes(), r.commutative, r.native_trusted());
         if ch.algo == Algo::Native {
-            return c.native();
+            return Ok(c.native());
         }
         let me = c.me();
         let k = key(
@@ -1163,9 +1148,9 @@ fn reduce_scatter_common(
     counts: Vec<i64>,
     datatype: MPI_Datatype,
     op: MPI_Op,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     let total: i64 = counts.iter().sum();
-    let r = c.red(counts[c.rank() as usize], datatype, op)?;
+    let r = c.reduction(counts[c.rank() as usize], datatype, op)?;
     let inplace = in_place(sendbuf);
     if !inplace {
         c.check_buffer(sendbuf, total, datatype, "the send buffer")?;
@@ -1179,7 +1164,7 @@ fn reduce_scatter_common(
     c.check_alias(!inplace && total != 0, sendbuf, recvbuf)?;
     let ch = c.choose_with(coll, total * r.ti.size, r.commutative, r.native_trusted());
     if ch.algo == Algo::Native {
-        return c.native();
+        return Ok(c.native());
     }
     let me = c.me();
     let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], counts.clone());
@@ -1257,11 +1242,11 @@ fn scan_common(
     count: i64,
     datatype: MPI_Datatype,
     op: MPI_Op,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     if c.st.inter {
         return inter::scan(c);
     }
-    let r = c.red(count, datatype, op)?;
+    let r = c.reduction(count, datatype, op)?;
     let inplace = in_place(sendbuf);
     if !inplace {
         c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
@@ -1270,7 +1255,7 @@ fn scan_common(
     c.check_alias(!inplace && count != 0, sendbuf, recvbuf)?;
     let ch = c.choose_with(coll, r.bytes(), r.commutative, r.native_trusted());
     if ch.algo == Algo::Native {
-        return c.native();
+        return Ok(c.native());
     }
     let me = c.me();
     let exclusive = coll == Coll::Exscan;
@@ -1318,7 +1303,7 @@ fn neighbor_common(
     send: &dyn Fn(usize) -> (i64, i64, MPI_Datatype),
     recvbuf: *mut c_void,
     recv: &dyn Fn(usize) -> (i64, i64, MPI_Datatype),
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     if in_place(sendbuf) || in_place(recvbuf) {
         return c.fail(
             MPI_ERR_BUFFER,
@@ -1337,7 +1322,7 @@ fn neighbor_common(
         c.check_count(n, "a send count")?;
         let ti = c.type_info(t, "sendtype")?;
         crate::platform::counters::note_bytes((n * ti.size) as u64);
-        sends.push((Blk::new(Addr::send(d), n, t, &ti), peer));
+        sends.push((Block::new(Addr::send(d), n, t, &ti), peer));
         kc.extend([d, n]);
         types.push(t);
     }
@@ -1346,22 +1331,22 @@ fn neighbor_common(
         let (d, n, t) = recv(i);
         c.check_count(n, "a receive count")?;
         let ti = c.type_info(t, "recvtype")?;
-        recvs.push((Blk::new(Addr::recv(d), n, t, &ti), peer));
+        recvs.push((Block::new(Addr::recv(d), n, t, &ti), peer));
         kc.extend([d, n]);
         types.push(t);
     }
     // the system MPI does not check aliased buffers here, and crashes
-    let (sb, rb): (Vec<Blk>, Vec<Blk>) = (
+    let (send_blocks, recv_blocks): (Vec<Block>, Vec<Block>) = (
         sends.iter().map(|x| x.0).collect(),
         recvs.iter().map(|x| x.0).collect(),
     );
-    c.check_alias(overlapping(&sb, &rb), sendbuf, recvbuf)?;
+    c.check_alias(overlapping(&send_blocks, &recv_blocks), sendbuf, recvbuf)?;
     // with a process listed twice among the neighbours (a periodic dimension of size 1 or
     // 2, a graph with a repeated edge), MPICH 4.0.2 matches the messages out of the order
     // MPI-4.0 §8.6 defines (README, "Problems of the system MPI")
     let ch = c.choose_with(coll, 0, true, !nb.repeated);
     if ch.algo == Algo::Native {
-        return c.native();
+        return Ok(c.native());
     }
     let me = c.me();
     let cart = nb.cart;
@@ -1371,12 +1356,12 @@ fn neighbor_common(
     })
 }
 
-fn extent(c: &Ctx<'_>, dt: MPI_Datatype, what: &str) -> Result<i64, c_int> {
+fn extent(c: &Ctx<'_>, dt: MPI_Datatype, what: &str) -> Result<i64, Raised> {
     Ok(c.type_info(dt, what)?.extent)
 }
 
 /// Number of sources and destinations of the communicator's topology.
-fn degrees(c: &Ctx<'_>) -> Result<(usize, usize), c_int> {
+fn degrees(c: &Ctx<'_>) -> Result<(usize, usize), Raised> {
     match c.st.neighbors() {
         Ok(n) => Ok((n.sources.len(), n.dests.len())),
         Err(e) => c.fail(e, "the communicator has no process topology"),

@@ -130,8 +130,9 @@ pub enum Action {
     Nop,
 }
 
-/// Index of an action in its schedule.
-pub type V = u32;
+/// Index of an action in its schedule (a vertex of the DAG): what builders return for
+/// each action they add and take as dependencies.
+pub type ActionId = u32;
 const NONE: u32 = u32::MAX;
 
 /// A built, immutable schedule.
@@ -218,7 +219,7 @@ impl Schedule {
                 _ => false,
             };
             if msg || after_msg[v] {
-                for &s in self.successors(v as V) {
+                for &s in self.successors(v as ActionId) {
                     after_msg[s as usize] = true;
                 }
             }
@@ -249,14 +250,14 @@ impl Schedule {
         }
     }
 
-    pub fn successors(&self, v: V) -> &[u32] {
+    pub fn successors(&self, v: ActionId) -> &[ActionId] {
         &self.succ[self.succ_start[v as usize] as usize..self.succ_start[v as usize + 1] as usize]
     }
-    pub fn has_prev_on_channel(&self, v: V) -> Option<V> {
+    pub fn has_prev_on_channel(&self, v: ActionId) -> Option<ActionId> {
         let p = self.chan_prev[v as usize];
         (p != NONE).then_some(p)
     }
-    pub fn next_on_channel(&self, v: V) -> Option<V> {
+    pub fn next_on_channel(&self, v: ActionId) -> Option<ActionId> {
         let n = self.chan_next[v as usize];
         (n != NONE).then_some(n)
     }
@@ -279,7 +280,7 @@ pub fn configure(progress_min_bytes: u64) {
 #[derive(Default)]
 pub struct Builder {
     actions: Vec<Action>,
-    deps: Vec<Vec<V>>,
+    deps: Vec<Vec<ActionId>>,
     scratch: usize,
     ntags: c_int,
     algorithm: &'static str,
@@ -295,15 +296,15 @@ impl Builder {
         }
     }
 
-    fn push(&mut self, a: Action, deps: &[V]) -> V {
-        let v = self.actions.len() as V;
+    fn push(&mut self, a: Action, deps: &[ActionId]) -> ActionId {
+        let v = self.actions.len() as ActionId;
         debug_assert!(deps.iter().all(|&d| d < v), "dependencies must precede");
         self.actions.push(a);
         self.deps.push(deps.to_vec());
         v
     }
 
-    pub fn send(&mut self, data: Data, peer: c_int, deps: &[V]) -> V {
+    pub fn send(&mut self, data: Data, peer: c_int, deps: &[ActionId]) -> ActionId {
         self.push(
             Action::Send {
                 data,
@@ -313,7 +314,7 @@ impl Builder {
             deps,
         )
     }
-    pub fn recv(&mut self, data: Data, peer: c_int, deps: &[V]) -> V {
+    pub fn recv(&mut self, data: Data, peer: c_int, deps: &[ActionId]) -> ActionId {
         self.push(
             Action::Recv {
                 data,
@@ -323,7 +324,13 @@ impl Builder {
             deps,
         )
     }
-    pub fn send_tagged(&mut self, data: Data, peer: c_int, tag_offset: c_int, deps: &[V]) -> V {
+    pub fn send_tagged(
+        &mut self,
+        data: Data,
+        peer: c_int,
+        tag_offset: c_int,
+        deps: &[ActionId],
+    ) -> ActionId {
         self.ntags = self.ntags.max(tag_offset + 1);
         self.push(
             Action::Send {
@@ -334,7 +341,13 @@ impl Builder {
             deps,
         )
     }
-    pub fn recv_tagged(&mut self, data: Data, peer: c_int, tag_offset: c_int, deps: &[V]) -> V {
+    pub fn recv_tagged(
+        &mut self,
+        data: Data,
+        peer: c_int,
+        tag_offset: c_int,
+        deps: &[ActionId],
+    ) -> ActionId {
         self.ntags = self.ntags.max(tag_offset + 1);
         self.push(
             Action::Recv {
@@ -345,7 +358,7 @@ impl Builder {
             deps,
         )
     }
-    pub fn copy(&mut self, src: Data, dst: Data, deps: &[V]) -> V {
+    pub fn copy(&mut self, src: Data, dst: Data, deps: &[ActionId]) -> ActionId {
         self.push(Action::Copy { src, dst }, deps)
     }
     /// `dst = src op dst`.
@@ -356,8 +369,8 @@ impl Builder {
         count: i64,
         dt: MPI_Datatype,
         op: MPI_Op,
-        deps: &[V],
-    ) -> V {
+        deps: &[ActionId],
+    ) -> ActionId {
         self.push(
             Action::Reduce {
                 src,
@@ -369,7 +382,7 @@ impl Builder {
             deps,
         )
     }
-    pub fn nop(&mut self, deps: &[V]) -> V {
+    pub fn nop(&mut self, deps: &[ActionId]) -> ActionId {
         self.push(Action::Nop, deps)
     }
 

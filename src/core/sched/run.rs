@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use super::{Action, Addr, Data, Schedule, V};
+use super::{Action, ActionId, Addr, Data, Schedule};
 use crate::core::comm::CommState;
 use crate::platform::abi::*;
 use crate::platform::mpi::{comm as mpi_comm, p2p};
@@ -45,9 +45,9 @@ pub struct Run {
     _scratch: Box<[MaybeUninit<Line>]>,
     remaining: Vec<u32>,
     state: Vec<u8>,
-    ready: VecDeque<V>,
+    ready: VecDeque<ActionId>,
     reqs: Vec<MPI_Request>,
-    req_action: Vec<V>,
+    req_action: Vec<ActionId>,
     /// Per outstanding request: the packed message it moves, if the shim packs it.
     req_packed: Vec<Option<Packed>>,
     indices: Vec<c_int>,
@@ -135,7 +135,7 @@ impl Run {
                 return false;
             }
             self.started = true;
-            for v in 0..self.sched.len() as V {
+            for v in 0..self.sched.len() as ActionId {
                 if self.remaining[v as usize] == 0 {
                     self.state[v as usize] = READY;
                     self.ready.push_back(v);
@@ -177,7 +177,7 @@ impl Run {
         true
     }
 
-    fn execute(&mut self, v: V) {
+    fn execute(&mut self, v: ActionId) {
         let sched = Arc::clone(&self.sched);
         match sched.actions[v as usize] {
             Action::Send {
@@ -317,7 +317,7 @@ impl Run {
         }
     }
 
-    fn local_done(&mut self, v: V, rc: c_int) {
+    fn local_done(&mut self, v: ActionId, rc: c_int) {
         if rc != MPI_SUCCESS && !self.truncation(rc) {
             self.error = rc;
             return;
@@ -325,7 +325,7 @@ impl Run {
         self.complete(v);
     }
 
-    fn complete(&mut self, v: V) {
+    fn complete(&mut self, v: ActionId) {
         self.state[v as usize] = DONE;
         self.done += 1;
         let sched = Arc::clone(&self.sched);

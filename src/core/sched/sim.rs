@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::{Action, Addr, Base, Data, Schedule, V};
+use super::{Action, ActionId, Addr, Base, Data, Schedule};
 use crate::platform::abi::*;
 
 /// The non-commutative test operation.
@@ -282,7 +282,7 @@ pub fn check_races(s: &Schedule) -> Result<(), String> {
     let words = n.div_ceil(64);
     let mut anc = vec![0u64; n * words];
     for u in 0..n {
-        for &w in s.successors(u as V) {
+        for &w in s.successors(u as ActionId) {
             let w = w as usize;
             if w <= u {
                 return Err(format!("action {w} depends on the later action {u}"));

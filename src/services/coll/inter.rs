@@ -18,10 +18,10 @@
 
 use core::ffi::{c_int, c_void};
 
-use super::algo::Blk;
+use super::algo::Block;
 use super::algo::inter::{self, Role};
 use super::select::{Algo, Choice};
-use super::{Coll, Ctx, key};
+use super::{Coll, Ctx, Done, Raised, key};
 use crate::core::sched::{Addr, Base, Data};
 use crate::platform::abi::*;
 
@@ -35,7 +35,7 @@ impl Ctx<'_> {
         self.st.remote_size
     }
 
-    fn role(&self, root: c_int) -> Result<Role, c_int> {
+    fn role(&self, root: c_int) -> Result<Role, Raised> {
         match root {
             MPI_ROOT => Ok(Role::Root),
             MPI_PROC_NULL => Ok(Role::Idle),
@@ -51,7 +51,7 @@ impl Ctx<'_> {
         }
     }
 
-    pub(crate) fn no_in_place(&self, buf: *const c_void, what: &str) -> Result<(), c_int> {
+    pub(crate) fn no_in_place(&self, buf: *const c_void, what: &str) -> Result<(), Raised> {
         if core::ptr::eq(buf, MPI_IN_PLACE) {
             return self.fail(
                 MPI_ERR_BUFFER,
@@ -69,18 +69,18 @@ impl Ctx<'_> {
         count: i64,
         dt: MPI_Datatype,
         names: (&str, &str),
-    ) -> Result<Blk, c_int> {
+    ) -> Result<Block, Raised> {
         self.check_count(count, names.0)?;
         let ti = self.type_info(dt, names.1)?;
         self.check_buffer(buf, count, dt, "the buffer")?;
         if at.base == Base::Send {
             crate::platform::counters::note_bytes((count * ti.size) as u64);
         }
-        Ok(Blk::new(at, count, dt, &ti))
+        Ok(Block::new(at, count, dt, &ti))
     }
 }
 
-pub fn barrier(c: &Ctx<'_>) -> Result<c_int, c_int> {
+pub fn barrier(c: &Ctx<'_>) -> Result<Done, Raised> {
     let q = c.remote();
     let k = key(
         Coll::Barrier,
@@ -102,7 +102,7 @@ pub fn bcast(
     count: i64,
     datatype: MPI_Datatype,
     root: c_int,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     let role = c.role(root)?;
     c.no_in_place(buffer, "the buffer")?;
     let b = if role == Role::Idle {
@@ -117,7 +117,7 @@ pub fn bcast(
         )?)
     };
     let q = c.remote();
-    let data = b.map_or(Data::new(Addr::recv(0), 0, MPI_BYTE()), |b| b.d);
+    let data = b.map_or(Data::new(Addr::recv(0), 0, MPI_BYTE()), |b| b.data);
     let k = key(
         Coll::Bcast,
         &choice(),
@@ -141,7 +141,7 @@ fn rooted_blocks(
     displs: &[i64],
     dt: MPI_Datatype,
     names: (&str, &str),
-) -> Result<Vec<Blk>, c_int> {
+) -> Result<Vec<Block>, Raised> {
     let ti = c.type_info(dt, names.1)?;
     if counts.iter().any(|&n| n > 0) {
         c.check_buffer(buf, 1, dt, "the root's buffer")?;
@@ -149,7 +149,7 @@ fn rooted_blocks(
     Ok(counts
         .iter()
         .zip(displs)
-        .map(|(&n, &d)| Blk::new(at(d * ti.extent), n, dt, &ti))
+        .map(|(&n, &d)| Block::new(at(d * ti.extent), n, dt, &ti))
         .collect())
 }
 
@@ -169,10 +169,10 @@ fn rooted_parts(
     c: &Ctx<'_>,
     root: c_int,
     root_side: Side<'_>,
-    arrays: &dyn Fn() -> Result<(Vec<i64>, Vec<i64>), c_int>,
+    arrays: &dyn Fn() -> Result<(Vec<i64>, Vec<i64>), Raised>,
     own: Side<'_>,
     count: i64,
-) -> Result<(Role, Vec<Blk>, Option<Blk>, Vec<i64>), c_int> {
+) -> Result<(Role, Vec<Block>, Option<Block>, Vec<i64>), Raised> {
     let role = c.role(root)?;
     let (mut blocks, mut one, mut kc) = (Vec::new(), None, Vec::new());
     match role {
@@ -202,10 +202,10 @@ pub fn gather(
     sendcount: i64,
     sendtype: MPI_Datatype,
     recvbuf: *mut c_void,
-    recv: &dyn Fn() -> Result<(Vec<i64>, Vec<i64>), c_int>,
+    recv: &dyn Fn() -> Result<(Vec<i64>, Vec<i64>), Raised>,
     recvtype: MPI_Datatype,
     root: c_int,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     let root_side = Side {
         buf: recvbuf,
         at: Addr::recv,
@@ -231,13 +231,13 @@ pub fn scatter(
     c: &Ctx<'_>,
     coll: Coll,
     sendbuf: *const c_void,
-    send: &dyn Fn() -> Result<(Vec<i64>, Vec<i64>), c_int>,
+    send: &dyn Fn() -> Result<(Vec<i64>, Vec<i64>), Raised>,
     sendtype: MPI_Datatype,
     recvbuf: *mut c_void,
     recvcount: i64,
     recvtype: MPI_Datatype,
     root: c_int,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     let root_side = Side {
         buf: sendbuf,
         at: Addr::send,
@@ -267,7 +267,7 @@ pub fn exchange(
     send: Vec<(i64, i64, MPI_Datatype)>,
     recvbuf: *mut c_void,
     recv: Vec<(i64, i64, MPI_Datatype)>,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     c.no_in_place(sendbuf, "the send buffer")?;
     let (mut types, mut kc) = (Vec::new(), Vec::new());
     let mut side =
@@ -278,7 +278,7 @@ pub fn exchange(
                     kc.extend([d, n]);
                     c.block(at(d), buf, n, t, names)
                 })
-                .collect::<Result<Vec<Blk>, c_int>>()
+                .collect::<Result<Vec<Block>, Raised>>()
         };
     let sblocks = side(Addr::send, sendbuf, &send, ("sendcount", "sendtype"))?;
     let rblocks = side(Addr::recv, recvbuf, &recv, ("recvcount", "recvtype"))?;
@@ -296,9 +296,9 @@ pub fn reduce(
     datatype: MPI_Datatype,
     op: MPI_Op,
     root: c_int,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     let role = c.role(root)?;
-    let r = c.red(count, datatype, op)?;
+    let r = c.reduction(count, datatype, op)?;
     match role {
         Role::Root => {
             c.no_in_place(recvbuf, "the receive buffer")?;
@@ -330,8 +330,8 @@ pub fn allreduce(
     count: i64,
     datatype: MPI_Datatype,
     op: MPI_Op,
-) -> Result<c_int, c_int> {
-    let r = c.red(count, datatype, op)?;
+) -> Result<Done, Raised> {
+    let r = c.reduction(count, datatype, op)?;
     c.no_in_place(sendbuf, "the send buffer")?;
     c.check_buffer(sendbuf, count, datatype, "the send buffer")?;
     c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
@@ -361,9 +361,9 @@ pub fn reduce_scatter(
     counts: Vec<i64>,
     datatype: MPI_Datatype,
     op: MPI_Op,
-) -> Result<c_int, c_int> {
+) -> Result<Done, Raised> {
     let me = c.rank() as usize;
-    let r = c.red(counts[me], datatype, op)?;
+    let r = c.reduction(counts[me], datatype, op)?;
     let n: i64 = counts.iter().sum();
     c.no_in_place(sendbuf, "the send buffer")?;
     c.check_buffer(sendbuf, n, datatype, "the send buffer")?;
@@ -392,7 +392,7 @@ pub fn reduce_scatter(
 }
 
 /// Scan and Exscan are defined on intra-communicators only (MPI-4.0 §6.11).
-pub fn scan(c: &Ctx<'_>) -> Result<c_int, c_int> {
+pub fn scan(c: &Ctx<'_>) -> Result<Done, Raised> {
     c.fail(
         MPI_ERR_COMM,
         "scans are not defined on intercommunicators (MPI-4.0 §6.11)",

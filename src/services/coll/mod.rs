@@ -2,11 +2,18 @@
 //!
 //! The collectives (MPI-4.0 chapters 6 and 8.6) on the schedule engine.
 //!
-//! `api` translates each collective's C arguments (all forms: blocking, `I*`, `*_init`,
-//! `_c`) into buffers, counts and datatypes, validates them, and hands a schedule builder
-//! from `algo` to [`Ctx::launch`], which runs the schedule according to the form: to
+//! `hooks::coll` translates each collective's C arguments (all forms: blocking, `I*`,
+//! `*_init`, `_c`) into buffers, counts and datatypes, validates them, and hands a schedule
+//! builder from `algo` to [`Ctx::launch`], which runs the schedule according to the form: to
 //! completion (blocking), as a request (`I*`), or as an inactive persistent request
-//! (`*_init`). Inter-communicator collectives are forwarded to the system MPI.
+//! (`*_init`). Blocking inter-communicator collectives are forwarded to the system MPI, the
+//! other forms run on the schedules of `inter`.
+//!
+//! A hook's body tells how the call ended with a `Result<Done, Raised>`: `Ok(`[`Done`]`)`
+//! when the shim raised no error, saying who did the work (a schedule of the shim, or the
+//! system MPI with its return code); `Err(`[`Raised`]`)` when the shim found an error and
+//! has already raised it through the communicator's error handler ([`Ctx::fail`]), so
+//! that `?` returns it as it is. Either way [`return_code`] is what the MPI call returns.
 
 pub mod algo;
 pub mod inter;
@@ -74,6 +81,57 @@ pub enum Coll {
     NeighborAlltoallw,
 }
 
+/// How a collective call ended when the shim raised no error: who carried it out, and so
+/// what the call returns ([`Done::code`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Done {
+    /// A schedule of the shim carried the call ([`Ctx::launch`]): run to completion
+    /// (blocking), started (`I*`) or set up as an inactive persistent request (`*_init`).
+    /// The call returns `MPI_SUCCESS`.
+    Scheduled,
+    /// The selection chose `native` and the system MPI's own implementation ran
+    /// ([`Ctx::native`]): its return code, which the system MPI has already handed to the
+    /// error handler if it is an error. The calls that `memo` remembers end this way.
+    Native(c_int),
+    /// The shim has no schedule for the call and handed it to the system MPI
+    /// ([`Ctx::forward`]): its return code, as for `Native`. (An invalid communicator and
+    /// the blocking inter-communicator calls are handed over before any hook body runs:
+    /// [`Ctx::begin`].)
+    Forwarded(c_int),
+}
+
+impl Done {
+    /// What the MPI call returns.
+    pub fn code(self) -> c_int {
+        match self {
+            Done::Scheduled => MPI_SUCCESS,
+            Done::Native(rc) | Done::Forwarded(rc) => rc,
+        }
+    }
+}
+
+/// An error the shim found in a collective call and has raised through the communicator's
+/// error handler ([`Ctx::fail`], `platform::errors::raise`): the call does nothing more and
+/// returns the error class (when the handler returns at all). Only `Ctx::fail` makes one,
+/// so an `Err(Raised)` always means that the handler has run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Raised(c_int);
+
+impl Raised {
+    /// What the MPI call returns: the error class raised.
+    pub fn code(self) -> c_int {
+        self.0
+    }
+}
+
+/// What a collective call returns, however it ended.
+pub fn return_code(outcome: Result<Done, Raised>) -> c_int {
+    match outcome {
+        Ok(done) => done.code(),
+        Err(raised) => raised.code(),
+    }
+}
+
 /// A validated call on an intra-communicator, ready to launch.
 pub struct Ctx<'a> {
     pub call: Call,
@@ -124,24 +182,24 @@ impl<'a> Ctx<'a> {
         self.st.size
     }
 
-    pub fn me(&self) -> algo::Me {
-        algo::Me {
+    pub fn me(&self) -> algo::Rank {
+        algo::Rank {
             rank: self.st.rank,
             size: self.st.size,
         }
     }
 
     /// Raises an error class on the communicator; returns it as `Err` for `?`.
-    pub fn fail<T>(&self, class: c_int, why: impl Display) -> Result<T, c_int> {
-        Err(crate::platform::errors::raise(
+    pub fn fail<T>(&self, class: c_int, why: impl Display) -> Result<T, Raised> {
+        Err(Raised(crate::platform::errors::raise(
             self.comm,
             class,
             self.name(),
             &why.to_string(),
-        ))
+        )))
     }
 
-    pub fn check_count(&self, count: i64, what: &str) -> Result<(), c_int> {
+    pub fn check_count(&self, count: i64, what: &str) -> Result<(), Raised> {
         if count < 0 {
             self.fail(MPI_ERR_COUNT, format_args!("{what} is negative ({count})"))
         } else {
@@ -149,7 +207,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    pub fn check_root(&self, root: c_int) -> Result<(), c_int> {
+    pub fn check_root(&self, root: c_int) -> Result<(), Raised> {
         if root < 0 || root >= self.size() {
             self.fail(
                 MPI_ERR_ROOT,
@@ -164,7 +222,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// A datatype that must be valid (and committed).
-    pub fn type_info(&self, dt: MPI_Datatype, what: &str) -> Result<TypeInfo, c_int> {
+    pub fn type_info(&self, dt: MPI_Datatype, what: &str) -> Result<TypeInfo, Raised> {
         match crate::core::dtype::check_usable(dt) {
             Ok(i) => Ok(i),
             Err(c) => self.fail(c, format_args!("{what} is not a valid committed datatype")),
@@ -172,11 +230,31 @@ impl<'a> Ctx<'a> {
     }
 
     /// Checks an operation against a datatype (see `ops::check`).
-    pub fn check_op(&self, op: MPI_Op, dt: MPI_Datatype) -> Result<(), c_int> {
+    pub fn check_op(&self, op: MPI_Op, dt: MPI_Datatype) -> Result<(), Raised> {
         match crate::core::ops::check(op, dt) {
             Ok(()) => Ok(()),
             Err(c) => self.fail(c, "the operation is not defined for this datatype"),
         }
+    }
+
+    /// The reduction parameters after checking count, datatype and operation.
+    pub fn reduction(
+        &self,
+        count: i64,
+        dt: MPI_Datatype,
+        op: MPI_Op,
+    ) -> Result<algo::Reduction, Raised> {
+        self.check_count(count, "count")?;
+        let ti = self.type_info(dt, "datatype")?;
+        self.check_op(op, dt)?;
+        crate::platform::counters::note_bytes((count * ti.size) as u64);
+        Ok(algo::Reduction {
+            count,
+            dt,
+            ti,
+            op,
+            commutative: crate::core::ops::commutative(op),
+        })
     }
 
     /// A buffer that must be a real address when it describes data of a predefined type
@@ -187,7 +265,7 @@ impl<'a> Ctx<'a> {
         count: i64,
         dt: MPI_Datatype,
         what: &str,
-    ) -> Result<(), c_int> {
+    ) -> Result<(), Raised> {
         if crate::core::dtype::null_buffer(buf, count, dt) {
             return self.fail(MPI_ERR_BUFFER, format_args!("{what} is NULL"));
         }
@@ -209,7 +287,7 @@ impl<'a> Ctx<'a> {
         applies: bool,
         send: *const c_void,
         recv: *const c_void,
-    ) -> Result<(), c_int> {
+    ) -> Result<(), Raised> {
         if applies && core::ptr::eq(send, recv) {
             return self.fail(
                 MPI_ERR_BUFFER,
@@ -220,14 +298,15 @@ impl<'a> Ctx<'a> {
     }
 
     /// Runs `build`'s schedule (or the cached one for `key`) in the form the application
-    /// called: to completion, as a request, or as a persistent request.
+    /// called: to completion, as a request, or as a persistent request ([`Done::Scheduled`];
+    /// a message that fails, a NULL request or an invalid info is raised).
     pub fn launch(
         &self,
         key: Option<Key>,
         send: *const c_void,
         recv: *mut c_void,
-        build: impl FnOnce() -> Result<Schedule, c_int>,
-    ) -> Result<c_int, c_int> {
+        build: impl FnOnce() -> Result<Schedule, Raised>,
+    ) -> Result<Done, Raised> {
         let cached = key.as_ref().and_then(|k| {
             self.st
                 .cache
@@ -268,7 +347,7 @@ impl<'a> Ctx<'a> {
                 if rc != MPI_SUCCESS {
                     return self.fail(rc, "a message of the collective failed");
                 }
-                Ok(MPI_SUCCESS)
+                Ok(Done::Scheduled)
             }
             Variant::Nonblocking(req) => {
                 if req.is_null() {
@@ -286,7 +365,7 @@ impl<'a> Ctx<'a> {
                 progress::submit(&cell);
                 // SAFETY: a non-NULL request pointer from the application.
                 unsafe { *req = request::insert_nonblocking(cell, self.comm, self.call.fid) };
-                Ok(MPI_SUCCESS)
+                Ok(Done::Scheduled)
             }
             Variant::Persistent(info, req) => {
                 if req.is_null() {
@@ -313,15 +392,15 @@ impl<'a> Ctx<'a> {
                 };
                 // SAFETY: a non-NULL request pointer from the application.
                 unsafe { *req = request::insert_persistent(p, self.comm, self.call.fid) };
-                Ok(MPI_SUCCESS)
+                Ok(Done::Scheduled)
             }
         }
     }
 
     /// Hands the call to the system MPI (used where the shim has no schedule).
-    pub fn forward(&self, why: &'static str) -> Result<c_int, c_int> {
+    pub fn forward(&self, why: &'static str) -> Done {
         crate::platform::counters::note_path(self.call.fid, "forwarded", why);
-        Ok((self.native)())
+        Done::Forwarded((self.native)())
     }
 
     /// How the call was made, for selection.
@@ -363,10 +442,10 @@ impl<'a> Ctx<'a> {
     }
 
     /// Runs the system MPI's own implementation (the `native` algorithm).
-    pub fn native(&self) -> Result<c_int, c_int> {
+    pub fn native(&self) -> Done {
         memo::note_native();
         crate::platform::counters::note_path(self.call.fid, "native", "system MPI");
-        Ok((self.native)())
+        Done::Native((self.native)())
     }
 }
 

@@ -25,13 +25,13 @@
 //!   dimensions, then a direct exchange inside each ζ-dimensional subcube (ζ =
 //!   `SHIM_ALLGATHER_K`, default 2), with the same fold as recursive doubling.
 
-use super::{Blk, Me, multi, pof2_floor, sub_mod};
-use crate::core::sched::{Builder, Schedule, V};
+use super::{Block, Rank, multi, pof2_floor, sub_mod};
+use crate::core::sched::{ActionId, Builder, Schedule};
 use crate::services::coll::select::{Algo, Choice};
 
 /// `send`: this rank's contribution (`None` = in place, already in its block); `blocks`:
 /// the receive buffer's blocks, one per rank.
-pub fn build(ch: &Choice, me: Me, send: Option<Blk>, blocks: &[Blk]) -> Schedule {
+pub fn build(ch: &Choice, me: Rank, send: Option<Block>, blocks: &[Block]) -> Schedule {
     let p = me.size;
     let k = ch.k as i32;
     match ch.algo {
@@ -66,24 +66,30 @@ pub fn build(ch: &Choice, me: Me, send: Option<Blk>, blocks: &[Blk]) -> Schedule
     }
 }
 
-/// Builder state: which action made each block available locally.
-struct St<'a> {
+/// A schedule builder over the call's blocks that knows which action made each block
+/// available locally (the dependencies of sending it on).
+struct BlockBuilder<'a> {
     b: Builder,
-    blocks: &'a [Blk],
-    ready: Vec<Vec<V>>,
+    blocks: &'a [Block],
+    ready: Vec<Vec<ActionId>>,
 }
 
-impl<'a> St<'a> {
-    fn new(name: &'static str, me: Me, send: Option<Blk>, blocks: &'a [Blk]) -> St<'a> {
+impl<'a> BlockBuilder<'a> {
+    fn new(
+        name: &'static str,
+        me: Rank,
+        send: Option<Block>,
+        blocks: &'a [Block],
+    ) -> BlockBuilder<'a> {
         let mut b = Builder::new(name);
         let mut ready = vec![Vec::new(); blocks.len()];
         if let Some(s) = send {
             let mine = &blocks[me.rank as usize];
             if !s.empty() && !mine.empty() {
-                ready[me.rank as usize] = vec![b.copy(s.d, mine.d, &[])];
+                ready[me.rank as usize] = vec![b.copy(s.data, mine.data, &[])];
             }
         }
-        St { b, blocks, ready }
+        BlockBuilder { b, blocks, ready }
     }
 
     /// Sends blocks `idx` (in that order) as one message, after they are available.
@@ -92,7 +98,7 @@ impl<'a> St<'a> {
         if d.count == 0 {
             return;
         }
-        let mut deps: Vec<V> = idx.iter().flat_map(|&i| self.ready[i].clone()).collect();
+        let mut deps: Vec<ActionId> = idx.iter().flat_map(|&i| self.ready[i].clone()).collect();
         deps.sort_unstable();
         deps.dedup();
         self.b.send(d, peer, &deps);
@@ -115,8 +121,8 @@ impl<'a> St<'a> {
     }
 }
 
-pub fn ring(me: Me, send: Option<Blk>, blocks: &[Blk], name: &'static str) -> Schedule {
-    let mut s = St::new(name, me, send, blocks);
+pub fn ring(me: Rank, send: Option<Block>, blocks: &[Block], name: &'static str) -> Schedule {
+    let mut s = BlockBuilder::new(name, me, send, blocks);
     let p = me.size;
     let r = me.rank;
     let right = (r + 1) % p;
@@ -139,8 +145,14 @@ fn with_partners(set: &[usize], pof2: usize, p: usize) -> Vec<usize> {
 }
 
 /// Recursive doubling (zeta = 0) and the hybrid hypercube.
-fn hypercube(me: Me, send: Option<Blk>, blocks: &[Blk], zeta: i32, name: &'static str) -> Schedule {
-    let mut s = St::new(name, me, send, blocks);
+fn hypercube(
+    me: Rank,
+    send: Option<Block>,
+    blocks: &[Block],
+    zeta: i32,
+    name: &'static str,
+) -> Schedule {
+    let mut s = BlockBuilder::new(name, me, send, blocks);
     let p = me.size as usize;
     let r = me.rank as usize;
     if p == 1 {
@@ -195,8 +207,8 @@ fn hypercube(me: Me, send: Option<Blk>, blocks: &[Blk], zeta: i32, name: &'stati
     s.finish()
 }
 
-fn bruck(me: Me, send: Option<Blk>, blocks: &[Blk]) -> Schedule {
-    let mut s = St::new("bruck", me, send, blocks);
+fn bruck(me: Rank, send: Option<Block>, blocks: &[Block]) -> Schedule {
+    let mut s = BlockBuilder::new("bruck", me, send, blocks);
     let p = me.size as usize;
     let r = me.rank as usize;
     let mut dist = 1usize;
@@ -211,8 +223,8 @@ fn bruck(me: Me, send: Option<Blk>, blocks: &[Blk]) -> Schedule {
     s.finish()
 }
 
-fn mesh(me: Me, send: Option<Blk>, blocks: &[Blk]) -> Schedule {
-    let mut s = St::new("mesh", me, send, blocks);
+fn mesh(me: Rank, send: Option<Block>, blocks: &[Block]) -> Schedule {
+    let mut s = BlockBuilder::new("mesh", me, send, blocks);
     let p = me.size as usize;
     let r = me.rank as usize;
     if p == 1 {
@@ -273,8 +285,8 @@ fn mesh(me: Me, send: Option<Blk>, blocks: &[Blk]) -> Schedule {
     s.finish()
 }
 
-fn prefix(me: Me, send: Option<Blk>, blocks: &[Blk]) -> Schedule {
-    let mut s = St::new("prefix", me, send, blocks);
+fn prefix(me: Rank, send: Option<Block>, blocks: &[Block]) -> Schedule {
+    let mut s = BlockBuilder::new("prefix", me, send, blocks);
     let p = me.size as usize;
     let r = me.rank as usize;
     for i in 1..p {
@@ -284,8 +296,8 @@ fn prefix(me: Me, send: Option<Blk>, blocks: &[Blk]) -> Schedule {
     s.finish()
 }
 
-fn kprefix(me: Me, send: Option<Blk>, blocks: &[Blk], k: i32) -> Schedule {
-    let mut s = St::new("kprefix", me, send, blocks);
+fn kprefix(me: Rank, send: Option<Block>, blocks: &[Block], k: i32) -> Schedule {
+    let mut s = BlockBuilder::new("kprefix", me, send, blocks);
     let p = me.size as usize;
     let r = me.rank as usize;
     let k = k as usize;
@@ -306,8 +318,8 @@ fn kprefix(me: Me, send: Option<Blk>, blocks: &[Blk], k: i32) -> Schedule {
     s.finish()
 }
 
-fn kshift(me: Me, send: Option<Blk>, blocks: &[Blk], k: i32) -> Schedule {
-    let mut s = St::new("kshift", me, send, blocks);
+fn kshift(me: Rank, send: Option<Block>, blocks: &[Block], k: i32) -> Schedule {
+    let mut s = BlockBuilder::new("kshift", me, send, blocks);
     let p = me.size as i64;
     let r = me.rank as i64;
     let k = k as i64;
@@ -342,8 +354,8 @@ mod tests {
     use crate::core::sched::sim::{self, Bufs, Mode};
     use crate::platform::abi::MPI_UINT64_T;
 
-    fn blk(addr: Addr, n: i64) -> Blk {
-        Blk::new(
+    fn blk(addr: Addr, n: i64) -> Block {
+        Block::new(
             addr,
             n,
             MPI_UINT64_T(),
@@ -396,7 +408,7 @@ mod tests {
             at += counts[i] + 1;
         }
         let total = at;
-        let blocks: Vec<Blk> = (0..pu)
+        let blocks: Vec<Block> = (0..pu)
             .map(|i| blk(Addr::recv(displs[i] as i64 * 8), counts[i] as i64))
             .collect();
         let ch = Choice {
@@ -408,7 +420,7 @@ mod tests {
         let scheds: Vec<Schedule> = (0..p)
             .map(|r| {
                 let send = (!inplace).then(|| blk(Addr::send(0), counts[r as usize] as i64));
-                build(&ch, Me { rank: r, size: p }, send, &blocks)
+                build(&ch, Rank { rank: r, size: p }, send, &blocks)
             })
             .collect();
         let what = format!("{algo:?} k={k} p={p} pattern={pattern} inplace={inplace}");
@@ -442,8 +454,8 @@ mod tests {
 
     #[test]
     fn fallbacks_are_named() {
-        let blocks: Vec<Blk> = (0..6).map(|i| blk(Addr::recv(i * 8), 1)).collect();
-        let me = Me { rank: 0, size: 6 };
+        let blocks: Vec<Block> = (0..6).map(|i| blk(Addr::recv(i * 8), 1)).collect();
+        let me = Rank { rank: 0, size: 6 };
         let s = build(&Choice::new(Algo::Prefix), me, None, &blocks);
         assert!(s.algorithm.starts_with("ring (prefix"));
         let s = build(

@@ -12,8 +12,8 @@
 //! In place, the receive buffer's blocks are first copied to scratch (at the same relative
 //! positions) and sent from there; a block's receive waits for its copy.
 
-use super::{Blk, Me, sub_mod};
-use crate::core::sched::{Addr, Base, Builder, Data, Schedule, V};
+use super::{Block, Rank, sub_mod};
+use crate::core::sched::{ActionId, Addr, Base, Builder, Data, Schedule};
 use crate::platform::abi::MPI_PACKED;
 use crate::services::coll::select::{Algo, Choice};
 
@@ -21,9 +21,9 @@ use crate::services::coll::select::{Algo, Choice};
 /// `regular`: every block has the same size on every rank (MPI_Alltoall).
 pub fn build(
     ch: &Choice,
-    me: Me,
-    send: &[Blk],
-    recv: &[Blk],
+    me: Rank,
+    send: &[Block],
+    recv: &[Block],
     inplace: bool,
     regular: bool,
 ) -> Schedule {
@@ -43,13 +43,13 @@ pub fn build(
 /// receive buffer (with the copy actions to wait for).
 fn sources(
     b: &mut Builder,
-    me: Me,
-    send: &[Blk],
-    recv: &[Blk],
+    me: Rank,
+    send: &[Block],
+    recv: &[Block],
     inplace: bool,
-) -> (Vec<Blk>, Vec<Option<V>>) {
+) -> (Vec<Block>, Vec<Option<ActionId>>) {
     let p = me.size as usize;
-    let mut copied: Vec<Option<V>> = vec![None; p];
+    let mut copied: Vec<Option<ActionId>> = vec![None; p];
     if !inplace {
         return (send.to_vec(), copied);
     }
@@ -63,42 +63,42 @@ fn sources(
             continue;
         }
         let mut s = *blk;
-        s.d.addr = Addr {
+        s.data.addr = Addr {
             base: Base::Scratch,
-            off: base as isize + blk.d.addr.off,
+            off: base as isize + blk.data.addr.off,
         };
-        copied[j] = Some(b.copy(blk.d, s.d, &[]));
+        copied[j] = Some(b.copy(blk.data, s.data, &[]));
         sources[j] = s;
     }
     (sources, copied)
 }
 
-fn exchange(me: Me, send: &[Blk], recv: &[Blk], inplace: bool, stepwise: bool) -> Schedule {
+fn exchange(me: Rank, send: &[Block], recv: &[Block], inplace: bool, stepwise: bool) -> Schedule {
     let mut b = Builder::new(if stepwise { "pairwise" } else { "linear" });
     let p = me.size;
     let r = me.rank;
     let (sources, copied) = sources(&mut b, me, send, recv, inplace);
     if !inplace && !send[r as usize].empty() {
-        b.copy(send[r as usize].d, recv[r as usize].d, &[]);
+        b.copy(send[r as usize].data, recv[r as usize].data, &[]);
     }
-    let mut prev: Vec<V> = Vec::new();
+    let mut prev: Vec<ActionId> = Vec::new();
     for i in 1..p {
         let from = sub_mod(r, i, p) as usize;
         let to = ((r + i) % p) as usize;
         let mut this = Vec::new();
         if !recv[from].empty() {
-            let mut deps: Vec<V> = copied[from].into_iter().collect();
+            let mut deps: Vec<ActionId> = copied[from].into_iter().collect();
             if stepwise {
                 deps.extend(&prev);
             }
-            this.push(b.recv(recv[from].d, from as i32, &deps));
+            this.push(b.recv(recv[from].data, from as i32, &deps));
         }
         if !sources[to].empty() {
-            let mut deps: Vec<V> = copied[to].into_iter().collect();
+            let mut deps: Vec<ActionId> = copied[to].into_iter().collect();
             if stepwise {
                 deps.extend(&prev);
             }
-            this.push(b.send(sources[to].d, to as i32, &deps));
+            this.push(b.send(sources[to].data, to as i32, &deps));
         }
         if stepwise && !this.is_empty() {
             prev = this;
@@ -107,7 +107,7 @@ fn exchange(me: Me, send: &[Blk], recv: &[Blk], inplace: bool, stepwise: bool) -
     b.finish()
 }
 
-fn bruck(me: Me, send: &[Blk], recv: &[Blk], inplace: bool) -> Schedule {
+fn bruck(me: Rank, send: &[Block], recv: &[Block], inplace: bool) -> Schedule {
     let mut b = Builder::new("bruck");
     let p = me.size as usize;
     let r = me.rank as usize;
@@ -120,10 +120,10 @@ fn bruck(me: Me, send: &[Blk], recv: &[Blk], inplace: bool) -> Schedule {
     // rotation: slot j holds the block for rank r + j
     let a = Addr::scratch(b.scratch(p as i64 * bb));
     let mut loc: Vec<Addr> = (0..p).map(|j| a.add(j as i64 * bb)).collect();
-    let rotated: Vec<V> = (0..p)
-        .map(|j| b.copy(src[(r + j) % p].d, slot(loc[j]), &[]))
+    let rotated: Vec<ActionId> = (0..p)
+        .map(|j| b.copy(src[(r + j) % p].data, slot(loc[j]), &[]))
         .collect();
-    let mut ready: Vec<Vec<V>> = (0..p).map(|j| vec![rotated[j]]).collect();
+    let mut ready: Vec<Vec<ActionId>> = (0..p).map(|j| vec![rotated[j]]).collect();
     let mut k = 1usize;
     while k < p {
         let moving: Vec<usize> = (1..p).filter(|j| j & k != 0).collect();
@@ -132,7 +132,7 @@ fn bruck(me: Me, send: &[Blk], recv: &[Blk], inplace: bool) -> Schedule {
             .map(|&j| (loc[j], bb, MPI_PACKED(), 1))
             .collect();
         let d = b.blocks(&parts);
-        let mut deps: Vec<V> = moving.iter().flat_map(|&j| ready[j].clone()).collect();
+        let mut deps: Vec<ActionId> = moving.iter().flat_map(|&j| ready[j].clone()).collect();
         deps.sort_unstable();
         deps.dedup();
         b.send(d, ((r + k) % p) as i32, &deps);
@@ -158,7 +158,7 @@ fn bruck(me: Me, send: &[Blk], recv: &[Blk], inplace: bool) -> Schedule {
         if inplace {
             deps.extend(&rotated);
         }
-        b.copy(slot(loc[j]), recv[(r + p - j) % p].d, &deps);
+        b.copy(slot(loc[j]), recv[(r + p - j) % p].data, &deps);
     }
     b.finish()
 }
@@ -169,8 +169,8 @@ mod tests {
     use crate::core::sched::sim::{self, Bufs, Mode};
     use crate::platform::abi::MPI_UINT64_T;
 
-    fn blk(addr: Addr, n: i64) -> Blk {
-        Blk::new(
+    fn blk(addr: Addr, n: i64) -> Block {
+        Block::new(
             addr,
             n,
             MPI_UINT64_T(),
@@ -221,15 +221,15 @@ mod tests {
             .map(|r| {
                 let (sd, _) = layout(r, true);
                 let (rd, _) = layout(r, false);
-                let send: Vec<Blk> = (0..pu)
+                let send: Vec<Block> = (0..pu)
                     .map(|i| blk(Addr::send(sd[i] as i64 * 8), cnt(regular, r, i) as i64))
                     .collect();
-                let recv: Vec<Blk> = (0..pu)
+                let recv: Vec<Block> = (0..pu)
                     .map(|i| blk(Addr::recv(rd[i] as i64 * 8), cnt(regular, i, r) as i64))
                     .collect();
                 build(
                     &ch,
-                    Me {
+                    Rank {
                         rank: r as i32,
                         size: p,
                     },

@@ -10,8 +10,8 @@
 //!   below it, the power-of-two group exchanges with rank ^ 2^k, then the partners
 //!   release the extra ranks.
 
-use super::{Me, ceil_log, pof2_floor, sub_mod};
-use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use super::{Rank, ceil_log, pof2_floor, sub_mod};
+use crate::core::sched::{ActionId, Addr, Builder, Data, Schedule};
 use crate::platform::abi::MPI_BYTE;
 use crate::services::coll::select::{Algo, Choice};
 
@@ -19,7 +19,7 @@ fn empty() -> Data {
     Data::new(Addr::recv(0), 0, MPI_BYTE())
 }
 
-pub fn build(ch: &Choice, me: Me) -> Schedule {
+pub fn build(ch: &Choice, me: Rank) -> Schedule {
     match ch.algo {
         Algo::NwayDissemination => nway(me, ch.k.max(1) as i32, "nway-dissemination"),
         Algo::RecursiveDoubling => recursive_doubling(me),
@@ -28,12 +28,12 @@ pub fn build(ch: &Choice, me: Me) -> Schedule {
 }
 
 /// n-way dissemination; n = 1 is the classic dissemination barrier.
-fn nway(me: Me, n: i32, name: &'static str) -> Schedule {
+fn nway(me: Rank, n: i32, name: &'static str) -> Schedule {
     let mut b = Builder::new(name);
     let p = me.size as i64;
     let n = (n as i64).min((p - 1).max(1));
     let rounds = ceil_log(n + 1, p);
-    let mut prev: Vec<V> = Vec::new();
+    let mut prev: Vec<ActionId> = Vec::new();
     let mut dist = 1i64;
     for _ in 0..rounds {
         let mut this = Vec::new();
@@ -59,7 +59,7 @@ fn nway(me: Me, n: i32, name: &'static str) -> Schedule {
     b.finish()
 }
 
-fn recursive_doubling(me: Me) -> Schedule {
+fn recursive_doubling(me: Rank) -> Schedule {
     let mut b = Builder::new("recursive-doubling");
     let p = me.size;
     let r = me.rank;
@@ -73,7 +73,7 @@ fn recursive_doubling(me: Me) -> Schedule {
         b.recv(empty(), r - pof2, &[s]);
         return b.finish();
     }
-    let mut prev: Vec<V> = Vec::new();
+    let mut prev: Vec<ActionId> = Vec::new();
     if r + pof2 < p {
         prev = vec![b.recv(empty(), r + pof2, &[])];
     }
@@ -112,7 +112,7 @@ mod tests {
                         fallback: false,
                     };
                     let scheds: Vec<Schedule> = (0..p)
-                        .map(|r| build(&ch, Me { rank: r, size: p }))
+                        .map(|r| build(&ch, Rank { rank: r, size: p }))
                         .collect();
                     // a barrier must not finish on any rank while one rank has not started:
                     // withholding rank `late`'s actions must deadlock everyone else
@@ -124,7 +124,7 @@ mod tests {
                     if p > 1 {
                         for late in 0..p as usize {
                             let mut s2: Vec<Schedule> = (0..p)
-                                .map(|r| build(&ch, Me { rank: r, size: p }))
+                                .map(|r| build(&ch, Rank { rank: r, size: p }))
                                 .collect();
                             s2[late] = Builder::new("absent").finish();
                             let fin = sim::finished(&s2, Mode::Eager, 5).unwrap();

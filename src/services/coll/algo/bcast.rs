@@ -15,12 +15,12 @@
 //! The segmented algorithms work on the message as packed bytes ([`Packed`]): every rank
 //! agrees on the byte count, whatever datatype it passed.
 
-use super::{Me, Packed, ceil_log, split, sub_mod};
+use super::{Packed, Rank, ceil_log, split, sub_mod};
 use crate::core::dtype::TypeInfo;
-use crate::core::sched::{Builder, Data, Schedule, V};
+use crate::core::sched::{ActionId, Builder, Data, Schedule};
 use crate::services::coll::select::{Algo, Choice};
 
-pub fn build(ch: &Choice, me: Me, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
+pub fn build(ch: &Choice, me: Rank, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
     let bytes = data.count * ti.size;
     match ch.algo {
         Algo::Linear => linear(me, data, bytes, root),
@@ -31,7 +31,7 @@ pub fn build(ch: &Choice, me: Me, data: Data, ti: &TypeInfo, root: i32) -> Sched
     }
 }
 
-fn linear(me: Me, data: Data, bytes: i64, root: i32) -> Schedule {
+fn linear(me: Rank, data: Data, bytes: i64, root: i32) -> Schedule {
     let mut b = Builder::new("linear");
     if bytes == 0 || me.size == 1 {
         return b.finish();
@@ -76,7 +76,7 @@ pub fn knomial_tree(vr: i64, p: i64, k: i64) -> (Option<i64>, Vec<(i64, i64)>) {
     (parent, children)
 }
 
-fn knomial(me: Me, data: Data, bytes: i64, root: i32, k: i64, name: &'static str) -> Schedule {
+fn knomial(me: Rank, data: Data, bytes: i64, root: i32, k: i64, name: &'static str) -> Schedule {
     let mut b = Builder::new(name);
     let p = me.size as i64;
     if bytes == 0 || p == 1 {
@@ -85,7 +85,7 @@ fn knomial(me: Me, data: Data, bytes: i64, root: i32, k: i64, name: &'static str
     let vr = sub_mod(me.rank, root, me.size) as i64;
     let (parent, children) = knomial_tree(vr, p, k);
     let abs = |v: i64| ((v + root as i64) % p) as i32;
-    let got: Vec<V> = parent
+    let got: Vec<ActionId> = parent
         .map(|q| b.recv(data, abs(q), &[]))
         .into_iter()
         .collect();
@@ -95,7 +95,7 @@ fn knomial(me: Me, data: Data, bytes: i64, root: i32, k: i64, name: &'static str
     b.finish()
 }
 
-fn pipeline(me: Me, data: Data, ti: &TypeInfo, root: i32, seg: i64) -> Schedule {
+fn pipeline(me: Rank, data: Data, ti: &TypeInfo, root: i32, seg: i64) -> Schedule {
     let mut b = Builder::new("pipeline");
     let p = me.size;
     let pk = Packed::new(&mut b, data, ti);
@@ -116,7 +116,7 @@ fn pipeline(me: Me, data: Data, ti: &TypeInfo, root: i32, seg: i64) -> Schedule 
     for i in 0..nseg {
         let (off, n) = (i * seg, seg.min(pk.bytes - i * seg));
         let d = pk.slice(off, n);
-        let have: Vec<V> = match prev {
+        let have: Vec<ActionId> = match prev {
             Some(q) => {
                 let r = b.recv(d, q, &[]);
                 all.push(r);
@@ -134,7 +134,7 @@ fn pipeline(me: Me, data: Data, ti: &TypeInfo, root: i32, seg: i64) -> Schedule 
     b.finish()
 }
 
-fn scatter_allgather(me: Me, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
+fn scatter_allgather(me: Rank, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
     let mut b = Builder::new("scatter-allgather");
     let p = me.size as i64;
     let pk = Packed::new(&mut b, data, ti);
@@ -154,7 +154,7 @@ fn scatter_allgather(me: Me, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
     let range = |lo: i64, hi: i64| pk.slice(start(lo), start(hi.min(p)) - start(lo));
     // binomial scatter of the chunks: vr's subtree is vr .. vr + its size
     let (parent, children) = knomial_tree(vr, p, 2);
-    let mut have: Vec<V> = if vr == 0 {
+    let mut have: Vec<ActionId> = if vr == 0 {
         pk.pack(&mut b, &[])
     } else {
         Vec::new()
@@ -164,7 +164,7 @@ fn scatter_allgather(me: Me, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
         None => p,
     };
     // the chunk of each relative rank: the action after which this rank holds it
-    let mut filled: Vec<Option<V>> = vec![None; p as usize];
+    let mut filled: Vec<Option<ActionId>> = vec![None; p as usize];
     if let Some(q) = parent {
         let d = range(vr, vr + subtree);
         if d.count > 0 {
@@ -195,7 +195,7 @@ fn scatter_allgather(me: Me, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
         let inc = (vr - s - 1 + 2 * p) % p;
         let d = range(out, out + 1);
         if d.count > 0 && !holds((vr + 1) % p, out) {
-            let deps: Vec<V> = filled[out as usize].into_iter().collect();
+            let deps: Vec<ActionId> = filled[out as usize].into_iter().collect();
             all.push(b.send(d, right, &deps));
         }
         let d = range(inc, inc + 1);
@@ -264,7 +264,7 @@ mod tests {
                             };
                             let data = Data::new(Addr::recv(0), count as i64, MPI_UINT64_T());
                             let scheds: Vec<Schedule> = (0..p)
-                                .map(|r| build(&ch, Me { rank: r, size: p }, data, &ti8(), root))
+                                .map(|r| build(&ch, Rank { rank: r, size: p }, data, &ti8(), root))
                                 .collect();
                             let want: Vec<u64> = (0..count).map(|i| sim::val(99, i)).collect();
                             for mode in [Mode::Eager, Mode::Rendezvous] {

@@ -13,8 +13,8 @@
 //! Reductions combine the remote group's contributions in rank order (`dst = src op dst`
 //! from the highest rank down), so non-commutative operations are correct.
 
-use super::{Blk, Red};
-use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use super::{Block, Reduction};
+use crate::core::sched::{ActionId, Addr, Builder, Data, Schedule};
 
 pub const NAME: &str = "inter-linear";
 
@@ -58,19 +58,19 @@ pub fn bcast(role: Role, data: Data, remote: i32) -> Schedule {
 }
 
 /// Gather(v): the root receives block `j` from remote process `j`.
-pub fn gather(role: Role, send: Option<Blk>, recv: &[Blk]) -> Schedule {
+pub fn gather(role: Role, send: Option<Block>, recv: &[Block]) -> Schedule {
     let mut b = Builder::new(NAME);
     match role {
         Role::Root => {
             for (j, r) in recv.iter().enumerate() {
                 if !r.empty() {
-                    b.recv(r.d, j as i32, &[]);
+                    b.recv(r.data, j as i32, &[]);
                 }
             }
         }
         Role::Leaf(root) => {
             if let Some(s) = send.filter(|s| !s.empty()) {
-                b.send(s.d, root, &[]);
+                b.send(s.data, root, &[]);
             }
         }
         Role::Idle => {}
@@ -79,19 +79,19 @@ pub fn gather(role: Role, send: Option<Blk>, recv: &[Blk]) -> Schedule {
 }
 
 /// Scatter(v): the root sends block `j` to remote process `j`.
-pub fn scatter(role: Role, send: &[Blk], recv: Option<Blk>) -> Schedule {
+pub fn scatter(role: Role, send: &[Block], recv: Option<Block>) -> Schedule {
     let mut b = Builder::new(NAME);
     match role {
         Role::Root => {
             for (j, s) in send.iter().enumerate() {
                 if !s.empty() {
-                    b.send(s.d, j as i32, &[]);
+                    b.send(s.data, j as i32, &[]);
                 }
             }
         }
         Role::Leaf(root) => {
             if let Some(r) = recv.filter(|r| !r.empty()) {
-                b.recv(r.d, root, &[]);
+                b.recv(r.data, root, &[]);
             }
         }
         Role::Idle => {}
@@ -101,14 +101,14 @@ pub fn scatter(role: Role, send: &[Blk], recv: Option<Blk>) -> Schedule {
 
 /// Allgather(v), Alltoall(v, w): block `sends[j]` to remote process `j`, block
 /// `recvs[j]` from it (Allgather sends the same block to all).
-pub fn exchange(sends: &[Blk], recvs: &[Blk]) -> Schedule {
+pub fn exchange(sends: &[Block], recvs: &[Block]) -> Schedule {
     let mut b = Builder::new(NAME);
     for (j, (s, r)) in sends.iter().zip(recvs).enumerate() {
         if !r.empty() {
-            b.recv(r.d, j as i32, &[]);
+            b.recv(r.data, j as i32, &[]);
         }
         if !s.empty() {
-            b.send(s.d, j as i32, &[]);
+            b.send(s.data, j as i32, &[]);
         }
     }
     b.finish()
@@ -117,12 +117,19 @@ pub fn exchange(sends: &[Blk], recvs: &[Blk]) -> Schedule {
 /// Receives `len` elements of `r`'s type from every remote process into scratch and
 /// reduces the elements `at..at + r.count` of them, in remote rank order, into `out`.
 /// Returns the last action.
-fn combine(b: &mut Builder, r: &Red, len: i64, at: i64, remote: i32, out: Addr) -> Option<V> {
+fn combine(
+    b: &mut Builder,
+    r: &Reduction,
+    len: i64,
+    at: i64,
+    remote: i32,
+    out: Addr,
+) -> Option<ActionId> {
     if r.count == 0 || remote == 0 {
         return None;
     }
-    let whole = Red { count: len, ..*r };
-    let bufs: Vec<(Addr, V)> = (0..remote)
+    let whole = Reduction { count: len, ..*r };
+    let bufs: Vec<(Addr, ActionId)> = (0..remote)
         .map(|j| {
             let t = b.scratch_for(len, &r.ti);
             (t, b.recv(whole.data(t), j, &[]))
@@ -138,7 +145,7 @@ fn combine(b: &mut Builder, r: &Red, len: i64, at: i64, remote: i32, out: Addr) 
 }
 
 /// Reduce: the root's result is the remote group's vectors combined in rank order.
-pub fn reduce(role: Role, r: &Red, remote: i32) -> Schedule {
+pub fn reduce(role: Role, r: &Reduction, remote: i32) -> Schedule {
     let mut b = Builder::new(NAME);
     match role {
         Role::Root => {
@@ -155,7 +162,7 @@ pub fn reduce(role: Role, r: &Red, remote: i32) -> Schedule {
 }
 
 /// Allreduce: every process's result is the remote group's vectors combined.
-pub fn allreduce(r: &Red, remote: i32) -> Schedule {
+pub fn allreduce(r: &Reduction, remote: i32) -> Schedule {
     let mut b = Builder::new(NAME);
     if r.count > 0 {
         for j in 0..remote {
@@ -169,7 +176,7 @@ pub fn allreduce(r: &Red, remote: i32) -> Schedule {
 /// Reduce_scatter(_block): `r.count` elements of the result reach this process, taken at
 /// element `at` of the `len` elements each remote process sends it; `sends[j]` is the
 /// (first element, count) of this process's send vector that remote process `j` gets.
-pub fn reduce_scatter(r: &Red, len: i64, at: i64, sends: &[(i64, i64)]) -> Schedule {
+pub fn reduce_scatter(r: &Reduction, len: i64, at: i64, sends: &[(i64, i64)]) -> Schedule {
     let mut b = Builder::new(NAME);
     for (j, &(lo, n)) in sends.iter().enumerate() {
         if n > 0 {

@@ -1,8 +1,8 @@
 //! Layer: services. May use: core, platform.
 //!
 //! Schedule builders, one module per collective (family). Each takes this rank's view of
-//! the call (`Me`, blocks of data, reduction parameters) and returns a schedule. They are
-//! correct for every process count, powers of two or not.
+//! the call (its [`Rank`], [`Block`]s of data, a [`Reduction`]'s parameters) and returns a
+//! schedule. They are correct for every process count, powers of two or not.
 //!
 //! A block whose type signature is empty (no bytes) is neither sent nor received: both
 //! sides of a message know its signature (MPI-4.0 §6.1: send and receive signatures of
@@ -20,12 +20,12 @@ pub mod rooted;
 pub mod scan;
 
 use crate::core::dtype::TypeInfo;
-use crate::core::sched::{Addr, Builder, Data, V};
+use crate::core::sched::{ActionId, Addr, Builder, Data};
 use crate::platform::abi::{MPI_Datatype, MPI_Op, MPI_PACKED};
 
-/// This rank in its communicator.
+/// This process's place in its communicator: its rank and the communicator's size.
 #[derive(Clone, Copy, Debug)]
-pub struct Me {
+pub struct Rank {
     pub rank: i32,
     pub size: i32,
 }
@@ -33,24 +33,24 @@ pub struct Me {
 /// A block of data: where, how much, and how many bytes its signature has. `lo..hi` is
 /// the byte range (relative to the base) that the block's data touches.
 #[derive(Clone, Copy, Debug)]
-pub struct Blk {
-    pub d: Data,
+pub struct Block {
+    pub data: Data,
     pub bytes: i64,
     pub lo: i64,
     pub hi: i64,
     /// Extent of the datatype (to tell whether two blocks continue each other).
-    pub ext: i64,
+    pub extent: i64,
 }
 
-impl Blk {
-    pub fn new(addr: Addr, count: i64, dt: MPI_Datatype, ti: &TypeInfo) -> Blk {
+impl Block {
+    pub fn new(addr: Addr, count: i64, dt: MPI_Datatype, ti: &TypeInfo) -> Block {
         let lo = addr.off as i64 + ti.true_lb;
-        Blk {
-            d: Data::new(addr, count, dt),
+        Block {
+            data: Data::new(addr, count, dt),
             bytes: count * ti.size,
             lo,
             hi: lo + ti.span(count),
-            ext: ti.extent,
+            extent: ti.extent,
         }
     }
 
@@ -60,13 +60,13 @@ impl Blk {
 
     /// The block as a part of a composite message (see `Builder::blocks`).
     pub fn part(&self) -> (Addr, i64, MPI_Datatype, i64) {
-        (self.d.addr, self.d.count, self.d.dt, self.ext)
+        (self.data.addr, self.data.count, self.data.dt, self.extent)
     }
 }
 
 /// One message carrying several blocks, in the given order.
-pub fn multi<'a>(b: &mut Builder, blocks: impl IntoIterator<Item = &'a Blk>) -> Data {
-    let parts: Vec<_> = blocks.into_iter().map(Blk::part).collect();
+pub fn multi<'a>(b: &mut Builder, blocks: impl IntoIterator<Item = &'a Block>) -> Data {
+    let parts: Vec<_> = blocks.into_iter().map(Block::part).collect();
     b.blocks(&parts)
 }
 
@@ -108,7 +108,7 @@ impl Packed {
     }
 
     /// Copies the typed data into the packed view (nothing when dense).
-    pub fn pack(&self, b: &mut Builder, deps: &[V]) -> Vec<V> {
+    pub fn pack(&self, b: &mut Builder, deps: &[ActionId]) -> Vec<ActionId> {
         if self.dense || self.bytes == 0 {
             deps.to_vec()
         } else {
@@ -117,7 +117,7 @@ impl Packed {
     }
 
     /// Copies the packed view back into the typed data (nothing when dense).
-    pub fn unpack(&self, b: &mut Builder, deps: &[V]) -> Vec<V> {
+    pub fn unpack(&self, b: &mut Builder, deps: &[ActionId]) -> Vec<ActionId> {
         if self.dense || self.bytes == 0 {
             deps.to_vec()
         } else {
@@ -152,7 +152,7 @@ pub fn ceil_log(k: i64, p: i64) -> u32 {
 
 /// The parameters of a reduction.
 #[derive(Clone, Copy, Debug)]
-pub struct Red {
+pub struct Reduction {
     pub count: i64,
     pub dt: MPI_Datatype,
     pub ti: TypeInfo,
@@ -160,7 +160,7 @@ pub struct Red {
     pub commutative: bool,
 }
 
-impl Red {
+impl Reduction {
     pub fn data(&self, a: Addr) -> Data {
         Data::new(a, self.count, self.dt)
     }

@@ -9,20 +9,25 @@
 //! is both neighbours, so order alone cannot tell the blocks apart: each direction gets
 //! its own tag (the sender's neighbour index). Graph topologies match in list order.
 
-use super::{Blk, Me};
+use super::{Block, Rank};
 use crate::core::sched::{Builder, Schedule};
 use crate::platform::abi::MPI_PROC_NULL;
 
-pub fn single_round(_me: Me, sends: &[(Blk, i32)], recvs: &[(Blk, i32)], cart: bool) -> Schedule {
+pub fn single_round(
+    _me: Rank,
+    sends: &[(Block, i32)],
+    recvs: &[(Block, i32)],
+    cart: bool,
+) -> Schedule {
     let mut b = Builder::new("single-round");
     for (i, (blk, peer)) in recvs.iter().enumerate() {
         if *peer == MPI_PROC_NULL || blk.empty() {
             continue;
         }
         if cart {
-            b.recv_tagged(blk.d, *peer, (i ^ 1) as i32, &[]);
+            b.recv_tagged(blk.data, *peer, (i ^ 1) as i32, &[]);
         } else {
-            b.recv(blk.d, *peer, &[]);
+            b.recv(blk.data, *peer, &[]);
         }
     }
     for (j, (blk, peer)) in sends.iter().enumerate() {
@@ -30,9 +35,9 @@ pub fn single_round(_me: Me, sends: &[(Blk, i32)], recvs: &[(Blk, i32)], cart: b
             continue;
         }
         if cart {
-            b.send_tagged(blk.d, *peer, j as i32, &[]);
+            b.send_tagged(blk.data, *peer, j as i32, &[]);
         } else {
-            b.send(blk.d, *peer, &[]);
+            b.send(blk.data, *peer, &[]);
         }
     }
     b.finish()

@@ -33,11 +33,17 @@
 //! - `reduce-bcast`: a binomial reduce to rank 0 and a binomial broadcast.
 
 use super::bcast::knomial_tree;
-use super::{Me, Red, pof2_floor, split, sub_mod};
-use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use super::{Rank, Reduction, pof2_floor, split, sub_mod};
+use crate::core::sched::{ActionId, Addr, Builder, Data, Schedule};
 use crate::services::coll::select::{Algo, Choice};
 
-fn copy_to(b: &mut Builder, r: &Red, from: Addr, to: Addr, deps: &[V]) -> Vec<V> {
+fn copy_to(
+    b: &mut Builder,
+    r: &Reduction,
+    from: Addr,
+    to: Addr,
+    deps: &[ActionId],
+) -> Vec<ActionId> {
     if from == to || r.count == 0 {
         deps.to_vec()
     } else {
@@ -46,17 +52,25 @@ fn copy_to(b: &mut Builder, r: &Red, from: Addr, to: Addr, deps: &[V]) -> Vec<V>
 }
 
 /// Elements `lo..lo + n` of a vector at `base`.
-fn part(r: &Red, base: Addr, lo: i64, n: i64) -> Data {
+fn part(r: &Reduction, base: Addr, lo: i64, n: i64) -> Data {
     Data::new(base.add(lo * r.ti.extent), n, r.dt)
 }
 
 /// `dst[lo..lo+n] = src[lo..lo+n] op dst[lo..lo+n]`.
-fn reduce_part(b: &mut Builder, r: &Red, src: Addr, dst: Addr, lo: i64, n: i64, deps: &[V]) -> V {
+fn reduce_part(
+    b: &mut Builder,
+    r: &Reduction,
+    src: Addr,
+    dst: Addr,
+    lo: i64,
+    n: i64,
+    deps: &[ActionId],
+) -> ActionId {
     let off = lo * r.ti.extent;
     b.reduce(src.add(off), dst.add(off), n, r.dt, r.op, deps)
 }
 
-pub fn reduce(ch: &Choice, me: Me, r: &Red, inplace: bool, root: i32) -> Schedule {
+pub fn reduce(ch: &Choice, me: Rank, r: &Reduction, inplace: bool, root: i32) -> Schedule {
     let input = if inplace && me.rank == root {
         Addr::recv(0)
     } else {
@@ -95,7 +109,7 @@ pub fn reduce(ch: &Choice, me: Me, r: &Red, inplace: bool, root: i32) -> Schedul
     }
 }
 
-pub fn allreduce(ch: &Choice, me: Me, r: &Red, inplace: bool) -> Schedule {
+pub fn allreduce(ch: &Choice, me: Rank, r: &Reduction, inplace: bool) -> Schedule {
     match ch.algo {
         Algo::NwayDissemination if r.commutative => nway(me, r, inplace, ch.k.max(1) as i64),
         Algo::Rabenseifner => allreduce_rabenseifner(me, r, inplace),
@@ -115,14 +129,14 @@ pub fn allreduce(ch: &Choice, me: Me, r: &Red, inplace: bool) -> Schedule {
 #[allow(clippy::too_many_arguments)]
 pub fn tree(
     b: &mut Builder,
-    me: Me,
-    r: &Red,
+    me: Rank,
+    r: &Reduction,
     input: Addr,
     output: Addr,
     root: i32,
     k: i64,
-    deps: &[V],
-) -> Vec<V> {
+    deps: &[ActionId],
+) -> Vec<ActionId> {
     let p = me.size as i64;
     if r.bytes() == 0 {
         return deps.to_vec();
@@ -146,7 +160,7 @@ pub fn tree(
             last = copy_to(b, r, input, acc, &last);
             acc
         };
-        let tmps: Vec<(Addr, V)> = children
+        let tmps: Vec<(Addr, ActionId)> = children
             .iter()
             .map(|&(c, _)| {
                 let t = b.scratch_for(r.count, &r.ti);
@@ -169,7 +183,7 @@ pub fn tree(
         children.sort_unstable();
         let mut acc = input;
         let mut last = deps.to_vec();
-        let tmps: Vec<(Addr, V)> = children
+        let tmps: Vec<(Addr, ActionId)> = children
             .iter()
             .map(|&(c, _)| {
                 let t = b.scratch_for(r.count, &r.ti);
@@ -199,7 +213,7 @@ pub fn tree(
 /// The allreduce used before (recursive doubling) with a fold for P not a power of two:
 /// pairs 2i, 2i+1 combine first (the even rank sits out and gets the result at the end),
 /// which keeps every partial result a contiguous, ordered range of ranks.
-pub fn recursive_doubling(me: Me, r: &Red, inplace: bool) -> Schedule {
+pub fn recursive_doubling(me: Rank, r: &Reduction, inplace: bool) -> Schedule {
     let mut b = Builder::new("recursive-doubling");
     let p = me.size;
     let rank = me.rank;
@@ -235,7 +249,7 @@ pub fn recursive_doubling(me: Me, r: &Red, inplace: bool) -> Schedule {
     }
     if newrank >= 0 {
         let mut mask = 1;
-        let mut prev_send: Vec<V> = Vec::new();
+        let mut prev_send: Vec<ActionId> = Vec::new();
         while mask < pof2 {
             let nd = newrank ^ mask;
             let dst = if nd < rem { nd * 2 + 1 } else { nd + rem };
@@ -259,7 +273,7 @@ pub fn recursive_doubling(me: Me, r: &Red, inplace: bool) -> Schedule {
             b.send(r.data(res), rank - 1, &last);
         }
     } else {
-        let d: Vec<V> = fold_send.into_iter().collect();
+        let d: Vec<ActionId> = fold_send.into_iter().collect();
         b.recv(r.data(res), rank + 1, &d);
     }
     b.finish()
@@ -267,7 +281,7 @@ pub fn recursive_doubling(me: Me, r: &Red, inplace: bool) -> Schedule {
 
 /// n-way dissemination over Q = (n+1)^j ranks; rank y >= Q folds into y mod Q first and
 /// gets the result back at the end. Commutative operations only.
-fn nway(me: Me, r: &Red, inplace: bool, n: i64) -> Schedule {
+fn nway(me: Rank, r: &Reduction, inplace: bool, n: i64) -> Schedule {
     let mut b = Builder::new("nway-dissemination");
     let p = me.size as i64;
     let rank = me.rank as i64;
@@ -302,7 +316,7 @@ fn nway(me: Me, r: &Red, inplace: bool, n: i64) -> Schedule {
     }
     let tmps: Vec<Addr> = (0..n).map(|_| b.scratch_for(r.count, &r.ti)).collect();
     let mut dist = 1i64;
-    let mut prev_reads: Vec<V> = Vec::new();
+    let mut prev_reads: Vec<ActionId> = Vec::new();
     while dist < q {
         let mut sends = Vec::new();
         for i in 1..=n {
@@ -360,7 +374,7 @@ fn kept(newrank: i64, count: i64, upto: i64) -> (i64, i64) {
 }
 
 /// State after Rabenseifner's reduce-scatter on one rank.
-struct Rs {
+struct RabenseifnerState {
     /// This rank's index in the power-of-two group, or -1 if it folded out.
     newrank: i64,
     pof2: i64,
@@ -368,14 +382,21 @@ struct Rs {
     /// Where the kept range lives (buffer `a` or the scratch `b`).
     loc: Addr,
     /// The last reduction / copy, and every send so far (their buffers are reused).
-    last: Vec<V>,
-    sends: Vec<V>,
+    last: Vec<ActionId>,
+    sends: Vec<ActionId>,
 }
 
 /// Reduce-scatter by recursive vector halving and distance doubling. `a` holds this
 /// rank's input (after `deps`); `other` is a second full-length buffer. Ranks 2i < 2*rem
 /// fold into 2i + 1 first.
-fn rabenseifner_rs(b: &mut Builder, me: Me, r: &Red, a: Addr, other: Addr, deps: &[V]) -> Rs {
+fn rabenseifner_rs(
+    b: &mut Builder,
+    me: Rank,
+    r: &Reduction,
+    a: Addr,
+    other: Addr,
+    deps: &[ActionId],
+) -> RabenseifnerState {
     let p = me.size as i64;
     let rank = me.rank as i64;
     let pof2 = pof2_floor(me.size) as i64;
@@ -429,7 +450,7 @@ fn rabenseifner_rs(b: &mut Builder, me: Me, r: &Red, a: Addr, other: Addr, deps:
             mask <<= 1;
         }
     }
-    Rs {
+    RabenseifnerState {
         newrank,
         pof2,
         rem,
@@ -439,7 +460,7 @@ fn rabenseifner_rs(b: &mut Builder, me: Me, r: &Red, a: Addr, other: Addr, deps:
     }
 }
 
-fn allreduce_rabenseifner(me: Me, r: &Red, inplace: bool) -> Schedule {
+fn allreduce_rabenseifner(me: Rank, r: &Reduction, inplace: bool) -> Schedule {
     let mut b = Builder::new("rabenseifner");
     let res = Addr::recv(0);
     let start = if inplace {
@@ -497,7 +518,7 @@ fn allreduce_rabenseifner(me: Me, r: &Red, inplace: bool) -> Schedule {
     b.finish()
 }
 
-fn reduce_rabenseifner(me: Me, r: &Red, input: Addr, root: i32) -> Schedule {
+fn reduce_rabenseifner(me: Rank, r: &Reduction, input: Addr, root: i32) -> Schedule {
     let mut b = Builder::new("rabenseifner");
     let out = Addr::recv(0);
     if me.size == 1 || r.bytes() == 0 {
@@ -578,7 +599,7 @@ fn reduce_rabenseifner(me: Me, r: &Red, input: Addr, root: i32) -> Schedule {
 }
 
 /// Splits `count` elements into segments of about `seg` bytes: (start, len) pairs.
-fn segments(r: &Red, seg: i64) -> Vec<(i64, i64)> {
+fn segments(r: &Reduction, seg: i64) -> Vec<(i64, i64)> {
     let per = if seg <= 0 || r.ti.size == 0 {
         r.count.max(1)
     } else {
@@ -593,7 +614,7 @@ fn segments(r: &Red, seg: i64) -> Vec<(i64, i64)> {
 /// A chain towards the root, segment by segment: for commutative operations over ranks
 /// relative to the root (the chain ends at the root), else over natural ranks ending at
 /// rank 0, which forwards to the root.
-fn reduce_pipeline(me: Me, r: &Red, input: Addr, root: i32, seg: i64) -> Schedule {
+fn reduce_pipeline(me: Rank, r: &Reduction, input: Addr, root: i32, seg: i64) -> Schedule {
     let mut b = Builder::new(if r.commutative {
         "pipeline"
     } else {
@@ -617,7 +638,7 @@ fn reduce_pipeline(me: Me, r: &Red, input: Addr, root: i32, seg: i64) -> Schedul
     let is_end = pos == 0;
     for &(lo, n) in &segs {
         // the partial result of this segment (covering this rank and those after it)
-        let (acc, done): (Addr, Vec<V>) = if pos == p - 1 {
+        let (acc, done): (Addr, Vec<ActionId>) = if pos == p - 1 {
             (input, Vec::new())
         } else {
             let rv = b.recv(part(r, tmp, lo, n), from(pos + 1), &[]);
@@ -625,7 +646,7 @@ fn reduce_pipeline(me: Me, r: &Red, input: Addr, root: i32, seg: i64) -> Schedul
             let red = reduce_part(&mut b, r, input, tmp, lo, n, &[rv]);
             (tmp, vec![red])
         };
-        let sent: Vec<V> = if !is_end {
+        let sent: Vec<ActionId> = if !is_end {
             vec![b.send(part(r, acc, lo, n), from(pos - 1), &done)]
         } else if me.rank == root {
             if acc != out {
@@ -647,7 +668,7 @@ fn reduce_pipeline(me: Me, r: &Red, input: Addr, root: i32, seg: i64) -> Schedul
 
 /// Ring allreduce: reduce-scatter then allgather of P chunks around the ring, in pieces of
 /// at most `seg` bytes. Commutative operations only.
-fn ring(me: Me, r: &Red, inplace: bool, seg: i64) -> Schedule {
+fn ring(me: Rank, r: &Reduction, inplace: bool, seg: i64) -> Schedule {
     let mut b = Builder::new("ring");
     let res = Addr::recv(0);
     let start = if inplace {
@@ -680,10 +701,10 @@ fn ring(me: Me, r: &Red, inplace: bool, seg: i64) -> Schedule {
             .collect()
     };
     // per chunk: the actions after which it is final / was last read by a send
-    let mut ready: Vec<Vec<V>> = vec![start.clone(); p as usize];
-    let mut sent: Vec<Vec<V>> = vec![Vec::new(); p as usize];
+    let mut ready: Vec<Vec<ActionId>> = vec![start.clone(); p as usize];
+    let mut sent: Vec<Vec<ActionId>> = vec![Vec::new(); p as usize];
     let tmp = b.scratch_for(split(r.count, p, 0).1, &r.ti);
-    let mut tmp_free: Vec<V> = Vec::new();
+    let mut tmp_free: Vec<ActionId> = Vec::new();
     for s in 0..p - 1 {
         let out = (rank - s).rem_euclid(p);
         let inc = (rank - s - 1).rem_euclid(p);
@@ -732,7 +753,7 @@ fn ring(me: Me, r: &Red, inplace: bool, seg: i64) -> Schedule {
 }
 
 /// A binomial reduce to rank 0, then a binomial broadcast from it.
-fn reduce_bcast(me: Me, r: &Red, inplace: bool) -> Schedule {
+fn reduce_bcast(me: Rank, r: &Reduction, inplace: bool) -> Schedule {
     let mut b = Builder::new("reduce-bcast");
     let res = Addr::recv(0);
     let input = if inplace { res } else { Addr::send(0) };
@@ -742,7 +763,7 @@ fn reduce_bcast(me: Me, r: &Red, inplace: bool) -> Schedule {
     let done = tree(&mut b, me, r, input, res, 0, 2, &[]);
     let p = me.size as i64;
     let (parent, children) = knomial_tree(me.rank as i64, p, 2);
-    let got: Vec<V> = match parent {
+    let got: Vec<ActionId> = match parent {
         // the result may overwrite the input (in place) only after it was sent up
         Some(q) => vec![b.recv(r.data(res), q as i32, &done)],
         None => done,
@@ -759,8 +780,8 @@ pub(crate) mod tests {
     use crate::core::sched::sim::{self, Bufs, Mode, NONCOMM, iv};
     use crate::platform::abi::{MPI_SUM, MPI_UINT64_T};
 
-    pub fn red(count: i64, commutative: bool) -> Red {
-        Red {
+    pub fn reduction(count: i64, commutative: bool) -> Reduction {
+        Reduction {
             count,
             dt: MPI_UINT64_T(),
             ti: crate::core::dtype::info(MPI_UINT64_T()).unwrap(),
@@ -809,9 +830,9 @@ pub(crate) mod tests {
                                     seg,
                                     fallback: false,
                                 };
-                                let r = red(count, commutative);
+                                let r = reduction(count, commutative);
                                 let scheds: Vec<Schedule> = (0..p)
-                                    .map(|x| allreduce(&ch, Me { rank: x, size: p }, &r, inplace))
+                                    .map(|x| allreduce(&ch, Rank { rank: x, size: p }, &r, inplace))
                                     .collect();
                                 run_check(
                                     &scheds,
@@ -852,10 +873,16 @@ pub(crate) mod tests {
                                         seg,
                                         fallback: false,
                                     };
-                                    let r = red(count, commutative);
+                                    let r = reduction(count, commutative);
                                     let scheds: Vec<Schedule> = (0..p)
                                         .map(|x| {
-                                            reduce(&ch, Me { rank: x, size: p }, &r, inplace, root)
+                                            reduce(
+                                                &ch,
+                                                Rank { rank: x, size: p },
+                                                &r,
+                                                inplace,
+                                                root,
+                                            )
                                         })
                                         .collect();
                                     run_check(
@@ -925,8 +952,8 @@ pub(crate) mod tests {
 
     #[test]
     fn fallbacks_keep_order() {
-        let r = red(4, false);
-        let me = Me { rank: 0, size: 4 };
+        let r = reduction(4, false);
+        let me = Rank { rank: 0, size: 4 };
         for a in [Algo::Ring, Algo::NwayDissemination] {
             let s = allreduce(&Choice::new(a), me, &r, false);
             assert!(

@@ -13,11 +13,11 @@
 //!   blocks; it keeps rank order, so non-commutative operations use it whatever was asked
 //!   (the three above combine in ring or butterfly order).
 
-use super::{Me, Red, pof2_floor};
-use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use super::{Rank, Reduction, pof2_floor};
+use crate::core::sched::{ActionId, Addr, Builder, Data, Schedule};
 use crate::services::coll::select::{Algo, Choice};
 
-pub fn build(ch: &Choice, me: Me, r: &Red, counts: &[i64], inplace: bool) -> Schedule {
+pub fn build(ch: &Choice, me: Rank, r: &Reduction, counts: &[i64], inplace: bool) -> Schedule {
     let ordered = |name: &'static str| {
         let mut s = via_reduce(me, r, counts, inplace);
         s.algorithm = name;
@@ -52,7 +52,7 @@ fn input_of(inplace: bool) -> Addr {
 }
 
 /// The ring (`pairwise` = false) and pairwise reduce-scatters. Commutative operations.
-fn ring(me: Me, r: &Red, counts: &[i64], inplace: bool, pairwise: bool) -> Schedule {
+fn ring(me: Rank, r: &Reduction, counts: &[i64], inplace: bool, pairwise: bool) -> Schedule {
     let mut b = Builder::new(if pairwise { "pairwise" } else { "ring" });
     let p = me.size as i64;
     let rank = me.rank as i64;
@@ -67,15 +67,15 @@ fn ring(me: Me, r: &Red, counts: &[i64], inplace: bool, pairwise: bool) -> Sched
     // the accumulator of this rank's block, and every action that read the input
     let acc = b.scratch_for(mine, &r.ti);
     let acc_d = Data::new(acc, mine, r.dt);
-    let mut reads: Vec<V> = Vec::new();
-    let mut last: Vec<V> = Vec::new();
+    let mut reads: Vec<ActionId> = Vec::new();
+    let mut last: Vec<ActionId> = Vec::new();
     if pairwise {
         if mine > 0 {
             let c = b.copy(blk(input, rank), acc_d, &[]);
             reads.push(c);
             last = vec![c];
         }
-        let mut prev: Vec<V> = Vec::new();
+        let mut prev: Vec<ActionId> = Vec::new();
         for i in 1..p {
             let to = (rank + i) % p;
             let from = (rank - i).rem_euclid(p);
@@ -101,7 +101,7 @@ fn ring(me: Me, r: &Red, counts: &[i64], inplace: bool, pairwise: bool) -> Sched
         // step s: send the partial of block rank - s - 1, receive that of rank - s - 2
         let right = ((rank + 1) % p) as i32;
         let left = ((rank - 1).rem_euclid(p)) as i32;
-        let mut partial: Option<(Addr, Vec<V>)> = None; // the block being passed on
+        let mut partial: Option<(Addr, Vec<ActionId>)> = None; // the block being passed on
         for s in 0..p - 1 {
             let out = (rank - s - 1).rem_euclid(p);
             let inc = (rank - s - 2).rem_euclid(p);
@@ -154,7 +154,7 @@ fn ring(me: Me, r: &Red, counts: &[i64], inplace: bool, pairwise: bool) -> Sched
 /// Recursive halving (distance halving) with a fold: ranks 2i < 2*rem send their whole
 /// vector to 2i + 1, which also does the work for 2i's block and sends it back at the end.
 /// Commutative operations.
-fn recursive_halving(me: Me, r: &Red, counts: &[i64], inplace: bool) -> Schedule {
+fn recursive_halving(me: Rank, r: &Reduction, counts: &[i64], inplace: bool) -> Schedule {
     let mut b = Builder::new("recursive-halving");
     let p = me.size as i64;
     let rank = me.rank as i64;
@@ -169,7 +169,7 @@ fn recursive_halving(me: Me, r: &Red, counts: &[i64], inplace: bool) -> Schedule
     }
     let pof2 = pof2_floor(me.size) as i64;
     let rem = p - pof2;
-    let full = Red { count: total, ..*r };
+    let full = Reduction { count: total, ..*r };
     let range = |a: Addr, lo: i64, hi: i64| Data::new(a.add(lo * ext), hi - lo, r.dt);
     if rank < 2 * rem && rank % 2 == 0 {
         let s = b.send(full.data(input), (rank + 1) as i32, &[]);
@@ -249,14 +249,14 @@ fn recursive_halving(me: Me, r: &Red, counts: &[i64], inplace: bool) -> Schedule
 }
 
 /// Reduce of the whole vector to rank 0 (scratch there), then a scatter of the blocks.
-fn via_reduce(me: Me, r: &Red, counts: &[i64], inplace: bool) -> Schedule {
+fn via_reduce(me: Rank, r: &Reduction, counts: &[i64], inplace: bool) -> Schedule {
     let mut b = Builder::new(if r.commutative {
         "reduce-scatterv"
     } else {
         "reduce-scatterv-ordered"
     });
     let total: i64 = counts.iter().sum();
-    let full = Red { count: total, ..*r };
+    let full = Reduction { count: total, ..*r };
     let input = input_of(inplace);
     let tmp = if me.rank == 0 {
         b.scratch_for(total, &r.ti)
@@ -292,7 +292,7 @@ fn via_reduce(me: Me, r: &Red, counts: &[i64], inplace: bool) -> Schedule {
 mod tests {
     use super::*;
     use crate::core::sched::sim::{self, Bufs, Mode};
-    use crate::services::coll::algo::reduce::tests::{expect, input, red};
+    use crate::services::coll::algo::reduce::tests::{expect, input, reduction};
 
     #[test]
     fn every_reduce_scatter_algorithm() {
@@ -329,8 +329,8 @@ mod tests {
         let ch = Choice::new(algo);
         let scheds: Vec<Schedule> = (0..p)
             .map(|x| {
-                let r = red(counts[x as usize], commutative);
-                build(&ch, Me { rank: x, size: p }, &r, &counts, inplace)
+                let r = reduction(counts[x as usize], commutative);
+                build(&ch, Rank { rank: x, size: p }, &r, &counts, inplace)
             })
             .collect();
         let what = format!("{algo:?} p={p} counts={counts:?} comm={commutative} inplace={inplace}");

@@ -14,8 +14,8 @@
 //! MPI-4.0 §5.2.1), so ranks may use different datatypes for matching signatures.
 
 use super::bcast::knomial_tree;
-use super::{Blk, Me, multi, sub_mod};
-use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use super::{Block, Rank, multi, sub_mod};
+use crate::core::sched::{ActionId, Addr, Builder, Data, Schedule};
 use crate::platform::abi::MPI_PACKED;
 use crate::services::coll::select::{Algo, Choice};
 
@@ -24,9 +24,9 @@ use crate::services::coll::select::{Algo, Choice};
 /// all ranks know it (Gather), else `None` (Gatherv).
 pub fn gather(
     ch: &Choice,
-    me: Me,
-    send: Option<Blk>,
-    recv: &[Blk],
+    me: Rank,
+    send: Option<Block>,
+    recv: &[Block],
     root: i32,
     block_bytes: Option<i64>,
 ) -> Schedule {
@@ -45,9 +45,9 @@ pub fn gather(
 /// at the root).
 pub fn scatter(
     ch: &Choice,
-    me: Me,
-    send: &[Blk],
-    recv: Option<Blk>,
+    me: Rank,
+    send: &[Block],
+    recv: Option<Block>,
     root: i32,
     block_bytes: Option<i64>,
 ) -> Schedule {
@@ -62,7 +62,7 @@ pub fn scatter(
     }
 }
 
-pub fn gather_linear(me: Me, send: Option<Blk>, recv: &[Blk], root: i32) -> Schedule {
+pub fn gather_linear(me: Rank, send: Option<Block>, recv: &[Block], root: i32) -> Schedule {
     let mut b = Builder::new("linear");
     if me.rank == root {
         for (i, r) in recv.iter().enumerate() {
@@ -70,22 +70,22 @@ pub fn gather_linear(me: Me, send: Option<Blk>, recv: &[Blk], root: i32) -> Sche
             if i == root {
                 if let Some(s) = send {
                     if !s.empty() {
-                        b.copy(s.d, r.d, &[]);
+                        b.copy(s.data, r.data, &[]);
                     }
                 }
             } else if !r.empty() {
-                b.recv(r.d, i, &[]);
+                b.recv(r.data, i, &[]);
             }
         }
     } else if let Some(s) = send {
         if !s.empty() {
-            b.send(s.d, root, &[]);
+            b.send(s.data, root, &[]);
         }
     }
     b.finish()
 }
 
-pub fn scatter_linear(me: Me, send: &[Blk], recv: Option<Blk>, root: i32) -> Schedule {
+pub fn scatter_linear(me: Rank, send: &[Block], recv: Option<Block>, root: i32) -> Schedule {
     let mut b = Builder::new("linear");
     if me.rank == root {
         for (i, s) in send.iter().enumerate() {
@@ -93,16 +93,16 @@ pub fn scatter_linear(me: Me, send: &[Blk], recv: Option<Blk>, root: i32) -> Sch
             if i == root {
                 if let Some(r) = recv {
                     if !r.empty() {
-                        b.copy(s.d, r.d, &[]);
+                        b.copy(s.data, r.data, &[]);
                     }
                 }
             } else if !s.empty() {
-                b.send(s.d, i, &[]);
+                b.send(s.data, i, &[]);
             }
         }
     } else if let Some(r) = recv {
         if !r.empty() {
-            b.recv(r.d, root, &[]);
+            b.recv(r.data, root, &[]);
         }
     }
     b.finish()
@@ -112,7 +112,7 @@ fn packed(addr: Addr, bytes: i64) -> Data {
     Data::new(addr, bytes, MPI_PACKED())
 }
 
-fn gather_binomial(me: Me, send: Option<Blk>, recv: &[Blk], root: i32, bb: i64) -> Schedule {
+fn gather_binomial(me: Rank, send: Option<Block>, recv: &[Block], root: i32, bb: i64) -> Schedule {
     let mut b = Builder::new("binomial");
     let p = me.size as i64;
     let vr = sub_mod(me.rank, root, me.size) as i64;
@@ -124,7 +124,7 @@ fn gather_binomial(me: Me, send: Option<Blk>, recv: &[Blk], root: i32, bb: i64) 
     match parent {
         None => {
             if let Some(s) = send {
-                b.copy(s.d, recv[root as usize].d, &[]);
+                b.copy(s.data, recv[root as usize].data, &[]);
             }
             for (c, size) in children {
                 let d = multi(&mut b, (c..c + size).map(|v| &recv[abs(v) as usize]));
@@ -134,11 +134,11 @@ fn gather_binomial(me: Me, send: Option<Blk>, recv: &[Blk], root: i32, bb: i64) 
         Some(q) => {
             let s = send.expect("a non-root rank has a send buffer");
             if children.is_empty() {
-                b.send(s.d, abs(q), &[]);
+                b.send(s.data, abs(q), &[]);
             } else {
                 let size = (vr & -vr).min(p - vr);
                 let buf = Addr::scratch(b.scratch(size * bb));
-                let mut deps = vec![b.copy(s.d, packed(buf, bb), &[])];
+                let mut deps = vec![b.copy(s.data, packed(buf, bb), &[])];
                 for (c, csize) in children {
                     let at = buf.add((c - vr) * bb);
                     deps.push(b.recv(packed(at, csize * bb), abs(c), &[]));
@@ -150,7 +150,7 @@ fn gather_binomial(me: Me, send: Option<Blk>, recv: &[Blk], root: i32, bb: i64) 
     b.finish()
 }
 
-fn scatter_binomial(me: Me, send: &[Blk], recv: Option<Blk>, root: i32, bb: i64) -> Schedule {
+fn scatter_binomial(me: Rank, send: &[Block], recv: Option<Block>, root: i32, bb: i64) -> Schedule {
     let mut b = Builder::new("binomial");
     let p = me.size as i64;
     let vr = sub_mod(me.rank, root, me.size) as i64;
@@ -166,22 +166,22 @@ fn scatter_binomial(me: Me, send: &[Blk], recv: Option<Blk>, root: i32, bb: i64)
                 b.send(d, abs(c), &[]);
             }
             if let Some(r) = recv {
-                b.copy(send[root as usize].d, r.d, &[]);
+                b.copy(send[root as usize].data, r.data, &[]);
             }
         }
         Some(q) => {
             let r = recv.expect("a non-root rank has a receive buffer");
             if children.is_empty() {
-                b.recv(r.d, abs(q), &[]);
+                b.recv(r.data, abs(q), &[]);
             } else {
                 let size = (vr & -vr).min(p - vr);
                 let buf = Addr::scratch(b.scratch(size * bb));
-                let got: Vec<V> = vec![b.recv(packed(buf, size * bb), abs(q), &[])];
+                let got: Vec<ActionId> = vec![b.recv(packed(buf, size * bb), abs(q), &[])];
                 for (c, csize) in children {
                     let at = buf.add((c - vr) * bb);
                     b.send(packed(at, csize * bb), abs(c), &got);
                 }
-                b.copy(packed(buf, bb), r.d, &got);
+                b.copy(packed(buf, bb), r.data, &got);
             }
         }
     }
@@ -194,8 +194,8 @@ mod tests {
     use crate::core::sched::sim::{self, Bufs, Mode};
     use crate::platform::abi::MPI_UINT64_T;
 
-    fn blk(addr: Addr, n: i64) -> Blk {
-        Blk::new(
+    fn blk(addr: Addr, n: i64) -> Block {
+        Block::new(
             addr,
             n,
             MPI_UINT64_T(),
@@ -224,10 +224,10 @@ mod tests {
         let ch = Choice::new(algo);
         let pu = p as usize;
         let nu = n as usize;
-        let blocks: Vec<Blk> = (0..p as i64)
+        let blocks: Vec<Block> = (0..p as i64)
             .map(|i| blk(Addr::recv(i * n * 8), n))
             .collect();
-        let sblocks: Vec<Blk> = (0..p as i64)
+        let sblocks: Vec<Block> = (0..p as i64)
             .map(|i| blk(Addr::send(i * n * 8), n))
             .collect();
         let bb = regular.then_some(n * 8);
@@ -235,7 +235,7 @@ mod tests {
         // gather
         let scheds: Vec<Schedule> = (0..p)
             .map(|r| {
-                let me = Me { rank: r, size: p };
+                let me = Rank { rank: r, size: p };
                 let is_root = r == root;
                 let send = if is_root && inplace {
                     None
@@ -272,7 +272,7 @@ mod tests {
         // scatter
         let scheds: Vec<Schedule> = (0..p)
             .map(|r| {
-                let me = Me { rank: r, size: p };
+                let me = Rank { rank: r, size: p };
                 let is_root = r == root;
                 let recv = if is_root && inplace {
                     None

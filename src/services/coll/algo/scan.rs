@@ -10,18 +10,18 @@
 //!   segment (`SHIM_SCAN_SEGMENT`), combines it on the left of its own data and passes
 //!   the new prefix on. P-1 steps, but each segment moves as soon as it is ready.
 
-use super::{Me, Red};
-use crate::core::sched::{Addr, Builder, Data, Schedule, V};
+use super::{Rank, Reduction};
+use crate::core::sched::{ActionId, Addr, Builder, Data, Schedule};
 use crate::services::coll::select::{Algo, Choice};
 
-pub fn build(ch: &Choice, me: Me, r: &Red, inplace: bool, exclusive: bool) -> Schedule {
+pub fn build(ch: &Choice, me: Rank, r: &Reduction, inplace: bool, exclusive: bool) -> Schedule {
     match ch.algo {
         Algo::Pipeline => pipeline(me, r, inplace, exclusive, ch.seg),
         _ => recursive_doubling(me, r, inplace, exclusive),
     }
 }
 
-fn pipeline(me: Me, r: &Red, inplace: bool, exclusive: bool, seg: i64) -> Schedule {
+fn pipeline(me: Rank, r: &Reduction, inplace: bool, exclusive: bool, seg: i64) -> Schedule {
     let mut b = Builder::new("pipeline");
     let res = Addr::recv(0);
     let input = if inplace { res } else { Addr::send(0) };
@@ -48,7 +48,7 @@ fn pipeline(me: Me, r: &Red, inplace: bool, exclusive: bool, seg: i64) -> Schedu
         let n = per.min(r.count - lo);
         if !exclusive {
             // res = input, then res = prefix(r-1) op res
-            let mut ready: Vec<V> = if inplace {
+            let mut ready: Vec<ActionId> = if inplace {
                 Vec::new()
             } else {
                 vec![b.copy(part(input, lo, n), part(res, lo, n), &[])]
@@ -69,7 +69,7 @@ fn pipeline(me: Me, r: &Red, inplace: bool, exclusive: bool, seg: i64) -> Schedu
             }
         } else {
             // res = prefix(r-1); pass on prefix(r-1) op input
-            let copied: Vec<V> = if last {
+            let copied: Vec<ActionId> = if last {
                 Vec::new()
             } else {
                 vec![b.copy(part(input, lo, n), part(fwd, lo, n), &[])]
@@ -92,7 +92,7 @@ fn pipeline(me: Me, r: &Red, inplace: bool, exclusive: bool, seg: i64) -> Schedu
     b.finish()
 }
 
-fn recursive_doubling(me: Me, r: &Red, inplace: bool, exclusive: bool) -> Schedule {
+fn recursive_doubling(me: Rank, r: &Reduction, inplace: bool, exclusive: bool) -> Schedule {
     let mut b = Builder::new("recursive-doubling");
     let p = me.size;
     let rank = me.rank;
@@ -104,9 +104,9 @@ fn recursive_doubling(me: Me, r: &Red, inplace: bool, exclusive: bool) -> Schedu
     let mut partial = b.scratch_for(r.count, &r.ti);
     let mut tmp = b.scratch_for(r.count, &r.ti);
     let c = b.copy(r.data(input), r.data(partial), &[]);
-    let mut partial_ready: Vec<V> = vec![c];
+    let mut partial_ready: Vec<ActionId> = vec![c];
     // The result buffer: inclusive scan starts from the own contribution.
-    let mut res_ready: Vec<V> = Vec::new();
+    let mut res_ready: Vec<ActionId> = Vec::new();
     let mut res_valid = !exclusive;
     if !exclusive && !inplace {
         res_ready = vec![b.copy(r.data(input), r.data(res), &[])];
@@ -115,7 +115,7 @@ fn recursive_doubling(me: Me, r: &Red, inplace: bool, exclusive: bool) -> Schedu
         // the input in the result buffer is read (copied to `partial`) before any write
         res_ready = vec![c];
     }
-    let mut prev_step: Vec<V> = vec![c];
+    let mut prev_step: Vec<ActionId> = vec![c];
     let mut mask = 1;
     while mask < p {
         let dst = rank ^ mask;
@@ -160,7 +160,7 @@ fn recursive_doubling(me: Me, r: &Red, inplace: bool, exclusive: bool) -> Schedu
 mod tests {
     use super::*;
     use crate::core::sched::sim::{self, Bufs, Mode};
-    use crate::services::coll::algo::reduce::tests::{expect, input, red};
+    use crate::services::coll::algo::reduce::tests::{expect, input, reduction};
 
     #[test]
     fn every_scan_algorithm() {
@@ -196,9 +196,9 @@ mod tests {
             seg,
             fallback: false,
         };
-        let r = red(count, commutative);
+        let r = reduction(count, commutative);
         let scheds: Vec<Schedule> = (0..p)
-            .map(|x| build(&ch, Me { rank: x, size: p }, &r, inplace, exclusive))
+            .map(|x| build(&ch, Rank { rank: x, size: p }, &r, inplace, exclusive))
             .collect();
         let what = format!(
             "{algo:?} seg={seg} p={p} count={count} comm={commutative} inplace={inplace} excl={exclusive}"
