@@ -18,7 +18,28 @@ use core::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{coll, p2p, rma};
+
+/// What a ghost hook did with a call (`win.rs`'s public functions).
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// A ghost-served window: the call was carried out here; its return code.
+    Served(c_int),
+    /// Not a ghost-served window (or arguments the system MPI must judge): the caller
+    /// forwards the call to the system MPI.
+    NotOurs,
+}
+
+impl Handled {
+    /// The return code: the served one, or what `native` (the forwarded call) returns.
+    pub fn or_native(self, native: impl FnOnce() -> c_int) -> c_int {
+        match self {
+            Handled::Served(rc) => rc,
+            Handled::NotOurs => native(),
+        }
+    }
+}
 
 /// Tag of commands from users to ghosts, on the control communicator.
 pub(crate) const CMD_TAG: c_int = 7301;
@@ -86,6 +107,18 @@ impl Cmd {
 
 /// Sends a command to ghost `to` (a world rank) and returns its reply, if it has one.
 pub fn command(lay: &Layout, to: i32, cmd: Cmd, args: &[i64], name: Option<&str>) -> [i64; WORDS] {
+    let m = message(cmd, args, name);
+    let mut reply = [0i64; WORDS];
+    // WORDS int64s out and in, on the control communicator
+    let _ = p2p::send_i64(&m, to, CMD_TAG, lay.ctl);
+    if cmd.replies() {
+        let _ = p2p::recv_i64(&mut reply, to, REPLY_TAG, lay.ctl);
+    }
+    reply
+}
+
+/// A command's words: the command, its arguments, the object's name.
+pub(crate) fn message(cmd: Cmd, args: &[i64], name: Option<&str>) -> [i64; WORDS] {
     let mut m = [0i64; WORDS];
     m[0] = cmd as i64;
     m[1..1 + args.len()].copy_from_slice(args);
@@ -101,30 +134,7 @@ pub fn command(lay: &Layout, to: i32, cmd: Cmd, args: &[i64], name: Option<&str>
             );
         }
     }
-    let mut reply = [0i64; WORDS];
-    // SAFETY: WORDS int64s out and in; `ctl` is the control communicator.
-    unsafe {
-        pmpi::PMPI_Send(
-            m.as_ptr().cast(),
-            WORDS as c_int,
-            MPI_INT64_T(),
-            to,
-            CMD_TAG,
-            lay.ctl,
-        );
-        if cmd.replies() {
-            pmpi::PMPI_Recv(
-                reply.as_mut_ptr().cast(),
-                WORDS as c_int,
-                MPI_INT64_T(),
-                to,
-                REPLY_TAG,
-                lay.ctl,
-                MPI_STATUS_IGNORE,
-            );
-        }
-    }
-    reply
+    m
 }
 
 pub(crate) fn name_of(m: &[i64; WORDS]) -> String {
@@ -147,35 +157,35 @@ pub(crate) fn global() -> MPI_Win {
 
 /// Creates the internal window (collective over users and ghosts, at init).
 pub fn create_global(lay: &Layout) {
-    let mut w: MPI_Win = MPI_WIN_NULL();
-    // SAFETY: collective over the control communicator; valid out-pointer.
-    unsafe { pmpi::PMPI_Win_create_dynamic(MPI_INFO_NULL(), lay.ctl, &mut w) };
+    // collective over the control communicator
+    let w = rma::create_dynamic(MPI_INFO_NULL(), lay.ctl).unwrap_or(MPI_WIN_NULL());
     GLOBAL.get_or_init(|| w);
 }
 
 /// (ghost) Exposes `len` bytes at `ptr` in the internal window.
 pub(crate) fn attach(ptr: *mut c_void, len: usize) {
-    // SAFETY: a live mapping of `len` bytes; the dynamic window of this process.
-    unsafe { pmpi::PMPI_Win_attach(global(), ptr, len as MPI_Aint) };
+    // SAFETY: a live mapping of `len` bytes, detached before it is unmapped; the dynamic
+    // window of this process.
+    let _ = unsafe { rma::attach(global(), ptr, len as MPI_Aint) };
 }
 
 /// (ghost) Withdraws a region attached by `attach`.
 pub(crate) fn detach(ptr: *mut c_void) {
     // SAFETY: the region was attached to the internal window.
-    unsafe { pmpi::PMPI_Win_detach(global(), ptr) };
+    let _ = unsafe { rma::detach(global(), ptr) };
 }
 
 /// (user) Opens the internal window's standing `lock_all`.
 pub fn open_global() {
-    // SAFETY: the internal window; shared locks never conflict.
-    unsafe { pmpi::PMPI_Win_lock_all(0, global()) };
+    // the internal window; shared locks never conflict
+    let _ = rma::lock_all(0, global());
 }
 
 /// (user) Closes the standing `lock_all` and frees the internal window at finalize.
 pub fn close_global() {
     if let Some(&w) = GLOBAL.get() {
-        // SAFETY: the lock_all opened by `open_global`.
-        unsafe { pmpi::PMPI_Win_unlock_all(w) };
+        // the lock_all opened by `open_global`
+        let _ = rma::unlock_all(w);
     }
     close_global_ghost();
 }
@@ -184,8 +194,8 @@ pub fn close_global() {
 pub fn close_global_ghost() {
     if let Some(&w) = GLOBAL.get() {
         let mut w = w;
-        // SAFETY: freed once, collectively, at finalize.
-        unsafe { pmpi::PMPI_Win_free(&mut w) };
+        // freed once, collectively, at finalize
+        let _ = rma::free(&mut w);
     }
     finalize_barrier();
 }
@@ -195,8 +205,8 @@ pub fn close_global_ghost() {
 /// the process manager's barrier, no longer progressing the network).
 fn finalize_barrier() {
     if let Some(lay) = layout() {
-        // SAFETY: collective over the control communicator, in every user and ghost.
-        unsafe { pmpi::PMPI_Barrier(lay.ctl) };
+        // collective over the control communicator, in every user and ghost
+        let _ = coll::barrier(lay.ctl);
     }
 }
 

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::core::dtype::{self, TypeInfo};
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::p2p;
 
 /// Where a direct operation lands (from `win::route`).
 #[derive(Clone, Copy, Debug)]
@@ -440,13 +440,15 @@ pub unsafe fn compare_and_swap(
 
 /// Generalized-request callbacks of an operation that completed when it was issued.
 unsafe extern "C" fn query(_extra: *mut c_void, status: *mut MPI_Status) -> c_int {
-    // SAFETY: the status MPI hands us; an RMA request reports no data (MPI-4.0 §12.3.5).
-    unsafe {
-        pmpi::PMPI_Status_set_elements(status, MPI_BYTE(), 0);
-        pmpi::PMPI_Status_set_cancelled(status, 0);
-        (*status).MPI_SOURCE = MPI_UNDEFINED;
-        (*status).MPI_TAG = MPI_UNDEFINED;
-    }
+    // SAFETY: the status MPI hands us.
+    let Some(st) = (unsafe { status.as_mut() }) else {
+        return MPI_SUCCESS;
+    };
+    // an RMA request reports no data (MPI-4.0 §12.3.5)
+    let _ = p2p::status_set_elements(st, MPI_BYTE(), 0);
+    let _ = p2p::status_set_cancelled(st, false);
+    st.MPI_SOURCE = MPI_UNDEFINED;
+    st.MPI_TAG = MPI_UNDEFINED;
     MPI_SUCCESS
 }
 unsafe extern "C" fn free_fn(_extra: *mut c_void) -> c_int {
@@ -471,19 +473,23 @@ pub unsafe fn completed(rc: c_int, req: *mut MPI_Request) -> c_int {
     type F = unsafe extern "C" fn(*mut c_void) -> c_int;
     type C = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
     let (q, f, c): (Q, F, C) = (query, free_fn, cancel_fn);
-    // SAFETY: callbacks with the MPI signatures, no extra state; the request is ours to
-    // complete at once.
-    unsafe {
-        let rc = pmpi::PMPI_Grequest_start(
+    // SAFETY: callbacks with the MPI signatures, no extra state.
+    let started = unsafe {
+        p2p::grequest_start(
             q as *mut c_void,
             f as *mut c_void,
             c as *mut c_void,
             core::ptr::null_mut(),
-            req,
-        );
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
-        pmpi::PMPI_Grequest_complete(*req)
-    }
+        )
+    };
+    let r = match started {
+        Ok(r) => r,
+        Err(e) => return e.code(),
+    };
+    // SAFETY: the caller's out-pointer, checked non-null above.
+    unsafe { *req = r };
+    // the request is ours to complete at once
+    p2p::grequest_complete(r)
+        .err()
+        .map_or(MPI_SUCCESS, |e| e.code())
 }

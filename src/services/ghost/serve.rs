@@ -8,29 +8,26 @@
 //! dynamic window, or detach and unmap it), so a ghost never blocks in anything that
 //! belongs to one window or epoch (thesis §4.5.4, pitfall 8).
 
-use core::ffi::c_int;
 use std::collections::HashMap;
 
 use super::common::{self, CMD_TAG, Cmd, Layout, REPLY_TAG, WORDS, name_of};
 use crate::platform::abi::*;
 use crate::platform::api::pmpi;
+use crate::platform::mpi::{comm, p2p};
 
 /// A ghost's nap between polls when its node has more processes than cores (microseconds).
 const GHOST_NAP_US: u64 = 20;
 
 /// Serves until every user of this node has finalized, then finalizes and exits 0.
 pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
-    let mut me = 0;
-    // SAFETY: valid out-pointer.
-    unsafe { pmpi::PMPI_Comm_rank(lay.ctl, &mut me) };
+    let me = comm::rank(lay.ctl).unwrap_or(0);
     let node = lay
         .node_ghosts
         .iter()
         .position(|g| g.contains(&me))
         .expect("a ghost is on a node");
     let users_here = lay.user_node.iter().filter(|&&n| n == node).count();
-    // (user, address) -> mapping
-    let mut maps: HashMap<(i32, i64), (*mut libc::c_void, usize)> = HashMap::new();
+    let mut maps = Maps::new();
     let mut finalized = 0;
     let mut idle: u32 = 0;
     let oversubscribed = crate::platform::proc::oversubscribed();
@@ -41,11 +38,9 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
     }
     tracing::debug!(target: "shim::ghost", "ghost (world rank {me}) serving {users_here} users");
     while finalized < users_here {
-        let mut flag = 0;
-        let mut st = MPI_Status::default();
-        // SAFETY: valid out-pointers; probing is where MPI progresses RMA aimed at us.
-        unsafe { pmpi::PMPI_Iprobe(MPI_ANY_SOURCE, CMD_TAG, lay.ctl, &mut flag, &mut st) };
-        if flag == 0 {
+        // probing is where MPI progresses RMA aimed at us
+        let probed = p2p::iprobe(MPI_ANY_SOURCE, CMD_TAG, lay.ctl).unwrap_or(None);
+        let Some(st) = probed else {
             idle = idle.saturating_add(1);
             if oversubscribed && idle > 16 {
                 // Sharing cores with busy users, a ghost that polls without pause only
@@ -57,63 +52,15 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
                 std::thread::yield_now();
             }
             continue;
-        }
+        };
         idle = 0;
         let from = st.MPI_SOURCE;
         let mut m = [0i64; WORDS];
-        // SAFETY: WORDS int64s into `m`, the message probed above.
-        unsafe {
-            pmpi::PMPI_Recv(
-                m.as_mut_ptr().cast(),
-                WORDS as c_int,
-                MPI_INT64_T(),
-                from,
-                CMD_TAG,
-                lay.ctl,
-                MPI_STATUS_IGNORE,
-            );
-        }
-        let mut reply = [0i64; WORDS];
-        match Cmd::from(m[0]) {
-            Some(Cmd::Attach) => {
-                let len = m[1] as usize;
-                reply[0] = match attach(&name_of(&m), len) {
-                    Ok(ptr) => {
-                        common::attach(ptr, len);
-                        maps.insert((from, ptr as i64), (ptr, len));
-                        ptr as i64
-                    }
-                    Err(e) => {
-                        tracing::error!(target: "shim::ghost", "cannot map a window's memory: {e}");
-                        0
-                    }
-                };
-            }
-            Some(Cmd::Detach) => {
-                let addr = m[1];
-                if let Some((ptr, len)) = maps.remove(&(from, addr)) {
-                    common::detach(ptr);
-                    // SAFETY: the mapping made by `attach`, no longer attached anywhere.
-                    unsafe { libc::munmap(ptr, len.max(1)) };
-                }
-            }
-            Some(Cmd::Finalize) => finalized += 1,
-            other => {
-                tracing::error!(target: "shim::ghost", "unexpected command {other:?} ({}) from {from}", m[0]);
-            }
-        }
-        if Cmd::from(m[0]).is_some_and(Cmd::replies) {
-            // SAFETY: WORDS int64s to the asking user.
-            unsafe {
-                pmpi::PMPI_Send(
-                    reply.as_ptr().cast(),
-                    WORDS as c_int,
-                    MPI_INT64_T(),
-                    from,
-                    REPLY_TAG,
-                    lay.ctl,
-                );
-            }
+        // WORDS int64s into `m`, the message probed above
+        let _ = p2p::recv_i64(&mut m, from, CMD_TAG, lay.ctl);
+        if let Some(reply) = serve_command(from, &m, &mut maps, &mut finalized) {
+            // WORDS int64s to the asking user
+            let _ = p2p::send_i64(&reply, from, REPLY_TAG, lay.ctl);
         }
     }
     common::close_global_ghost();
@@ -127,6 +74,49 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
         libc::fflush(std::ptr::null_mut());
         libc::_exit(0);
     }
+}
+
+/// A ghost's mappings of its users' windows: (user, address) -> (address, length).
+type Maps = HashMap<(i32, i64), (*mut libc::c_void, usize)>;
+
+/// Carries out command `m` of user `from` (`finalized` counts the users that have
+/// finalized); the reply, for a command that has one.
+fn serve_command(
+    from: i32,
+    m: &[i64; WORDS],
+    maps: &mut Maps,
+    finalized: &mut usize,
+) -> Option<[i64; WORDS]> {
+    let mut reply = [0i64; WORDS];
+    match Cmd::from(m[0]) {
+        Some(Cmd::Attach) => {
+            let len = m[1] as usize;
+            reply[0] = match attach(&name_of(m), len) {
+                Ok(ptr) => {
+                    common::attach(ptr, len);
+                    maps.insert((from, ptr as i64), (ptr, len));
+                    ptr as i64
+                }
+                Err(e) => {
+                    tracing::error!(target: "shim::ghost", "cannot map a window's memory: {e}");
+                    0
+                }
+            };
+        }
+        Some(Cmd::Detach) => {
+            let addr = m[1];
+            if let Some((ptr, len)) = maps.remove(&(from, addr)) {
+                common::detach(ptr);
+                // SAFETY: the mapping made by `attach`, no longer attached anywhere.
+                unsafe { libc::munmap(ptr, len.max(1)) };
+            }
+        }
+        Some(Cmd::Finalize) => *finalized += 1,
+        other => {
+            tracing::error!(target: "shim::ghost", "unexpected command {other:?} ({}) from {from}", m[0]);
+        }
+    }
+    Cmd::from(m[0]).is_some_and(Cmd::replies).then_some(reply)
 }
 
 /// Maps a user's shared-memory object.
