@@ -162,6 +162,12 @@ pub fn create_global(lay: &Layout) {
     GLOBAL.get_or_init(|| w);
 }
 
+/// (tests) Sets the internal window's handle (the same one for every test).
+#[cfg(test)]
+pub(crate) fn set_global_for_tests(w: MPI_Win) -> MPI_Win {
+    *GLOBAL.get_or_init(|| w)
+}
+
 /// (ghost) Exposes `len` bytes at `ptr` in the internal window.
 pub(crate) fn attach(ptr: *mut c_void, len: usize) {
     // SAFETY: a live mapping of `len` bytes, detached before it is unmapped; the dynamic
@@ -213,4 +219,101 @@ fn finalize_barrier() {
 /// Records the layout (once, at init).
 pub(crate) fn set_layout(lay: Layout) -> &'static Layout {
     LAYOUT.get_or_init(|| lay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::mpi::fake;
+
+    fn lay() -> Layout {
+        Layout {
+            ghosts: 1,
+            user_world_rank: vec![0],
+            user_node: vec![0],
+            user_local: vec![0],
+            node_ghosts: vec![vec![1]],
+            ctl: 999 as MPI_Comm,
+            balance: crate::platform::config::GhostBalance::Static,
+            direct: false,
+        }
+    }
+
+    #[test]
+    fn a_message_carries_the_command_its_arguments_and_the_name() {
+        let m = message(Cmd::Attach, &[4096], Some("/shim-12-3-00000000000000ab"));
+        assert_eq!(Cmd::from(m[0]), Some(Cmd::Attach));
+        assert_eq!(m[1], 4096);
+        assert!(m[2..NAME_AT].iter().all(|&w| w == 0));
+        assert_eq!(name_of(&m), "/shim-12-3-00000000000000ab");
+        let d = message(Cmd::Detach, &[7, 8], None);
+        assert_eq!(d[..3], [Cmd::Detach as i64, 7, 8]);
+        assert_eq!(name_of(&d), "");
+        // the longest name that fits leaves its terminating NUL
+        let long = "x".repeat((WORDS - NAME_AT) * 8 - 1);
+        assert_eq!(name_of(&message(Cmd::Attach, &[1], Some(&long))), long);
+    }
+
+    #[test]
+    fn commands_and_replies() {
+        assert!(Cmd::Attach.replies() && Cmd::Detach.replies());
+        assert!(!Cmd::Finalize.replies());
+        for c in [Cmd::Attach, Cmd::Detach, Cmd::Finalize] {
+            assert_eq!(Cmd::from(c as i64), Some(c));
+        }
+        assert_eq!(Cmd::from(3), None);
+        assert_eq!(Cmd::from(0), None);
+    }
+
+    #[test]
+    fn a_command_waits_for_the_ghost_s_reply_only_when_it_has_one() {
+        let _f = fake::install(|c| match c.name {
+            "recv" => Ok(vec![0x7f00_1000, 5]),
+            _ => Ok(vec![]),
+        });
+        let r = command(&lay(), 3, Cmd::Attach, &[64], Some("/shim-1-2-3"));
+        assert_eq!(r[..3], [0x7f00_1000, 5, 0]);
+        let w = WORDS as i64;
+        let calls: Vec<_> = fake::calls()
+            .into_iter()
+            .map(|c| (c.name, c.args))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("send", vec![w, 3, CMD_TAG as i64, 999]),
+                ("recv", vec![w, 3, REPLY_TAG as i64, 999])
+            ]
+        );
+        let _f = fake::install(|_| Ok(vec![1]));
+        assert_eq!(command(&lay(), 3, Cmd::Finalize, &[], None), [0; WORDS]);
+        assert_eq!(fake::names(), ["send"]);
+    }
+
+    #[test]
+    fn handled_forwards_only_what_is_not_ours() {
+        assert_eq!(Handled::Served(7).or_native(|| panic!("forwarded")), 7);
+        assert_eq!(Handled::Served(MPI_SUCCESS).or_native(|| 1), MPI_SUCCESS);
+        assert_eq!(Handled::NotOurs.or_native(|| 3), 3);
+    }
+
+    #[test]
+    fn the_standing_lock_all_opens_and_closes_before_the_window_is_freed() {
+        let g = set_global_for_tests(7001 as MPI_Win) as i64;
+        let _f = fake::install(|_| Ok(vec![]));
+        open_global();
+        close_global();
+        let calls: Vec<_> = fake::calls()
+            .into_iter()
+            .map(|c| (c.name, c.args))
+            .collect();
+        assert_eq!(
+            calls[..3],
+            [
+                ("win_lock_all", vec![0, g]),
+                ("win_unlock_all", vec![g]),
+                ("win_free", vec![g])
+            ]
+        );
+    }
 }

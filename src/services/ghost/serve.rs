@@ -190,3 +190,100 @@ pub fn short_slice() {
     let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const SchedAttr, 0) };
     tracing::debug!(target: "shim::ghost", "sched_setattr slice {ns} ns: {rc}");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::mpi::fake;
+
+    /// A shared-memory object of `len` bytes whose first byte is `first`, unlinked on drop.
+    struct Object(String);
+
+    impl Object {
+        fn new(len: usize, first: u8) -> Object {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("/shim-serve-test-{}-{n}", std::process::id());
+            let c = std::ffi::CString::new(name.clone()).unwrap();
+            // SAFETY: a NUL-terminated name; the descriptor is closed here.
+            unsafe {
+                let fd = libc::shm_open(
+                    c.as_ptr(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                    0o600,
+                );
+                assert!(fd >= 0);
+                assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+                assert_eq!(libc::write(fd, (&first as *const u8).cast(), 1), 1);
+                libc::close(fd);
+            }
+            Object(name)
+        }
+    }
+
+    impl Drop for Object {
+        fn drop(&mut self) {
+            let c = std::ffi::CString::new(self.0.clone()).unwrap();
+            // SAFETY: the test's own object.
+            unsafe { libc::shm_unlink(c.as_ptr()) };
+        }
+    }
+
+    fn calls() -> Vec<(&'static str, Vec<i64>)> {
+        fake::calls()
+            .into_iter()
+            .map(|c| (c.name, c.args))
+            .collect()
+    }
+
+    #[test]
+    fn attach_maps_the_object_into_the_internal_window_and_detach_withdraws_it() {
+        let g = common::set_global_for_tests(7001 as MPI_Win) as i64;
+        let obj = Object::new(4096, 0x5a);
+        let (mut maps, mut fin) = (Maps::new(), 0);
+        let _f = fake::install(|_| Ok(vec![]));
+        let m = common::message(Cmd::Attach, &[4096], Some(&obj.0));
+        let reply = serve_command(3, &m, &mut maps, &mut fin).expect("attach replies");
+        let addr = reply[0];
+        assert_ne!(addr, 0);
+        // SAFETY: the mapping the ghost made, 4096 bytes.
+        assert_eq!(unsafe { *(addr as *const u8) }, 0x5a, "the user's object");
+        assert_eq!(calls(), [("win_attach", vec![g, addr, 4096])]);
+        // another user's detach of that address is not this mapping's
+        let _f = fake::install(|_| Ok(vec![]));
+        let d = common::message(Cmd::Detach, &[addr], None);
+        assert_eq!(serve_command(4, &d, &mut maps, &mut fin), Some([0; WORDS]));
+        assert!(fake::calls().is_empty());
+        assert_eq!(maps.len(), 1);
+        // its owner's is
+        assert_eq!(serve_command(3, &d, &mut maps, &mut fin), Some([0; WORDS]));
+        assert_eq!(calls(), [("win_detach", vec![g, addr])]);
+        assert!(maps.is_empty());
+        assert_eq!(fin, 0);
+    }
+
+    #[test]
+    fn an_object_that_cannot_be_mapped_is_answered_with_address_zero() {
+        let (mut maps, mut fin) = (Maps::new(), 0);
+        let _f = fake::install(|_| Ok(vec![]));
+        let m = common::message(Cmd::Attach, &[64], Some("/shim-serve-test-no-such-object"));
+        assert_eq!(serve_command(1, &m, &mut maps, &mut fin), Some([0; WORDS]));
+        assert!(fake::calls().is_empty(), "nothing attached");
+        assert!(maps.is_empty());
+    }
+
+    #[test]
+    fn finalize_and_unknown_commands_have_no_reply() {
+        let (mut maps, mut fin) = (Maps::new(), 0);
+        let _f = fake::install(|_| Ok(vec![]));
+        let f = common::message(Cmd::Finalize, &[], None);
+        assert_eq!(serve_command(1, &f, &mut maps, &mut fin), None);
+        assert_eq!(serve_command(2, &f, &mut maps, &mut fin), None);
+        assert_eq!(fin, 2);
+        let mut junk = [0i64; WORDS];
+        junk[0] = 99;
+        assert_eq!(serve_command(1, &junk, &mut maps, &mut fin), None);
+        assert_eq!(fin, 2);
+        assert!(fake::calls().is_empty());
+    }
+}

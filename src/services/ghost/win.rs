@@ -1261,6 +1261,630 @@ pub fn sync(win: MPI_Win) -> Handled {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::platform::mpi::fake;
+
+    /// The internal window's handle in every test.
+    fn g() -> i64 {
+        super::super::common::set_global_for_tests(7001 as MPI_Win) as i64
+    }
+    const USER_WIN: i64 = 501;
+    const CTL: i64 = 601;
+
+    /// A target whose node has the ghosts `ghosts` (its memory at `addrs` in each), bound to
+    /// `ghosts[bound]`.
+    fn target(ghosts: &[i32], addrs: &[i64], disp_unit: i64, size: i64, bound: usize) -> Target {
+        Target {
+            disp_unit,
+            size,
+            hidden: hidden_at(size),
+            ghosts: ghosts.to_vec(),
+            addrs: addrs.to_vec(),
+            bound,
+        }
+    }
+
+    impl UserWin {
+        /// A window served by ghosts (not direct), this process being `me`.
+        fn for_tests(me: i32, targets: Vec<Target>) -> UserWin {
+            g();
+            UserWin {
+                win: USER_WIN as MPI_Win,
+                ctl: CTL as MPI_Comm,
+                me,
+                targets,
+                base: std::ptr::null_mut(),
+                map_len: 0,
+                locks_used: true,
+                no_local_load_store: false,
+                fence: false,
+                started: false,
+                access: Vec::new(),
+                exposure: Vec::new(),
+                locked: HashMap::new(),
+                lock_all: None,
+                sent: HashMap::new(),
+                rng: 1,
+                id: 0,
+                direct: None,
+                direct_ops: 0,
+            }
+        }
+    }
+
+    /// Three processes: target 1's node has ghosts 10 and 11, its memory (100 bytes,
+    /// disp_unit 8) at 1000 and 2000 there, bound to 11; targets 0 and 2 have ghost 20.
+    fn three() -> UserWin {
+        UserWin::for_tests(
+            0,
+            vec![
+                target(&[20], &[300], 4, 64, 0),
+                target(&[10, 11], &[1000, 2000], 8, 100, 1),
+                target(&[20], &[500], 4, 64, 0),
+            ],
+        )
+    }
+
+    /// Target 1's lock word, at its bound ghost: its address there + the hidden bytes
+    /// (after 100 bytes: 128) + the word's offset.
+    const WORD_1: i64 = 2000 + 128 + LOCK_WORD_AT;
+
+    fn calls() -> Vec<(&'static str, Vec<i64>)> {
+        fake::calls()
+            .into_iter()
+            .map(|c| (c.name, c.args))
+            .collect()
+    }
+
+    /// Answers every call with success; `cas` and `fao` give the lock word's successive
+    /// previous values (0 once they run out).
+    fn word_fake(cas: Vec<i64>, fao: Vec<i64>) -> fake::Guard {
+        let (mut cas, mut fao) = (cas.into_iter(), fao.into_iter());
+        fake::install(move |c| match c.name {
+            "compare_and_swap" => Ok(vec![cas.next().unwrap_or(0)]),
+            "fetch_and_op" => Ok(vec![fao.next().unwrap_or(0)]),
+            _ => Ok(vec![]),
+        })
+    }
+
+    fn cas(new: i64, cmp: i64) -> (&'static str, Vec<i64>) {
+        (
+            "compare_and_swap",
+            vec![new, cmp, MPI_INT64_T() as i64, 11, WORD_1, g()],
+        )
+    }
+    fn fao(v: i64) -> (&'static str, Vec<i64>) {
+        (
+            "fetch_and_op",
+            vec![v, MPI_INT64_T() as i64, 11, WORD_1, MPI_SUM() as i64, g()],
+        )
+    }
+    fn flush(gh: i64) -> (&'static str, Vec<i64>) {
+        ("win_flush", vec![gh, g()])
+    }
+
+    #[test]
+    fn exclusive_lock_swaps_the_word_in_at_the_bound_ghost_and_unlock_flushes_the_release() {
+        let _f = word_fake(vec![0], vec![WRITER]);
+        let mut w = three();
+        assert_eq!(w.lock_target(MPI_LOCK_EXCLUSIVE, 1, 0), Ok(()));
+        // acquired before MPI_Win_lock returns: the swap is complete at the ghost
+        assert_eq!(calls(), [cas(WRITER, 0), flush(11)]);
+        assert_eq!(w.locked[&1].held, Some(true));
+        let _f = word_fake(vec![], vec![WRITER]);
+        assert_eq!(w.unlock_target(1), Ok(()));
+        // the epoch's operations complete at every ghost of the target, then the word is
+        // released, and that release is flushed too (Open MPI osc/pt2pt keeps an
+        // unflushed accumulate at the origin)
+        assert_eq!(calls(), [flush(10), flush(11), fao(-WRITER), flush(11)]);
+        assert!(w.locked.is_empty());
+    }
+
+    #[test]
+    fn exclusive_lock_waits_while_readers_or_a_writer_hold_the_word() {
+        let _f = word_fake(vec![WRITER, 2, 0], vec![]);
+        let mut w = three();
+        assert_eq!(w.lock_target(MPI_LOCK_EXCLUSIVE, 1, 0), Ok(()));
+        let n: Vec<_> = fake::names();
+        assert_eq!(
+            n,
+            [
+                "compare_and_swap",
+                "win_flush",
+                "compare_and_swap",
+                "win_flush",
+                "compare_and_swap",
+                "win_flush"
+            ]
+        );
+        assert!(
+            calls()
+                .iter()
+                .filter(|c| c.0 == "compare_and_swap")
+                .all(|c| *c == cas(WRITER, 0))
+        );
+    }
+
+    #[test]
+    fn shared_lock_counts_in_and_takes_its_increment_back_from_a_writer() {
+        // the first increment finds a writer (negative), the second finds one reader
+        let _f = word_fake(vec![], vec![WRITER, WRITER + 1, 1]);
+        let mut w = three();
+        assert_eq!(w.lock_target(MPI_LOCK_SHARED, 1, 0), Ok(()));
+        assert_eq!(
+            calls(),
+            [fao(1), flush(11), fao(-1), flush(11), fao(1), flush(11)]
+        );
+        assert_eq!(w.locked[&1].held, Some(false));
+        let _f = word_fake(vec![], vec![2]);
+        assert_eq!(w.unlock_target(1), Ok(()));
+        assert_eq!(calls(), [flush(10), flush(11), fao(-1), flush(11)]);
+    }
+
+    #[test]
+    fn nocheck_takes_no_lock() {
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        for lt in [MPI_LOCK_EXCLUSIVE, MPI_LOCK_SHARED] {
+            assert_eq!(w.lock_target(lt, 1, MPI_MODE_NOCHECK), Ok(()));
+            assert_eq!(w.locked[&1].held, None);
+            assert_eq!(w.unlock_target(1), Ok(()));
+        }
+        // only the completions of the two epochs, no atomic on the lock word
+        assert_eq!(calls(), [flush(10), flush(11), flush(10), flush(11)]);
+        let _f = word_fake(vec![], vec![]);
+        assert_eq!(w.open_lock_all(MPI_MODE_NOCHECK), Ok(()));
+        assert_eq!(w.close_lock_all(), Ok(()));
+        assert_eq!(calls(), [("win_flush_all", vec![g()])]);
+    }
+
+    #[test]
+    fn lock_all_shares_every_word_and_unlock_all_completes_before_releasing() {
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        assert_eq!(w.open_lock_all(0), Ok(()));
+        let got = calls();
+        let adds: Vec<(i64, i64, i64)> = got
+            .iter()
+            .filter(|c| c.0 == "fetch_and_op")
+            .map(|c| (c.1[0], c.1[2], c.1[3]))
+            .collect();
+        // one shared increment per target, at each target's bound ghost and lock word
+        assert_eq!(
+            adds,
+            [
+                (1, 20, 300 + 64 + LOCK_WORD_AT),
+                (1, 11, WORD_1),
+                (1, 20, 500 + 64 + LOCK_WORD_AT)
+            ]
+        );
+        assert_eq!(w.lock_all, Some(true));
+        let _f = word_fake(vec![], vec![]);
+        assert_eq!(w.close_lock_all(), Ok(()));
+        let got = calls();
+        assert_eq!(got[0], ("win_flush_all", vec![g()]));
+        let releases: Vec<i64> = got
+            .iter()
+            .filter(|c| c.0 == "fetch_and_op")
+            .map(|c| c.1[0])
+            .collect();
+        assert_eq!(releases, [-1, -1, -1]);
+        assert_eq!(w.lock_all, None);
+    }
+
+    #[test]
+    fn a_self_lock_is_doubled_on_the_user_window() {
+        let _f = word_fake(vec![0], vec![]);
+        let mut w = three();
+        assert_eq!(w.lock_target(MPI_LOCK_EXCLUSIVE, 0, 0), Ok(()));
+        assert_eq!(fake::names(), ["compare_and_swap", "win_flush", "win_lock"]);
+        assert_eq!(calls()[2].1, [MPI_LOCK_EXCLUSIVE as i64, 0, 0, USER_WIN]);
+        let _f = word_fake(vec![], vec![WRITER]);
+        assert_eq!(w.unlock_target(0), Ok(()));
+        // the user window's lock goes after the completion, before the word's release
+        assert_eq!(
+            fake::names(),
+            ["win_flush", "win_unlock", "fetch_and_op", "win_flush"]
+        );
+        assert_eq!(calls()[1].1, [0, USER_WIN]);
+    }
+
+    #[test]
+    fn lock_arguments_are_checked_before_anything_is_taken() {
+        let bad = MPI_LOCK_EXCLUSIVE + MPI_LOCK_SHARED + 1;
+        // (lock type, rank) -> the error class, or None for success without any call
+        let cases = [
+            (bad, 1, Some(MPI_ERR_LOCKTYPE)),
+            (-1, 2, Some(MPI_ERR_LOCKTYPE)),
+            (bad, 3, Some(MPI_ERR_RANK)),
+            (MPI_LOCK_SHARED, -2, Some(MPI_ERR_RANK)),
+            (bad, MPI_PROC_NULL, None),
+        ];
+        for (lt, rank, class) in cases {
+            let _f = word_fake(vec![], vec![]);
+            let mut w = three();
+            let r = w.lock_target(lt, rank, 0);
+            assert_eq!(
+                r.map_err(|e| e.0).err(),
+                class,
+                "lock type {lt}, rank {rank}"
+            );
+            assert!(fake::calls().is_empty(), "lock type {lt}, rank {rank}");
+            assert!(w.locked.is_empty());
+        }
+    }
+
+    #[test]
+    fn epochs_out_of_order_are_rma_sync_errors() {
+        let _f = word_fake(vec![], vec![]);
+        type Step = fn(&mut UserWin) -> Result<(), Fail>;
+        let cases: [(&str, Step, Step); 8] = [
+            ("complete without start", |_| Ok(()), |w| w.complete_epoch()),
+            ("wait without post", |_| Ok(()), |w| w.wait_epoch()),
+            (
+                "test without post",
+                |_| Ok(()),
+                |w| w.test_epoch().map(|_| ()),
+            ),
+            ("unlock without lock", |_| Ok(()), |w| w.unlock_target(1)),
+            (
+                "unlock_all without lock_all",
+                |_| Ok(()),
+                |w| w.close_lock_all(),
+            ),
+            (
+                "lock twice",
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, 0),
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, 0),
+            ),
+            (
+                "lock inside lock_all",
+                |w| w.open_lock_all(0),
+                |w| w.lock_target(MPI_LOCK_SHARED, 2, 0),
+            ),
+            (
+                "fence inside a lock epoch",
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, 0),
+                |w| w.fence_epoch(0),
+            ),
+        ];
+        for (what, first, then) in cases {
+            let mut w = three();
+            assert_eq!(first(&mut w), Ok(()), "{what}");
+            let n = fake::calls().len();
+            let r = then(&mut w);
+            assert_eq!(r.map_err(|e| e.0), Err(MPI_ERR_RMA_SYNC), "{what}");
+            assert_eq!(fake::calls().len(), n, "{what}: no MPI call");
+        }
+        // a window whose info excludes locks
+        let mut w = three();
+        w.locks_used = false;
+        assert_eq!(
+            w.lock_target(MPI_LOCK_SHARED, 1, 0).map_err(|e| e.0),
+            Err(MPI_ERR_RMA_SYNC)
+        );
+        assert_eq!(w.open_lock_all(0).map_err(|e| e.0), Err(MPI_ERR_RMA_SYNC));
+    }
+
+    #[test]
+    fn operations_go_to_the_bound_ghost_at_the_translated_displacement() {
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        let dt = MPI_INT64_T();
+        // outside an epoch: MPI_ERR_RMA_SYNC; outside the group: MPI_ERR_RANK
+        let e = w.route_op(1, 5, true, 1, dt, "MPI_Accumulate").err();
+        assert_eq!(e.map(|e| e.0), Some(MPI_ERR_RMA_SYNC));
+        w.lock_all = Some(true);
+        for bad in [3, -2] {
+            let e = w.route_op(bad, 5, true, 1, dt, "MPI_Put").err();
+            assert_eq!(e.map(|e| e.0), Some(MPI_ERR_RANK));
+        }
+        // (target, disp, accumulate) -> (ghost, displacement in the internal window)
+        let cases = [
+            (1, 5, true, 11, 2000 + 5 * 8),
+            (1, 0, false, 11, 2000),
+            (0, 3, true, 20, 300 + 3 * 4),
+            (2, 7, false, 20, 500 + 7 * 4),
+        ];
+        for (t, disp, acc, gh, at) in cases {
+            match w.route_op(t, disp, acc, 1, dt, "MPI_Accumulate") {
+                Ok(Routed::Ghost(r)) => {
+                    assert_eq!((r.rank, r.disp), (gh, at), "target {t}");
+                    assert_eq!(r.win as i64, g());
+                }
+                _ => panic!("target {t}: not routed to a ghost"),
+            }
+        }
+        assert_eq!(w.sent[&11].0, 2);
+        assert_eq!(w.sent[&20].0, 2);
+        assert!(!w.sent.contains_key(&10));
+        // MPI_PROC_NULL stays a no-op
+        match w.route_op(MPI_PROC_NULL, 9, false, 1, dt, "MPI_Get") {
+            Ok(Routed::Ghost(r)) => assert_eq!((r.rank, r.disp), (MPI_PROC_NULL, 9)),
+            _ => panic!("MPI_PROC_NULL"),
+        }
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn errors_from_mpi_come_back_unchanged() {
+        const CODE: c_int = 4242;
+        type Step = fn(&mut UserWin) -> Result<(), Fail>;
+        // (what, the failing call, the epoch opened first, the call that returns the code)
+        let cases: [(&str, &str, Step, Step); 5] = [
+            (
+                "unlock",
+                "win_flush",
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, MPI_MODE_NOCHECK),
+                |w| w.unlock_target(1),
+            ),
+            (
+                "flush",
+                "win_flush",
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, MPI_MODE_NOCHECK),
+                |w| w.flush_rank(1, false),
+            ),
+            (
+                "unlock_all",
+                "win_flush_all",
+                |w| w.open_lock_all(MPI_MODE_NOCHECK),
+                |w| w.close_lock_all(),
+            ),
+            (
+                "fence flush",
+                "win_flush_all",
+                |_| Ok(()),
+                |w| w.fence_epoch(0),
+            ),
+            ("fence barrier", "barrier", |_| Ok(()), |w| w.fence_epoch(0)),
+        ];
+        for (what, failing, first, then) in cases {
+            let _f = fake::install(move |c| {
+                if c.name == failing {
+                    Err(CODE)
+                } else {
+                    Ok(vec![0])
+                }
+            });
+            let mut w = three();
+            assert_eq!(first(&mut w), Ok(()), "{what}");
+            assert_eq!(then(&mut w).map_err(|e| e.0), Err(CODE), "{what}");
+        }
+        if !FULL_FLUSH_ONLY {
+            let _f = fake::install(|c| {
+                if c.name == "win_flush_local" {
+                    Err(CODE)
+                } else {
+                    Ok(vec![])
+                }
+            });
+            let mut w = three();
+            w.lock_all = Some(false);
+            assert_eq!(w.flush_rank(1, true).map_err(|e| e.0), Err(CODE));
+        }
+    }
+
+    #[test]
+    fn flush_all_flushes_the_locked_targets_ghosts_then_the_internal_window() {
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        for t in [2, 1] {
+            assert_eq!(w.lock_target(MPI_LOCK_SHARED, t, MPI_MODE_NOCHECK), Ok(()));
+        }
+        assert_eq!(w.flush_every(false), Ok(()));
+        assert_eq!(
+            calls(),
+            [
+                flush(10),
+                flush(11),
+                flush(20),
+                ("win_flush_all", vec![g()])
+            ]
+        );
+        if !FULL_FLUSH_ONLY {
+            let _f = word_fake(vec![], vec![]);
+            assert_eq!(w.flush_every(true), Ok(()));
+            assert_eq!(
+                fake::names(),
+                [
+                    "win_flush_local",
+                    "win_flush_local",
+                    "win_flush_local",
+                    "win_flush_local_all"
+                ]
+            );
+        }
+        // a target outside every epoch cannot be flushed
+        assert_eq!(
+            w.flush_rank(0, false).map_err(|e| e.0),
+            Err(MPI_ERR_RMA_SYNC)
+        );
+        // MPI_PROC_NULL: nothing to do
+        let _f = word_fake(vec![], vec![]);
+        assert_eq!(w.flush_rank(MPI_PROC_NULL, false), Ok(()));
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn fence_skips_the_barrier_only_under_noprecede_nostore_and_noput() {
+        let all3 = MPI_MODE_NOPRECEDE | MPI_MODE_NOSTORE | MPI_MODE_NOPUT;
+        let cases: [(c_int, &[&str]); 4] = [
+            (0, &["win_flush_all", "win_sync", "barrier"]),
+            (MPI_MODE_NOPRECEDE, &["win_sync", "barrier"]),
+            (
+                MPI_MODE_NOSTORE | MPI_MODE_NOPUT,
+                &["win_flush_all", "win_sync", "barrier"],
+            ),
+            (all3, &["win_sync"]),
+        ];
+        for (assert, names) in cases {
+            let _f = word_fake(vec![], vec![]);
+            let mut w = three();
+            assert_eq!(w.fence_epoch(assert), Ok(()));
+            assert_eq!(fake::names(), names, "assert {assert}");
+            assert!(w.fence, "a fence opens the next epoch");
+            assert!(calls().iter().all(|c| c.1 == [g()] || c.1 == [CTL]));
+        }
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        assert_eq!(w.fence_epoch(MPI_MODE_NOSUCCEED), Ok(()));
+        assert!(!w.fence, "NOSUCCEED: no epoch follows");
+    }
+
+    /// Group calls answered as if the group were ranks `ranks` of the window.
+    fn group_fake(ranks: Vec<i64>) -> fake::Guard {
+        fake::install(move |c| match c.name {
+            "group_size" => Ok(vec![ranks.len() as i64]),
+            "group_translate_ranks" => Ok(ranks.clone()),
+            "comm_group" => Ok(vec![77]),
+            "isend" | "irecv" => Ok(vec![900 + c.args[1]]),
+            _ => Ok(vec![]),
+        })
+    }
+
+    #[test]
+    fn complete_completes_at_each_ghost_once_then_notifies_every_target() {
+        let _f = group_fake(vec![1, 2]);
+        let mut w = three();
+        assert_eq!(w.start_epoch(5 as MPI_Group, MPI_MODE_NOCHECK), Ok(()));
+        assert_eq!(w.access, [1, 2]);
+        let _f = group_fake(vec![]);
+        assert_eq!(w.complete_epoch(), Ok(()));
+        let got = calls();
+        let flushed: Vec<i64> = got
+            .iter()
+            .filter(|c| c.0 == "win_flush")
+            .map(|c| c.1[0])
+            .collect();
+        assert_eq!(flushed, [10, 11, 20]);
+        let notices: Vec<&Vec<i64>> = got
+            .iter()
+            .filter(|c| c.0 == "isend")
+            .map(|c| &c.1)
+            .collect();
+        assert_eq!(
+            notices,
+            [
+                &vec![0, 1, DONE_TAG as i64, CTL],
+                &vec![0, 2, DONE_TAG as i64, CTL]
+            ]
+        );
+        // each notice's request is freed to complete on its own, after the flushes
+        assert_eq!(got.iter().filter(|c| c.0 == "request_free").count(), 2);
+        let last_flush = got.iter().rposition(|c| c.0 == "win_flush").unwrap();
+        assert!(got.iter().position(|c| c.0 == "isend").unwrap() > last_flush);
+        assert!(!w.started && w.access.is_empty());
+    }
+
+    #[test]
+    fn start_waits_for_each_post_notice_unless_nocheck() {
+        let _f = group_fake(vec![2, 0]);
+        let mut w = three();
+        assert_eq!(w.start_epoch(5 as MPI_Group, 0), Ok(()));
+        let recvs: Vec<Vec<i64>> = calls()
+            .into_iter()
+            .filter(|c| c.0 == "recv")
+            .map(|c| c.1)
+            .collect();
+        assert_eq!(
+            recvs,
+            [
+                vec![0, 2, POST_TAG as i64, CTL],
+                vec![0, 0, POST_TAG as i64, CTL]
+            ]
+        );
+        // the window's group translated to its communicator, the group freed again
+        assert!(calls().contains(&("group_free", vec![77])));
+        assert_eq!(
+            w.start_epoch(5 as MPI_Group, 0).map_err(|e| e.0),
+            Err(MPI_ERR_RMA_SYNC)
+        );
+    }
+
+    #[test]
+    fn post_then_test_and_wait_close_the_exposure_epoch() {
+        let _f = group_fake(vec![1, 2]);
+        let mut w = three();
+        assert_eq!(w.post_epoch(5 as MPI_Group, 0), Ok(()));
+        // a receive for each origin's completion notice, and a post notice to each
+        assert_eq!(w.exposure, [901 as MPI_Request, 902 as MPI_Request]);
+        let notices: Vec<i64> = calls()
+            .iter()
+            .filter(|c| c.0 == "isend")
+            .map(|c| c.1[1])
+            .collect();
+        assert_eq!(notices, [1, 2]);
+        assert_eq!(
+            w.post_epoch(5 as MPI_Group, 0).map_err(|e| e.0),
+            Err(MPI_ERR_RMA_SYNC)
+        );
+        // not done yet: the epoch stays open
+        let _f = fake::install(|c| Ok(if c.name == "testall" { vec![0] } else { vec![] }));
+        assert_eq!(w.test_epoch(), Ok(false));
+        assert_eq!(fake::names(), ["testall"]);
+        assert_eq!(w.exposure.len(), 2);
+        let _f = fake::install(|c| Ok(if c.name == "testall" { vec![1] } else { vec![] }));
+        assert_eq!(w.test_epoch(), Ok(true));
+        assert_eq!(fake::names(), ["testall", "win_sync"]);
+        assert!(w.exposure.is_empty());
+        // NOCHECK: no post notices; an empty group still opens an epoch that wait closes
+        let _f = group_fake(vec![]);
+        assert_eq!(w.post_epoch(5 as MPI_Group, MPI_MODE_NOCHECK), Ok(()));
+        assert!(!fake::names().contains(&"isend"));
+        assert_eq!(w.exposure.len(), 1);
+        let _f = group_fake(vec![]);
+        assert_eq!(w.wait_epoch(), Ok(()));
+        assert_eq!(calls(), [("waitall", vec![1]), ("win_sync", vec![g()])]);
+        assert!(w.exposure.is_empty());
+    }
+
+    #[test]
+    fn free_detaches_at_the_ghosts_between_barriers_and_returns_win_free_code() {
+        let lay = Layout {
+            ghosts: 2,
+            user_world_rank: vec![0, 3, 4],
+            user_node: vec![0, 0, 1],
+            user_local: vec![0, 1, 0],
+            node_ghosts: vec![vec![10, 11], vec![20]],
+            ctl: 999 as MPI_Comm,
+            balance: GhostBalance::Static,
+            direct: false,
+        };
+        let _f = fake::install(|c| match c.name {
+            "win_free" => Err(4343),
+            _ => Ok(vec![0]),
+        });
+        let mut w = UserWin::for_tests(
+            1,
+            vec![
+                target(&[20], &[300], 4, 64, 0),
+                target(&[10, 11], &[1000, 2000], 8, 100, 1),
+            ],
+        );
+        assert_eq!(w.release_all(&lay), 4343);
+        assert_eq!(
+            fake::names(),
+            [
+                "barrier",
+                "send",
+                "recv",
+                "send",
+                "recv",
+                "barrier",
+                "win_free",
+                "comm_free"
+            ]
+        );
+        let got = calls();
+        // each of this process's ghosts detaches its memory, on the control communicator
+        let to: Vec<(i64, i64)> = got
+            .iter()
+            .filter(|c| c.0 == "send")
+            .map(|c| (c.1[1], c.1[3]))
+            .collect();
+        assert_eq!(to, [(10, 999), (11, 999)]);
+        assert_eq!(got[0].1, [CTL]);
+        assert_eq!(got[6].1, [USER_WIN]);
+    }
 
     #[test]
     fn object_names_are_unguessable() {
