@@ -24,7 +24,7 @@ pub unsafe fn MPI_Win_allocate(
     w: *mut MPI_Win,
     native: Native,
 ) -> c_int {
-    win::allocate(size, disp_unit as i64, info, comm, baseptr, w).unwrap_or_else(native)
+    win::allocate(size, disp_unit as i64, info, comm, baseptr, w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_allocate_c(
@@ -39,7 +39,7 @@ pub unsafe fn MPI_Win_allocate_c(
     if disp_unit > c_int::MAX as MPI_Aint {
         return native();
     }
-    win::allocate(size, disp_unit, info, comm, baseptr, w).unwrap_or_else(native)
+    win::allocate(size, disp_unit, info, comm, baseptr, w).or_native(native)
 }
 
 /// Windows the ghosts cannot serve (their memory is the application's, which a ghost
@@ -113,31 +113,31 @@ pub unsafe fn MPI_Win_allocate_shared_c(
 }
 
 pub unsafe fn MPI_Win_free(w: *mut MPI_Win, native: Native) -> c_int {
-    win::free(w).unwrap_or_else(native)
+    win::free(w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_fence(assert: c_int, w: MPI_Win, native: Native) -> c_int {
-    win::fence(assert, w).unwrap_or_else(native)
+    win::fence(assert, w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_post(group: MPI_Group, assert: c_int, w: MPI_Win, native: Native) -> c_int {
-    win::post(group, assert, w).unwrap_or_else(native)
+    win::post(group, assert, w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_start(group: MPI_Group, assert: c_int, w: MPI_Win, native: Native) -> c_int {
-    win::start(group, assert, w).unwrap_or_else(native)
+    win::start(group, assert, w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_complete(w: MPI_Win, native: Native) -> c_int {
-    win::complete(w).unwrap_or_else(native)
+    win::complete(w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_wait(w: MPI_Win, native: Native) -> c_int {
-    win::wait(w).unwrap_or_else(native)
+    win::wait(w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_test(w: MPI_Win, flag: *mut c_int, native: Native) -> c_int {
-    win::test(w, flag).unwrap_or_else(native)
+    win::test(w, flag).or_native(native)
 }
 
 pub unsafe fn MPI_Win_lock(
@@ -147,39 +147,39 @@ pub unsafe fn MPI_Win_lock(
     w: MPI_Win,
     native: Native,
 ) -> c_int {
-    win::lock(lock_type, rank, assert, w).unwrap_or_else(native)
+    win::lock(lock_type, rank, assert, w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_unlock(rank: c_int, w: MPI_Win, native: Native) -> c_int {
-    win::unlock(rank, w).unwrap_or_else(native)
+    win::unlock(rank, w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_lock_all(assert: c_int, w: MPI_Win, native: Native) -> c_int {
-    win::lock_all(assert, w).unwrap_or_else(native)
+    win::lock_all(assert, w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_unlock_all(w: MPI_Win, native: Native) -> c_int {
-    win::unlock_all(w).unwrap_or_else(native)
+    win::unlock_all(w).or_native(native)
 }
 
 pub unsafe fn MPI_Win_flush(rank: c_int, w: MPI_Win, native: Native) -> c_int {
-    win::flush(rank, w, false).unwrap_or_else(native)
+    win::flush(rank, w, false).or_native(native)
 }
 
 pub unsafe fn MPI_Win_flush_local(rank: c_int, w: MPI_Win, native: Native) -> c_int {
-    win::flush(rank, w, true).unwrap_or_else(native)
+    win::flush(rank, w, true).or_native(native)
 }
 
 pub unsafe fn MPI_Win_flush_all(w: MPI_Win, native: Native) -> c_int {
-    win::flush_all(w, false).unwrap_or_else(native)
+    win::flush_all(w, false).or_native(native)
 }
 
 pub unsafe fn MPI_Win_flush_local_all(w: MPI_Win, native: Native) -> c_int {
-    win::flush_all(w, true).unwrap_or_else(native)
+    win::flush_all(w, true).or_native(native)
 }
 
 pub unsafe fn MPI_Win_sync(w: MPI_Win, native: Native) -> c_int {
-    win::sync(w).unwrap_or_else(native)
+    win::sync(w).or_native(native)
 }
 
 /// The user window is made with `MPI_Win_create` over the node-shared memory; the

@@ -112,3 +112,29 @@ pub unsafe fn gatherv(
         )
     })
 }
+
+/// `MPI_Allgather` of the shim's own int64 words (`MPI_INT64_T`): `send.len()` from every
+/// process, in rank order into `recv`. In unit tests the fake's words are the result.
+///
+/// # Safety
+/// `recv` holds `send.len()` words for every process of `comm`.
+pub unsafe fn allgather_i64(send: &[i64], recv: &mut [i64], comm: MPI_Comm) -> MpiResult<()> {
+    fake_first!("allgather", [send.len(), recv.len(), comm], |v: Vec<
+        i64,
+    >| {
+        let n = v.len().min(recv.len());
+        recv[..n].copy_from_slice(&v[..n]);
+    });
+    // SAFETY: `send.len()` words out; room for as many per process in `recv` (the caller).
+    check(unsafe {
+        pmpi::PMPI_Allgather(
+            send.as_ptr().cast(),
+            send.len() as c_int,
+            MPI_INT64_T(),
+            recv.as_mut_ptr().cast(),
+            send.len() as c_int,
+            MPI_INT64_T(),
+            comm,
+        )
+    })
+}

@@ -444,3 +444,12 @@ pub unsafe fn reduce_local_c(
     // SAFETY: buffers per the caller's contract.
     check(unsafe { pmpi::PMPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op) })
 }
+
+/// `MPI_Type_size`.
+pub fn size(dt: MPI_Datatype) -> MpiResult<c_int> {
+    fake_first!("type_size", [dt], |v: Vec<i64>| v[0] as c_int);
+    let mut n = 0;
+    // SAFETY: a valid out-pointer; MPI reports a bad handle as an error.
+    check(unsafe { pmpi::PMPI_Type_size(dt, &mut n) })?;
+    Ok(n)
+}

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::core::dtype::{self, TypeInfo};
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::p2p;
 
 /// Where a direct operation lands (from `win::route`).
 #[derive(Clone, Copy, Debug)]
@@ -440,13 +440,15 @@ pub unsafe fn compare_and_swap(
 
 /// Generalized-request callbacks of an operation that completed when it was issued.
 unsafe extern "C" fn query(_extra: *mut c_void, status: *mut MPI_Status) -> c_int {
-    // SAFETY: the status MPI hands us; an RMA request reports no data (MPI-4.0 §12.3.5).
-    unsafe {
-        pmpi::PMPI_Status_set_elements(status, MPI_BYTE(), 0);
-        pmpi::PMPI_Status_set_cancelled(status, 0);
-        (*status).MPI_SOURCE = MPI_UNDEFINED;
-        (*status).MPI_TAG = MPI_UNDEFINED;
-    }
+    // SAFETY: the status MPI hands us.
+    let Some(st) = (unsafe { status.as_mut() }) else {
+        return MPI_SUCCESS;
+    };
+    // an RMA request reports no data (MPI-4.0 §12.3.5)
+    let _ = p2p::status_set_elements(st, MPI_BYTE(), 0);
+    let _ = p2p::status_set_cancelled(st, false);
+    st.MPI_SOURCE = MPI_UNDEFINED;
+    st.MPI_TAG = MPI_UNDEFINED;
     MPI_SUCCESS
 }
 unsafe extern "C" fn free_fn(_extra: *mut c_void) -> c_int {
@@ -471,19 +473,114 @@ pub unsafe fn completed(rc: c_int, req: *mut MPI_Request) -> c_int {
     type F = unsafe extern "C" fn(*mut c_void) -> c_int;
     type C = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
     let (q, f, c): (Q, F, C) = (query, free_fn, cancel_fn);
-    // SAFETY: callbacks with the MPI signatures, no extra state; the request is ours to
-    // complete at once.
-    unsafe {
-        let rc = pmpi::PMPI_Grequest_start(
+    // SAFETY: callbacks with the MPI signatures, no extra state.
+    let started = unsafe {
+        p2p::grequest_start(
             q as *mut c_void,
             f as *mut c_void,
             c as *mut c_void,
             core::ptr::null_mut(),
-            req,
+        )
+    };
+    let r = match started {
+        Ok(r) => r,
+        Err(e) => return e.code(),
+    };
+    // SAFETY: the caller's out-pointer, checked non-null above.
+    unsafe { *req = r };
+    // the request is ours to complete at once
+    p2p::grequest_complete(r)
+        .err()
+        .map_or(MPI_SUCCESS, |e| e.code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::mpi::fake;
+
+    #[test]
+    fn a_failed_operation_returns_its_code_and_starts_no_request() {
+        let _f = fake::install(|_| Ok(vec![1]));
+        let mut req = 5 as MPI_Request;
+        // SAFETY: a valid request out-pointer.
+        assert_eq!(
+            unsafe { completed(MPI_ERR_RMA_RANGE, &mut req) },
+            MPI_ERR_RMA_RANGE
         );
-        if rc != MPI_SUCCESS {
-            return rc;
+        assert_eq!(req, 5 as MPI_Request);
+        // SAFETY: a NULL out-pointer is checked.
+        assert_eq!(
+            unsafe { completed(MPI_SUCCESS, std::ptr::null_mut()) },
+            MPI_ERR_REQUEST
+        );
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn a_request_based_operation_gets_a_completed_generalized_request() {
+        let _f = fake::install(|c| match c.name {
+            "grequest_start" => Ok(vec![555]),
+            _ => Ok(vec![]),
+        });
+        let mut req = MPI_REQUEST_NULL();
+        // SAFETY: a valid request out-pointer.
+        assert_eq!(unsafe { completed(MPI_SUCCESS, &mut req) }, MPI_SUCCESS);
+        assert_eq!(req, 555 as MPI_Request);
+        let calls = fake::calls();
+        assert_eq!(fake::names(), ["grequest_start", "grequest_complete"]);
+        // three callbacks and no extra state
+        assert!(calls[0].args[..3].iter().all(|&f| f != 0));
+        assert_eq!(calls[0].args[3], 0);
+        assert_eq!(calls[1].args, [555]);
+    }
+
+    #[test]
+    fn errors_of_the_generalized_request_come_back_unchanged() {
+        // (failing call, the calls made)
+        let cases: [(&str, &[&str]); 2] = [
+            ("grequest_start", &["grequest_start"]),
+            (
+                "grequest_complete",
+                &["grequest_start", "grequest_complete"],
+            ),
+        ];
+        for (failing, names) in cases {
+            let _f = fake::install(move |c| {
+                if c.name == failing {
+                    Err(4242)
+                } else {
+                    Ok(vec![9])
+                }
+            });
+            let mut req = MPI_REQUEST_NULL();
+            // SAFETY: a valid request out-pointer.
+            assert_eq!(
+                unsafe { completed(MPI_SUCCESS, &mut req) },
+                4242,
+                "{failing}"
+            );
+            assert_eq!(fake::names(), names);
         }
-        pmpi::PMPI_Grequest_complete(*req)
+    }
+
+    #[test]
+    fn the_query_reports_no_data_and_no_cancellation() {
+        let _f = fake::install(|_| Ok(vec![]));
+        let mut st = MPI_Status::default();
+        // SAFETY: a valid status.
+        assert_eq!(unsafe { query(std::ptr::null_mut(), &mut st) }, MPI_SUCCESS);
+        assert_eq!((st.MPI_SOURCE, st.MPI_TAG), (MPI_UNDEFINED, MPI_UNDEFINED));
+        let calls: Vec<_> = fake::calls()
+            .into_iter()
+            .map(|c| (c.name, c.args))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("status_set_elements", vec![MPI_BYTE() as i64, 0]),
+                ("status_set_cancelled", vec![0])
+            ]
+        );
     }
 }

@@ -28,8 +28,9 @@ use core::ffi::c_int;
 use crate::platform::abi::*;
 use crate::platform::api::pmpi;
 use crate::platform::config::{self, GhostPlacement};
+use crate::platform::mpi::{coll, comm};
 
-pub use common::{Layout, layout};
+pub use common::{Handled, Layout, layout};
 pub use win::{Routed, route};
 
 /// Which local ranks of a node of `n` processes are ghosts.
@@ -48,11 +49,10 @@ fn fail_everywhere(msg: &str) -> ! {
         "{} configuration error: {msg}\n",
         crate::platform::log::prefix()
     ));
-    // SAFETY: MPI is initialized; every process makes these calls.
-    unsafe {
-        pmpi::PMPI_Barrier(MPI_COMM_WORLD());
-        pmpi::PMPI_Finalize();
-    }
+    // MPI is initialized; every process makes these calls
+    let _ = coll::barrier(MPI_COMM_WORLD());
+    // SAFETY: the process's last MPI call (it exits next).
+    unsafe { pmpi::PMPI_Finalize() };
     std::process::exit(2);
 }
 
@@ -96,9 +96,8 @@ pub fn setup(c: &config::Config, census: &crate::platform::proc::Census) {
         return;
     }
     let g = c.ghosts as usize;
-    let mut rank = 0;
-    // SAFETY: MPI is initialized; valid out-pointer.
-    unsafe { pmpi::PMPI_Comm_rank(MPI_COMM_WORLD(), &mut rank) };
+    // MPI is initialized
+    let rank = comm::rank(MPI_COMM_WORLD()).unwrap_or(0);
     let all = places(census, c.ranks_per_node);
     // Every rank sees the same table and decides alike, before anyone becomes a ghost.
     let min_local = all.iter().map(|p| p.size).min().unwrap_or(0);
@@ -113,13 +112,9 @@ pub fn setup(c: &config::Config, census: &crate::platform::proc::Census) {
     }
     let ghost_at = |p: &Place| ghost_positions(p.size, g, c.ghost_placement).contains(&p.local);
     let is_ghost = ghost_at(&all[rank as usize]);
-    let mut split: MPI_Comm = MPI_COMM_NULL();
-    let mut ctl: MPI_Comm = MPI_COMM_NULL();
-    // SAFETY: collective calls over the real world in the same order everywhere.
-    unsafe {
-        pmpi::PMPI_Comm_split(MPI_COMM_WORLD(), is_ghost as c_int, rank, &mut split);
-        pmpi::PMPI_Comm_dup(MPI_COMM_WORLD(), &mut ctl);
-    }
+    // collective calls over the real world in the same order everywhere
+    let split = comm::split(MPI_COMM_WORLD(), is_ghost as c_int, rank).unwrap_or(MPI_COMM_NULL());
+    let ctl = comm::dup(MPI_COMM_WORLD()).unwrap_or(MPI_COMM_NULL());
     let mut keys: Vec<(u64, usize)> = all.iter().map(|p| p.node).collect();
     keys.sort_unstable();
     keys.dedup();
@@ -156,10 +151,7 @@ pub fn setup(c: &config::Config, census: &crate::platform::proc::Census) {
         // computing rank is the other half of the delay (see `serve::short_slice`).
         serve::short_slice();
     }
-    // SAFETY: valid communicator; the name is a NUL-terminated literal.
-    unsafe {
-        pmpi::PMPI_Comm_set_name(split, c"MPI_COMM_WORLD".as_ptr());
-    }
+    let _ = comm::set_name(split, c"MPI_COMM_WORLD");
     crate::platform::proc::set_user_world(Some(split));
     common::open_global();
     tracing::info!(target: "shim::ghost", "{} ghost(s) per node: {} users, {} nodes", g, lay.user_world_rank.len(), keys.len());

@@ -29,10 +29,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use super::common::{Cmd, command, global, layout};
+use super::common::{Cmd, Handled, Layout, command, global, layout};
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
 use crate::platform::config::GhostBalance;
+use crate::platform::mpi::{coll, comm, dtype, p2p, rma};
 
 /// RMA operations this process redirected to ghosts.
 pub static REDIRECTED: AtomicU64 = AtomicU64::new(0);
@@ -208,61 +208,77 @@ pub fn route(
         return Ok(None);
     };
     let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
-    if target == MPI_PROC_NULL {
-        // a no-op, on a window that is always in an epoch
-        return Ok(Some(Routed::Ghost(Route {
-            rank: MPI_PROC_NULL,
-            disp,
-            win: global(),
-        })));
-    }
-    if target < 0 || target as usize >= w.targets.len() {
-        return Err(raise(
-            win,
-            MPI_ERR_RANK,
-            &format!("{fname}: target rank {target} is not in the window's group"),
-        ));
-    }
-    if !w.in_epoch(target) {
-        return Err(raise(
-            win,
-            MPI_ERR_RMA_SYNC,
-            &format!("{fname}: no access epoch to target {target} is open"),
-        ));
-    }
-    if let Some(peers) = &w.direct {
-        let (p, tg) = (&peers[target as usize], &w.targets[target as usize]);
-        let d = super::direct::Direct {
-            base: p.base,
-            size: tg.size,
-            offset: disp * tg.disp_unit,
-            lock: p.base.wrapping_offset(tg.hidden as isize + 8).cast(),
-            win,
+    w.route_op(target, disp, acc, count, dt, fname)
+        .map(Some)
+        .map_err(|(class, why)| raise(win, class, &why))
+}
+
+impl UserWin {
+    /// Where an operation to `target` at `disp` goes (`route`), or the error to raise.
+    fn route_op(
+        &mut self,
+        target: c_int,
+        disp: MPI_Aint,
+        acc: bool,
+        count: i64,
+        dt: MPI_Datatype,
+        fname: &str,
+    ) -> Result<Routed, Fail> {
+        let win = self.win;
+        let w = self;
+        if target == MPI_PROC_NULL {
+            // a no-op, on a window that is always in an epoch
+            return Ok(Routed::Ghost(Route {
+                rank: MPI_PROC_NULL,
+                disp,
+                win: global(),
+            }));
+        }
+        if target < 0 || target as usize >= w.targets.len() {
+            return Err((
+                MPI_ERR_RANK,
+                format!("{fname}: target rank {target} is not in the window's group"),
+            ));
+        }
+        if !w.in_epoch(target) {
+            return Err((
+                MPI_ERR_RMA_SYNC,
+                format!("{fname}: no access epoch to target {target} is open"),
+            ));
+        }
+        if let Some(peers) = &w.direct {
+            let (p, tg) = (&peers[target as usize], &w.targets[target as usize]);
+            let d = super::direct::Direct {
+                base: p.base,
+                size: tg.size,
+                offset: disp * tg.disp_unit,
+                lock: p.base.wrapping_offset(tg.hidden as isize + 8).cast(),
+                win,
+            };
+            w.direct_ops += 1;
+            DIRECT.fetch_add(1, Ordering::Relaxed);
+            return Ok(Routed::Direct(d));
+        }
+        let bytes = if layout().is_some_and(|l| l.balance == GhostBalance::Byte) {
+            // an invalid type is reported by the real call
+            let sz = dtype::size(dt).unwrap_or(0);
+            (count.max(0) * sz.max(0) as i64) as u64
+        } else {
+            0
         };
-        w.direct_ops += 1;
-        DIRECT.fetch_add(1, Ordering::Relaxed);
-        return Ok(Some(Routed::Direct(d)));
+        let gi = w.pick(target, acc);
+        let tg = &w.targets[target as usize];
+        let (rank, addr, du) = (tg.ghosts[gi], tg.addrs[gi], tg.disp_unit);
+        let e = w.sent.entry(rank).or_default();
+        e.0 += 1;
+        e.1 += bytes;
+        REDIRECTED.fetch_add(1, Ordering::Relaxed);
+        Ok(Routed::Ghost(Route {
+            rank,
+            disp: addr + disp * du,
+            win: global(),
+        }))
     }
-    let bytes = if layout().is_some_and(|l| l.balance == GhostBalance::Byte) {
-        let mut sz: c_int = 0;
-        // SAFETY: valid out-pointer; an invalid type is reported by the real call.
-        unsafe { pmpi::PMPI_Type_size(dt, &mut sz) };
-        (count.max(0) * sz.max(0) as i64) as u64
-    } else {
-        0
-    };
-    let gi = w.pick(target, acc);
-    let tg = &w.targets[target as usize];
-    let (rank, addr, du) = (tg.ghosts[gi], tg.addrs[gi], tg.disp_unit);
-    let e = w.sent.entry(rank).or_default();
-    e.0 += 1;
-    e.1 += bytes;
-    REDIRECTED.fetch_add(1, Ordering::Relaxed);
-    Ok(Some(Routed::Ghost(Route {
-        rank,
-        disp: addr + disp * du,
-        win: global(),
-    })))
 }
 
 /// Reads an info value (None if unset).
@@ -270,19 +286,9 @@ fn info_get(info: MPI_Info, key: &std::ffi::CStr) -> Option<String> {
     if info == MPI_INFO_NULL() {
         return None;
     }
+    // MPI_MAX_INFO_VAL bytes plus the terminator
     let mut buf = vec![0u8; MPI_MAX_INFO_VAL as usize + 1];
-    let mut flag = 0;
-    // SAFETY: the buffer holds MPI_MAX_INFO_VAL bytes plus the terminator.
-    unsafe {
-        pmpi::PMPI_Info_get(
-            info,
-            key.as_ptr(),
-            MPI_MAX_INFO_VAL,
-            buf.as_mut_ptr().cast(),
-            &mut flag,
-        )
-    };
-    if flag == 0 {
+    if !comm::info_get(info, key, &mut buf).unwrap_or(false) {
         return None;
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
@@ -290,35 +296,28 @@ fn info_get(info: MPI_Info, key: &std::ffi::CStr) -> Option<String> {
 }
 
 /// Comm ranks -> user-world ranks.
-fn to_user_world(comm: MPI_Comm, n: i32) -> Vec<i32> {
-    let (mut g1, mut g2): (MPI_Group, MPI_Group) = (MPI_GROUP_NULL(), MPI_GROUP_NULL());
+fn to_user_world(c: MPI_Comm, n: i32) -> Vec<i32> {
     let ranks: Vec<i32> = (0..n).collect();
     let mut out = vec![0; n as usize];
-    // SAFETY: valid communicators and arrays of n ints; the groups are freed.
-    unsafe {
-        pmpi::PMPI_Comm_group(comm, &mut g1);
-        pmpi::PMPI_Comm_group(crate::platform::proc::user_world(), &mut g2);
-        pmpi::PMPI_Group_translate_ranks(g1, n, ranks.as_ptr(), g2, out.as_mut_ptr());
-        pmpi::PMPI_Group_free(&mut g1);
-        pmpi::PMPI_Group_free(&mut g2);
-    }
+    // the groups are freed
+    let mut g1 = comm::group(c).unwrap_or(MPI_GROUP_NULL());
+    let mut g2 = comm::group(crate::platform::proc::user_world()).unwrap_or(MPI_GROUP_NULL());
+    let _ = comm::group_translate_ranks(g1, &ranks, g2, &mut out);
+    let _ = comm::group_free(&mut g1);
+    let _ = comm::group_free(&mut g2);
     out
 }
 
 /// Group ranks -> ranks in the window's communicator.
 fn group_to_comm(group: MPI_Group, ctl: MPI_Comm) -> Vec<i32> {
-    let mut n = 0;
-    let mut cg: MPI_Group = MPI_GROUP_NULL();
-    // SAFETY: valid handles, out-pointers and arrays of n ints; the group is freed.
-    unsafe {
-        pmpi::PMPI_Group_size(group, &mut n);
-        let ranks: Vec<i32> = (0..n).collect();
-        let mut out = vec![0; n.max(0) as usize];
-        pmpi::PMPI_Comm_group(ctl, &mut cg);
-        pmpi::PMPI_Group_translate_ranks(group, n, ranks.as_ptr(), cg, out.as_mut_ptr());
-        pmpi::PMPI_Group_free(&mut cg);
-        out
-    }
+    let n = comm::group_size(group).unwrap_or(0);
+    let ranks: Vec<i32> = (0..n).collect();
+    let mut out = vec![0; n.max(0) as usize];
+    // the group is freed
+    let mut cg = comm::group(ctl).unwrap_or(MPI_GROUP_NULL());
+    let _ = comm::group_translate_ranks(group, &ranks, cg, &mut out);
+    let _ = comm::group_free(&mut cg);
+    out
 }
 
 /// Arguments the ghosts can serve: a valid intracommunicator, size >= 0, disp_unit > 0,
@@ -339,19 +338,14 @@ fn servable(
     {
         return false;
     }
-    let (mut inter, mut nkeys) = (0, 0);
-    // SAFETY: a valid communicator; an invalid info yields an error code (the real world,
-    // where it would be raised, only records it).
-    unsafe {
-        pmpi::PMPI_Comm_test_inter(comm, &mut inter) == MPI_SUCCESS
-            && inter == 0
-            && (info == MPI_INFO_NULL()
-                || pmpi::PMPI_Info_get_nkeys(info, &mut nkeys) == MPI_SUCCESS)
-    }
+    // a valid communicator; an invalid info yields an error code (the real world, where
+    // it would be raised, only records it)
+    comm::test_inter(comm) == Ok(false)
+        && (info == MPI_INFO_NULL() || comm::info_get_nkeys(info).is_ok())
 }
 
-/// `MPI_Win_allocate(_c)` with ghosts. None: not handled (ghosts off, `async_config=off`,
-/// arguments the system MPI must judge); the caller forwards.
+/// `MPI_Win_allocate(_c)` with ghosts. `NotOurs`: not handled (ghosts off,
+/// `async_config=off`, arguments the system MPI must judge); the caller forwards.
 pub fn allocate(
     size: MPI_Aint,
     disp_unit: i64,
@@ -359,8 +353,10 @@ pub fn allocate(
     comm: MPI_Comm,
     baseptr: *mut c_void,
     win: *mut MPI_Win,
-) -> Option<c_int> {
-    let lay = layout()?;
+) -> Handled {
+    let Some(lay) = layout() else {
+        return Handled::NotOurs;
+    };
     if !crate::platform::proc::ghosts_active()
         || !servable(
             size,
@@ -370,11 +366,11 @@ pub fn allocate(
             [baseptr.is_null(), win.is_null()],
         )
     {
-        return None;
+        return Handled::NotOurs;
     }
     if info_get(info, c"async_config").is_some_and(|v| v.eq_ignore_ascii_case("off")) {
         tracing::debug!(target: "shim::ghost", "MPI_Win_allocate with async_config=off: forwarded");
-        return None;
+        return Handled::NotOurs;
     }
     let epochs = info_get(info, c"epochs_used");
     let locks_used = epochs.as_ref().is_none_or(|e| {
@@ -382,12 +378,9 @@ pub fn allocate(
             .any(|x| matches!(x.trim(), "lock" | "lockall"))
     });
     let no_lls = info_get(info, c"no_local_load_store").is_some_and(|v| v == "true");
-    let (mut me, mut n) = (0, 0);
-    // SAFETY: valid communicator and out-pointers.
-    unsafe {
-        pmpi::PMPI_Comm_rank(comm, &mut me);
-        pmpi::PMPI_Comm_size(comm, &mut n);
-    }
+    // a valid communicator (`servable`)
+    let me = comm::rank(comm).unwrap_or(0);
+    let n = comm::size(comm).unwrap_or(0);
     let size = size as usize;
     let hidden = hidden_at(size as i64) as usize;
     let map_len = hidden + HIDDEN_BYTES;
@@ -425,33 +418,17 @@ pub fn allocate(
         unsafe { libc::shm_unlink(cname.as_ptr()) };
     }
     let mut all = vec![0i64; (HEAD + g) * n as usize];
-    let mut ctl: MPI_Comm = MPI_COMM_NULL();
-    let mut uwin: MPI_Win = MPI_WIN_NULL();
-    // SAFETY: HEAD + g int64 per rank into a buffer for n ranks; collective calls over the
-    // window's communicator in the same order on every rank.
-    let rc = unsafe {
-        pmpi::PMPI_Allgather(
-            rec.as_ptr().cast(),
-            (HEAD + g) as c_int,
-            MPI_INT64_T(),
-            all.as_mut_ptr().cast(),
-            (HEAD + g) as c_int,
-            MPI_INT64_T(),
-            comm,
-        );
-        pmpi::PMPI_Comm_dup(comm, &mut ctl);
-        pmpi::PMPI_Win_create(
-            base,
-            size as MPI_Aint,
-            disp_unit as c_int,
-            info,
-            comm,
-            &mut uwin,
-        )
+    // collective calls over the window's communicator in the same order on every rank
+    // SAFETY: HEAD + g int64 per rank into a buffer for the n ranks of `comm`.
+    let _ = unsafe { coll::allgather_i64(&rec, &mut all, comm) };
+    let ctl = comm::dup(comm).unwrap_or(MPI_COMM_NULL());
+    // SAFETY: the object's mapping of map_len >= size bytes, unmapped only when the
+    // window is freed.
+    let uwin = match unsafe { rma::create(base, size as MPI_Aint, disp_unit as c_int, info, comm) }
+    {
+        Ok(w) => w,
+        Err(e) => return Handled::Served(e.code()),
     };
-    if rc != MPI_SUCCESS {
-        return Some(rc);
-    }
     let recs: Vec<&[i64]> = all.chunks(HEAD + g).collect();
     let targets: Vec<Target> = (0..n as usize)
         .map(|t| {
@@ -486,11 +463,10 @@ pub fn allocate(
                 }
             })
             .collect();
-        // SAFETY: collective over the window's duplicate; then nobody opens the object.
-        unsafe {
-            pmpi::PMPI_Barrier(ctl);
-            libc::shm_unlink(cname.as_ptr());
-        }
+        // collective over the window's duplicate; then nobody opens the object
+        let _ = coll::barrier(ctl);
+        // SAFETY: the name of the object created above.
+        unsafe { libc::shm_unlink(cname.as_ptr()) };
         Some(peers)
     } else {
         if may_direct {
@@ -530,7 +506,7 @@ pub fn allocate(
         *win = uwin;
     }
     tracing::debug!(target: "shim::ghost", "window {id}: {size} bytes, {n} processes");
-    Some(MPI_SUCCESS)
+    Handled::Served(MPI_SUCCESS)
 }
 
 /// The POSIX shared-memory object of a window's memory (`/dev/shm/shim-...`): the
@@ -653,55 +629,83 @@ fn map_object(name: &str, len: usize) -> *mut u8 {
 }
 
 /// `MPI_Win_free` of a ghost-served window.
-pub fn free(win: *mut MPI_Win) -> Option<c_int> {
+pub fn free(win: *mut MPI_Win) -> Handled {
     // SAFETY: the caller's handle pointer.
-    let h = unsafe { win.as_ref() }.copied()?;
-    lookup(h)?;
-    let lay = layout()?;
-    let arc = WINS.write().unwrap_or_else(|e| e.into_inner()).remove(&h)?;
-    let mut w = arc.lock().unwrap_or_else(|e| e.into_inner());
-    // Nobody may still reach this memory through a ghost once it is detached.
-    // SAFETY: collective over the window's private duplicate.
-    unsafe { pmpi::PMPI_Barrier(w.ctl) };
-    let mine = w.targets[w.me as usize].clone();
-    for (j, &gh) in mine.ghosts.iter().enumerate() {
-        command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
-    }
-    // SAFETY: collective over the duplicate; then only this rank's own objects are freed.
-    let rc = unsafe {
-        pmpi::PMPI_Barrier(w.ctl);
-        let rc = pmpi::PMPI_Win_free(&mut w.win);
-        libc::munmap(w.base, w.map_len);
-        for p in w.direct.iter().flatten().filter(|p| p.mapped) {
-            libc::munmap(p.base.cast(), p.map_len);
-        }
-        pmpi::PMPI_Comm_free(&mut w.ctl);
-        *win = MPI_WIN_NULL();
-        rc
+    let Some(h) = unsafe { win.as_ref() }.copied() else {
+        return Handled::NotOurs;
     };
-    if crate::platform::counters::enabled() && w.direct.is_some() {
-        crate::platform::log::raw_stderr(&format!(
-            "{} window {}: {} RMA operations done directly in node-shared memory\n",
-            crate::platform::log::prefix(),
-            w.id,
-            w.direct_ops
-        ));
+    if lookup(h).is_none() {
+        return Handled::NotOurs;
     }
-    if crate::platform::counters::enabled() && !w.sent.is_empty() {
-        let mut per: Vec<_> = w.sent.iter().collect();
-        per.sort();
-        let list: Vec<String> = per
-            .iter()
-            .map(|(g, (ops, _))| format!("ghost {g}: {ops}"))
-            .collect();
-        crate::platform::log::raw_stderr(&format!(
-            "{} window {}: RMA operations redirected per ghost (world rank): {}\n",
-            crate::platform::log::prefix(),
-            w.id,
-            list.join(", ")
-        ));
+    let Some(lay) = layout() else {
+        return Handled::NotOurs;
+    };
+    let Some(arc) = WINS.write().unwrap_or_else(|e| e.into_inner()).remove(&h) else {
+        return Handled::NotOurs;
+    };
+    let mut w = arc.lock().unwrap_or_else(|e| e.into_inner());
+    let rc = w.release_all(lay);
+    // SAFETY: the caller's handle pointer (non-null, read above).
+    unsafe { *win = MPI_WIN_NULL() };
+    w.report_counts();
+    Handled::Served(rc)
+}
+
+impl UserWin {
+    /// Frees the window's resources (collective over the window's processes): its memory
+    /// leaves the ghosts, then the user window, the mappings and the duplicate go. The
+    /// return code is `MPI_Win_free`'s.
+    fn release_all(&mut self, lay: &Layout) -> c_int {
+        let w = self;
+        // Nobody may still reach this memory through a ghost once it is detached.
+        // collective over the window's private duplicate
+        let _ = coll::barrier(w.ctl);
+        let mine = w.targets[w.me as usize].clone();
+        for (j, &gh) in mine.ghosts.iter().enumerate() {
+            command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
+        }
+        // collective over the duplicate; then only this rank's own objects are freed
+        let _ = coll::barrier(w.ctl);
+        let rc = rma::free(&mut w.win)
+            .err()
+            .map_or(MPI_SUCCESS, |e| e.code());
+        // SAFETY: this window's mappings, no longer reachable through MPI.
+        unsafe {
+            libc::munmap(w.base, w.map_len);
+            for p in w.direct.iter().flatten().filter(|p| p.mapped) {
+                libc::munmap(p.base.cast(), p.map_len);
+            }
+        }
+        let _ = comm::free(&mut w.ctl);
+        rc
     }
-    Some(rc)
+
+    /// With counters on: how the window's operations went (at free).
+    fn report_counts(&self) {
+        let w = self;
+        if crate::platform::counters::enabled() && w.direct.is_some() {
+            crate::platform::log::raw_stderr(&format!(
+                "{} window {}: {} RMA operations done directly in node-shared memory\n",
+                crate::platform::log::prefix(),
+                w.id,
+                w.direct_ops
+            ));
+        }
+        if crate::platform::counters::enabled() && !w.sent.is_empty() {
+            let mut per: Vec<_> = w.sent.iter().collect();
+            per.sort();
+            let list: Vec<String> = per
+                .iter()
+                .map(|(g, (ops, _))| format!("ghost {g}: {ops}"))
+                .collect();
+            crate::platform::log::raw_stderr(&format!(
+                "{} window {}: RMA operations redirected per ghost (world rank): {}\n",
+                crate::platform::log::prefix(),
+                w.id,
+                list.join(", ")
+            ));
+        }
+    }
 }
 
 /// Windows still alive at finalize are left to the system MPI's finalize; their ghosts'
@@ -713,88 +717,121 @@ pub fn report_unfreed_windows() {
     }
 }
 
-/// Runs `f` on a ghost-served window; None if `win` is not one.
-fn with<R>(win: MPI_Win, f: impl FnOnce(&mut UserWin) -> R) -> Option<R> {
-    let arc = lookup(win)?;
+/// Runs `f` on a ghost-served window; `NotOurs` if `win` is not one.
+fn with(win: MPI_Win, f: impl FnOnce(&mut UserWin) -> c_int) -> Handled {
+    let Some(arc) = lookup(win) else {
+        return Handled::NotOurs;
+    };
     let mut w = arc.lock().unwrap_or_else(|e| e.into_inner());
-    Some(f(&mut w))
+    Handled::Served(f(&mut w))
 }
 
-fn check(rc: c_int) -> Result<(), c_int> {
-    if rc == MPI_SUCCESS { Ok(()) } else { Err(rc) }
-}
+/// An error to raise on the window: its class (or the code MPI returned) and the reason.
+type Fail = (c_int, String);
 
-fn result(win: MPI_Win, r: Result<(), (c_int, String)>) -> c_int {
+fn result(win: MPI_Win, r: Result<(), Fail>) -> c_int {
     match r {
         Ok(()) => MPI_SUCCESS,
         Err((class, why)) => raise(win, class, &why),
     }
 }
 
-fn sync_err(what: &str) -> (c_int, String) {
+fn sync_err(what: &str) -> Fail {
     (MPI_ERR_RMA_SYNC, what.to_string())
 }
 
 /// `MPI_Win_fence`: flush_all on the global window (unless NOPRECEDE), `Win_sync`, and a
 /// barrier of the users, skipped only when NOPRECEDE, NOSTORE and NOPUT are all given
 /// (thesis §4.10, Appendix A: the test is `(assert & ALL3) == ALL3`).
-pub fn fence(assert: c_int, win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
-        let r = (|| {
-            if !w.locked.is_empty() || w.lock_all.is_some() || w.started {
-                return Err(sync_err(
-                    "MPI_Win_fence: a passive-target or PSCW epoch is open",
-                ));
-            }
-            let g = global();
-            std::sync::atomic::fence(Ordering::SeqCst);
-            // SAFETY: the global window is always in the users' lock_all epoch.
-            unsafe {
-                if assert & MPI_MODE_NOPRECEDE == 0 && w.direct.is_none() {
-                    check(pmpi::PMPI_Win_flush_all(g)).map_err(|c| (c, "flush".into()))?;
-                }
-                pmpi::PMPI_Win_sync(g);
-                let all3 = MPI_MODE_NOPRECEDE | MPI_MODE_NOSTORE | MPI_MODE_NOPUT;
-                if assert & all3 != all3 {
-                    check(pmpi::PMPI_Barrier(w.ctl)).map_err(|c| (c, "barrier".into()))?;
-                }
-            }
-            w.fence = assert & MPI_MODE_NOSUCCEED == 0;
-            Ok(())
-        })();
-        result(win, r)
-    })
+pub fn fence(assert: c_int, win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.fence_epoch(assert)))
 }
 
 /// `MPI_Win_post`: the exposure epoch's completion notices are received as they come;
 /// unless NOCHECK, each origin is told that it may start.
-pub fn post(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
+pub fn post(group: MPI_Group, assert: c_int, win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.post_epoch(group, assert)))
+}
+
+/// A zero-byte notice that completes on its own: the peer may be this process, whose
+/// receive is posted later (a blocking send to self can wait for it forever).
+fn notify(to: c_int, tag: c_int, comm: MPI_Comm) {
+    // SAFETY: a zero-byte send on the window's private communicator.
+    let mut r = unsafe { p2p::isend(std::ptr::null(), 0, MPI_BYTE(), to, tag, comm) }
+        .unwrap_or(MPI_REQUEST_NULL());
+    // freeing an active send request lets it complete in the background (MPI-4.0 §3.7.3)
+    let _ = p2p::request_free(&mut r);
+}
+
+/// `MPI_Win_start`: waits for each target's post notice (unless NOCHECK).
+pub fn start(group: MPI_Group, assert: c_int, win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.start_epoch(group, assert)))
+}
+
+/// `MPI_Win_complete`: completes the operations at the targets' ghosts, then notifies
+/// each target.
+pub fn complete(win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.complete_epoch()))
+}
+
+/// `MPI_Win_wait`.
+pub fn wait(win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.wait_epoch()))
+}
+
+/// `MPI_Win_test`.
+pub fn test(win: MPI_Win, flag: *mut c_int) -> Handled {
+    with(win, |w| match w.test_epoch() {
+        Ok(f) => {
+            if !flag.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *flag = f as c_int };
+            }
+            MPI_SUCCESS
+        }
+        Err(e) => result(win, Err(e)),
+    })
+}
+
+/// The active-target epochs (fence and post/start/complete/wait) on one window; the
+/// public functions above raise the errors on the window.
+impl UserWin {
+    fn fence_epoch(&mut self, assert: c_int) -> Result<(), Fail> {
+        let w = self;
+        if !w.locked.is_empty() || w.lock_all.is_some() || w.started {
+            return Err(sync_err(
+                "MPI_Win_fence: a passive-target or PSCW epoch is open",
+            ));
+        }
+        let g = global();
+        std::sync::atomic::fence(Ordering::SeqCst);
+        // the global window is always in the users' lock_all epoch
+        if assert & MPI_MODE_NOPRECEDE == 0 && w.direct.is_none() {
+            rma::flush_all(g).map_err(|e| (e.code(), "flush".into()))?;
+        }
+        let _ = rma::sync(g);
+        let all3 = MPI_MODE_NOPRECEDE | MPI_MODE_NOSTORE | MPI_MODE_NOPUT;
+        if assert & all3 != all3 {
+            coll::barrier(w.ctl).map_err(|e| (e.code(), "barrier".into()))?;
+        }
+        w.fence = assert & MPI_MODE_NOSUCCEED == 0;
+        Ok(())
+    }
+
+    fn post_epoch(&mut self, group: MPI_Group, assert: c_int) -> Result<(), Fail> {
+        let w = self;
         if !w.exposure.is_empty() {
-            return result(
-                win,
-                Err(sync_err("MPI_Win_post: an exposure epoch is open")),
-            );
+            return Err(sync_err("MPI_Win_post: an exposure epoch is open"));
         }
         let origins = group_to_comm(group, w.ctl);
         std::sync::atomic::fence(Ordering::SeqCst);
+        let ctl = w.ctl;
         w.exposure = origins
             .iter()
             .map(|&o| {
-                let mut r = MPI_REQUEST_NULL();
                 // SAFETY: a zero-byte receive on the window's private communicator.
-                unsafe {
-                    pmpi::PMPI_Irecv(
-                        std::ptr::null_mut(),
-                        0,
-                        MPI_BYTE(),
-                        o,
-                        DONE_TAG,
-                        w.ctl,
-                        &mut r,
-                    )
-                };
-                r
+                unsafe { p2p::irecv(std::ptr::null_mut(), 0, MPI_BYTE(), o, DONE_TAG, ctl) }
+                    .unwrap_or(MPI_REQUEST_NULL())
             })
             .collect();
         if w.exposure.is_empty() {
@@ -806,60 +843,31 @@ pub fn post(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
                 notify(o, POST_TAG, w.ctl);
             }
         }
-        MPI_SUCCESS
-    })
-}
-
-/// A zero-byte notice that completes on its own: the peer may be this process, whose
-/// receive is posted later (a blocking send to self can wait for it forever).
-fn notify(to: c_int, tag: c_int, comm: MPI_Comm) {
-    let mut r = MPI_REQUEST_NULL();
-    // SAFETY: a zero-byte send on the window's private communicator; freeing an active
-    // send request lets it complete in the background (MPI-4.0 §3.7.3).
-    unsafe {
-        pmpi::PMPI_Isend(std::ptr::null(), 0, MPI_BYTE(), to, tag, comm, &mut r);
-        pmpi::PMPI_Request_free(&mut r);
+        Ok(())
     }
-}
 
-/// `MPI_Win_start`: waits for each target's post notice (unless NOCHECK).
-pub fn start(group: MPI_Group, assert: c_int, win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
+    fn start_epoch(&mut self, group: MPI_Group, assert: c_int) -> Result<(), Fail> {
+        let w = self;
         if w.started {
-            return result(win, Err(sync_err("MPI_Win_start: an access epoch is open")));
+            return Err(sync_err("MPI_Win_start: an access epoch is open"));
         }
         let targets = group_to_comm(group, w.ctl);
         if assert & MPI_MODE_NOCHECK == 0 {
             for &t in &targets {
                 // SAFETY: a zero-byte receive.
-                unsafe {
-                    pmpi::PMPI_Recv(
-                        std::ptr::null_mut(),
-                        0,
-                        MPI_BYTE(),
-                        t,
-                        POST_TAG,
-                        w.ctl,
-                        MPI_STATUS_IGNORE,
-                    )
-                };
+                let _ =
+                    unsafe { p2p::recv(std::ptr::null_mut(), 0, MPI_BYTE(), t, POST_TAG, w.ctl) };
             }
         }
         w.access = targets;
         w.started = true;
-        MPI_SUCCESS
-    })
-}
+        Ok(())
+    }
 
-/// `MPI_Win_complete`: completes the operations at the targets' ghosts, then notifies
-/// each target.
-pub fn complete(win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
+    fn complete_epoch(&mut self) -> Result<(), Fail> {
+        let w = self;
         if !w.started {
-            return result(
-                win,
-                Err(sync_err("MPI_Win_complete: no access epoch is open")),
-            );
+            return Err(sync_err("MPI_Win_complete: no access epoch is open"));
         }
         let g = global();
         let mut done = HashSet::new();
@@ -868,8 +876,8 @@ pub fn complete(win: MPI_Win) -> Option<c_int> {
         for &t in via_ghosts {
             for &gh in &w.targets[t as usize].ghosts {
                 if done.insert(gh) {
-                    // SAFETY: the global window is in the lock_all epoch.
-                    unsafe { pmpi::PMPI_Win_flush(gh, g) };
+                    // the global window is in the lock_all epoch
+                    let _ = rma::flush(gh, g);
                 }
             }
         }
@@ -878,65 +886,38 @@ pub fn complete(win: MPI_Win) -> Option<c_int> {
         }
         w.access.clear();
         w.started = false;
-        MPI_SUCCESS
-    })
-}
+        Ok(())
+    }
 
-/// `MPI_Win_wait`.
-pub fn wait(win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
+    fn wait_epoch(&mut self) -> Result<(), Fail> {
+        let w = self;
         if w.exposure.is_empty() {
-            return result(
-                win,
-                Err(sync_err("MPI_Win_wait: no exposure epoch is open")),
-            );
+            return Err(sync_err("MPI_Win_wait: no exposure epoch is open"));
         }
-        // SAFETY: the receives posted by `post`.
-        unsafe {
-            pmpi::PMPI_Waitall(
-                w.exposure.len() as c_int,
-                w.exposure.as_mut_ptr(),
-                MPI_STATUSES_IGNORE,
-            );
-            pmpi::PMPI_Win_sync(global());
-        }
+        // the receives posted by `post`
+        let _ = p2p::waitall(&mut w.exposure);
+        let _ = rma::sync(global());
         w.exposure.clear();
         std::sync::atomic::fence(Ordering::SeqCst);
-        MPI_SUCCESS
-    })
-}
+        Ok(())
+    }
 
-/// `MPI_Win_test`.
-pub fn test(win: MPI_Win, flag: *mut c_int) -> Option<c_int> {
-    with(win, |w| {
+    /// Whether the exposure epoch ended (it is closed then).
+    fn test_epoch(&mut self) -> Result<bool, Fail> {
+        let w = self;
         if w.exposure.is_empty() {
-            return result(
-                win,
-                Err(sync_err("MPI_Win_test: no exposure epoch is open")),
-            );
+            return Err(sync_err("MPI_Win_test: no exposure epoch is open"));
         }
-        let mut f = 0;
-        // SAFETY: the receives posted by `post`.
-        unsafe {
-            pmpi::PMPI_Testall(
-                w.exposure.len() as c_int,
-                w.exposure.as_mut_ptr(),
-                &mut f,
-                MPI_STATUSES_IGNORE,
-            );
-        }
-        if f != 0 {
+        // the receives posted by `post`
+        let f = p2p::testall(&mut w.exposure).unwrap_or(false);
+        if f {
             w.exposure.clear();
-            // SAFETY: as in wait.
-            unsafe { pmpi::PMPI_Win_sync(global()) };
+            // as in wait
+            let _ = rma::sync(global());
             std::sync::atomic::fence(Ordering::SeqCst);
         }
-        if !flag.is_null() {
-            // SAFETY: the caller's out-pointer.
-            unsafe { *flag = f };
-        }
-        MPI_SUCCESS
-    })
+        Ok(f)
+    }
 }
 
 /// A target's lock word: in this process's mapping (direct windows), or at its bound
@@ -956,10 +937,10 @@ impl Word {
             Word::Here(a) => a.fetch_add(v, Ordering::AcqRel),
             Word::Ghost { gh, disp } => {
                 let mut old: i64 = 0;
-                // SAFETY: one int64 each way; the internal window is in the standing
-                // lock_all epoch; the flush completes the operation.
-                unsafe {
-                    pmpi::PMPI_Fetch_and_op(
+                // SAFETY: one int64 each way, alive until the flush below completes the
+                // operation; the internal window is in the standing lock_all epoch.
+                let _ = unsafe {
+                    rma::fetch_and_op(
                         (&v as *const i64).cast(),
                         (&mut old as *mut i64).cast(),
                         MPI_INT64_T(),
@@ -967,9 +948,9 @@ impl Word {
                         *disp,
                         MPI_SUM(),
                         global(),
-                    );
-                    pmpi::PMPI_Win_flush(*gh, global());
-                }
+                    )
+                };
+                let _ = rma::flush(*gh, global());
                 old
             }
         }
@@ -983,8 +964,8 @@ impl Word {
             Word::Ghost { gh, disp } => {
                 let mut old: i64 = 0;
                 // SAFETY: as in fetch_add.
-                unsafe {
-                    pmpi::PMPI_Compare_and_swap(
+                let _ = unsafe {
+                    rma::compare_and_swap(
                         (&new as *const i64).cast(),
                         (&current as *const i64).cast(),
                         (&mut old as *mut i64).cast(),
@@ -992,9 +973,9 @@ impl Word {
                         *gh,
                         *disp,
                         global(),
-                    );
-                    pmpi::PMPI_Win_flush(*gh, global());
-                }
+                    )
+                };
+                let _ = rma::flush(*gh, global());
                 old
             }
         }
@@ -1053,20 +1034,19 @@ impl UserWin {
         self.word(t).fetch_add(if exclusive { -WRITER } else { -1 });
     }
     /// Completes this origin's operations to target `t` at the target.
-    fn complete_at(&self, t: i32) -> Result<(), (c_int, String)> {
+    fn complete_at(&self, t: i32) -> Result<(), Fail> {
         if self.direct.is_some() {
             // the operations completed when they were issued (`direct.rs`)
             std::sync::atomic::fence(Ordering::SeqCst);
             return Ok(());
         }
         for &gh in &self.targets[t as usize].ghosts {
-            // SAFETY: the internal window is in the standing lock_all epoch.
-            check(unsafe { pmpi::PMPI_Win_flush(gh, global()) })
-                .map_err(|c| (c, "MPI_Win_flush".to_string()))?;
+            // the internal window is in the standing lock_all epoch
+            rma::flush(gh, global()).map_err(|e| (e.code(), "MPI_Win_flush".to_string()))?;
         }
         Ok(())
     }
-    fn check_target(&self, rank: c_int, what: &str) -> Result<(), (c_int, String)> {
+    fn check_target(&self, rank: c_int, what: &str) -> Result<(), Fail> {
         if rank < 0 || rank as usize >= self.targets.len() {
             return Err((
                 MPI_ERR_RANK,
@@ -1079,126 +1059,159 @@ impl UserWin {
 
 /// `MPI_Win_lock`: the target's lock word, unless NOCHECK; a self-lock is doubled on the
 /// user window (§4.8).
-pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
-        let r = (|| {
-            if rank == MPI_PROC_NULL {
-                return Ok(());
-            }
-            w.check_target(rank, "MPI_Win_lock")?;
-            if lock_type != MPI_LOCK_EXCLUSIVE && lock_type != MPI_LOCK_SHARED {
-                return Err((
-                    MPI_ERR_LOCKTYPE,
-                    format!("MPI_Win_lock: lock type {lock_type}"),
-                ));
-            }
-            if !w.locks_used {
-                return Err(sync_err(
-                    "MPI_Win_lock on a window whose info epochs_used excludes lock",
-                ));
-            }
-            if w.locked.contains_key(&rank) || w.lock_all.is_some() {
-                return Err(sync_err("MPI_Win_lock: the target is already locked"));
-            }
-            let exclusive = lock_type == MPI_LOCK_EXCLUSIVE;
-            let held = (assert & MPI_MODE_NOCHECK == 0).then_some(exclusive);
-            if held.is_some() {
-                w.acquire(rank, exclusive);
-            }
-            let mut l = Lock {
-                held,
-                self_lock: false,
-            };
-            if rank == w.me && !w.no_local_load_store {
-                // SAFETY: an uncontended lock: nobody else locks the user window.
-                unsafe { pmpi::PMPI_Win_lock(lock_type, w.me, 0, w.win) };
-                l.self_lock = true;
-            }
-            std::sync::atomic::fence(Ordering::SeqCst);
-            w.locked.insert(rank, l);
-            Ok(())
-        })();
-        result(win, r)
-    })
+pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.lock_target(lock_type, rank, assert)))
 }
 
 /// `MPI_Win_unlock`: the epoch's operations complete at the target, then the lock word is
 /// released.
-pub fn unlock(rank: c_int, win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
-        let r = (|| {
-            if rank == MPI_PROC_NULL {
-                return Ok(());
-            }
-            w.check_target(rank, "MPI_Win_unlock")?;
-            let Some(l) = w.locked.remove(&rank) else {
-                return Err(sync_err("MPI_Win_unlock: the target is not locked"));
-            };
-            std::sync::atomic::fence(Ordering::SeqCst);
-            w.complete_at(rank)?;
-            if l.self_lock {
-                // SAFETY: the second self-lock taken by `lock`.
-                unsafe { pmpi::PMPI_Win_unlock(w.me, w.win) };
-            }
-            if let Some(exclusive) = l.held {
-                w.release(rank, exclusive);
-            }
-            Ok(())
-        })();
-        result(win, r)
-    })
+pub fn unlock(rank: c_int, win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.unlock_target(rank)))
 }
 
 /// `MPI_Win_lock_all`: a shared lock on every target's word, unless NOCHECK (§12.5.3:
 /// the epoch is a shared lock on every process of the window).
-pub fn lock_all(assert: c_int, win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
-        let r = (|| {
-            if !w.locks_used {
-                return Err(sync_err(
-                    "MPI_Win_lock_all on a window whose info epochs_used excludes lockall",
-                ));
-            }
-            if w.lock_all.is_some() || !w.locked.is_empty() {
-                return Err(sync_err("MPI_Win_lock_all: a lock is already held"));
-            }
-            let held = assert & MPI_MODE_NOCHECK == 0;
-            if held {
-                for t in 0..w.targets.len() as i32 {
-                    w.acquire(t, false);
-                }
-            }
-            std::sync::atomic::fence(Ordering::SeqCst);
-            w.lock_all = Some(held);
-            Ok(())
-        })();
-        result(win, r)
-    })
+pub fn lock_all(assert: c_int, win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.open_lock_all(assert)))
 }
 
 /// `MPI_Win_unlock_all`.
-pub fn unlock_all(win: MPI_Win) -> Option<c_int> {
-    with(win, |w| {
-        let r = (|| {
-            let Some(held) = w.lock_all else {
-                return Err(sync_err("MPI_Win_unlock_all: no lock_all epoch is open"));
-            };
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if w.direct.is_none() {
-                // SAFETY: the internal window is in the standing lock_all epoch.
-                check(unsafe { pmpi::PMPI_Win_flush_all(global()) })
-                    .map_err(|c| (c, "MPI_Win_unlock_all".to_string()))?;
+pub fn unlock_all(win: MPI_Win) -> Handled {
+    with(win, |w| result(win, w.close_lock_all()))
+}
+
+/// The passive-target epochs on one window; the public functions above raise the errors
+/// on the window.
+impl UserWin {
+    fn lock_target(&mut self, lock_type: c_int, rank: c_int, assert: c_int) -> Result<(), Fail> {
+        let w = self;
+        if rank == MPI_PROC_NULL {
+            return Ok(());
+        }
+        w.check_target(rank, "MPI_Win_lock")?;
+        if lock_type != MPI_LOCK_EXCLUSIVE && lock_type != MPI_LOCK_SHARED {
+            return Err((
+                MPI_ERR_LOCKTYPE,
+                format!("MPI_Win_lock: lock type {lock_type}"),
+            ));
+        }
+        if !w.locks_used {
+            return Err(sync_err(
+                "MPI_Win_lock on a window whose info epochs_used excludes lock",
+            ));
+        }
+        if w.locked.contains_key(&rank) || w.lock_all.is_some() {
+            return Err(sync_err("MPI_Win_lock: the target is already locked"));
+        }
+        let exclusive = lock_type == MPI_LOCK_EXCLUSIVE;
+        let held = (assert & MPI_MODE_NOCHECK == 0).then_some(exclusive);
+        if held.is_some() {
+            w.acquire(rank, exclusive);
+        }
+        let mut l = Lock {
+            held,
+            self_lock: false,
+        };
+        if rank == w.me && !w.no_local_load_store {
+            // an uncontended lock: nobody else locks the user window
+            let _ = rma::lock(lock_type, w.me, 0, w.win);
+            l.self_lock = true;
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        w.locked.insert(rank, l);
+        Ok(())
+    }
+
+    fn unlock_target(&mut self, rank: c_int) -> Result<(), Fail> {
+        let w = self;
+        if rank == MPI_PROC_NULL {
+            return Ok(());
+        }
+        w.check_target(rank, "MPI_Win_unlock")?;
+        let Some(l) = w.locked.remove(&rank) else {
+            return Err(sync_err("MPI_Win_unlock: the target is not locked"));
+        };
+        std::sync::atomic::fence(Ordering::SeqCst);
+        w.complete_at(rank)?;
+        if l.self_lock {
+            // the second self-lock taken by `lock`
+            let _ = rma::unlock(w.me, w.win);
+        }
+        if let Some(exclusive) = l.held {
+            w.release(rank, exclusive);
+        }
+        Ok(())
+    }
+
+    fn open_lock_all(&mut self, assert: c_int) -> Result<(), Fail> {
+        let w = self;
+        if !w.locks_used {
+            return Err(sync_err(
+                "MPI_Win_lock_all on a window whose info epochs_used excludes lockall",
+            ));
+        }
+        if w.lock_all.is_some() || !w.locked.is_empty() {
+            return Err(sync_err("MPI_Win_lock_all: a lock is already held"));
+        }
+        let held = assert & MPI_MODE_NOCHECK == 0;
+        if held {
+            for t in 0..w.targets.len() as i32 {
+                w.acquire(t, false);
             }
-            if held {
-                for t in 0..w.targets.len() as i32 {
-                    w.release(t, false);
-                }
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        w.lock_all = Some(held);
+        Ok(())
+    }
+
+    fn close_lock_all(&mut self) -> Result<(), Fail> {
+        let w = self;
+        let Some(held) = w.lock_all else {
+            return Err(sync_err("MPI_Win_unlock_all: no lock_all epoch is open"));
+        };
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if w.direct.is_none() {
+            // the internal window is in the standing lock_all epoch
+            rma::flush_all(global()).map_err(|e| (e.code(), "MPI_Win_unlock_all".to_string()))?;
+        }
+        if held {
+            for t in 0..w.targets.len() as i32 {
+                w.release(t, false);
             }
-            w.lock_all = None;
-            Ok(())
-        })();
-        result(win, r)
-    })
+        }
+        w.lock_all = None;
+        Ok(())
+    }
+
+    fn flush_rank(&mut self, rank: c_int, local: bool) -> Result<(), Fail> {
+        if rank == MPI_PROC_NULL {
+            return Ok(());
+        }
+        self.check_target(rank, "MPI_Win_flush")?;
+        flush_target(self, rank, local)
+    }
+
+    fn flush_every(&mut self, local: bool) -> Result<(), Fail> {
+        let w = self;
+        let targets: Vec<i32> = if w.lock_all.is_some() {
+            (0..w.targets.len() as i32).collect()
+        } else {
+            let mut v: Vec<i32> = w.locked.keys().copied().collect();
+            v.sort_unstable();
+            v
+        };
+        for t in targets {
+            flush_target(w, t, local)?;
+        }
+        let g = global();
+        // the global window is always in the lock_all epoch
+        let _ = if local && !FULL_FLUSH_ONLY {
+            rma::flush_local_all(g)
+        } else {
+            rma::flush_all(g)
+        };
+        Ok(())
+    }
 }
 
 /// A workaround for Open MPI 4.1's osc/pt2pt (the component its TCP transport uses), for
@@ -1211,7 +1224,7 @@ pub fn unlock_all(win: MPI_Win) -> Option<c_int> {
 const FULL_FLUSH_ONLY: bool = cfg!(feature = "abi-ompi");
 
 /// Flushes (or locally flushes) the ghosts serving `rank`.
-fn flush_target(w: &mut UserWin, rank: c_int, local: bool) -> Result<(), (c_int, String)> {
+fn flush_target(w: &mut UserWin, rank: c_int, local: bool) -> Result<(), Fail> {
     if !w.in_epoch(rank) {
         return Err(sync_err("MPI_Win_flush: no epoch is open to the target"));
     }
@@ -1219,68 +1232,659 @@ fn flush_target(w: &mut UserWin, rank: c_int, local: bool) -> Result<(), (c_int,
         return w.complete_at(rank);
     }
     for &gh in &w.targets[rank as usize].ghosts {
-        // SAFETY: the internal window is in the standing lock_all epoch.
-        check(unsafe { pmpi::PMPI_Win_flush_local(gh, global()) })
-            .map_err(|c| (c, "MPI_Win_flush_local".to_string()))?;
+        // the internal window is in the standing lock_all epoch
+        rma::flush_local(gh, global())
+            .map_err(|e| (e.code(), "MPI_Win_flush_local".to_string()))?;
     }
     Ok(())
 }
 
 /// `MPI_Win_flush(_local)`.
-pub fn flush(rank: c_int, win: MPI_Win, local: bool) -> Option<c_int> {
-    with(win, |w| {
-        let r = (|| {
-            if rank == MPI_PROC_NULL {
-                return Ok(());
-            }
-            w.check_target(rank, "MPI_Win_flush")?;
-            flush_target(w, rank, local)
-        })();
-        result(win, r)
-    })
+pub fn flush(rank: c_int, win: MPI_Win, local: bool) -> Handled {
+    with(win, |w| result(win, w.flush_rank(rank, local)))
 }
 
 /// `MPI_Win_flush_all` / `MPI_Win_flush_local_all`: every target in an epoch.
-pub fn flush_all(win: MPI_Win, local: bool) -> Option<c_int> {
-    with(win, |w| {
-        let r = (|| {
-            let targets: Vec<i32> = if w.lock_all.is_some() {
-                (0..w.targets.len() as i32).collect()
-            } else {
-                let mut v: Vec<i32> = w.locked.keys().copied().collect();
-                v.sort_unstable();
-                v
-            };
-            for t in targets {
-                flush_target(w, t, local)?;
-            }
-            let g = global();
-            // SAFETY: the global window is always in the lock_all epoch.
-            unsafe {
-                if local && !FULL_FLUSH_ONLY {
-                    pmpi::PMPI_Win_flush_local_all(g);
-                } else {
-                    pmpi::PMPI_Win_flush_all(g);
-                }
-            }
-            Ok(())
-        })();
-        result(win, r)
-    })
+pub fn flush_all(win: MPI_Win, local: bool) -> Handled {
+    with(win, |w| result(win, w.flush_every(local)))
 }
 
 /// `MPI_Win_sync`: the memory barrier the MPI library issues, on the windows in use.
-pub fn sync(win: MPI_Win) -> Option<c_int> {
+pub fn sync(win: MPI_Win) -> Handled {
     with(win, |_w| {
         std::sync::atomic::fence(Ordering::SeqCst);
-        // SAFETY: the global window is always in the lock_all epoch.
-        unsafe { pmpi::PMPI_Win_sync(global()) }
+        // the global window is always in the lock_all epoch
+        rma::sync(global()).err().map_or(MPI_SUCCESS, |e| e.code())
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::platform::mpi::fake;
+
+    /// The internal window's handle in every test.
+    fn g() -> i64 {
+        super::super::common::set_global_for_tests(7001 as MPI_Win) as i64
+    }
+    const USER_WIN: i64 = 501;
+    const CTL: i64 = 601;
+
+    /// A target whose node has the ghosts `ghosts` (its memory at `addrs` in each), bound to
+    /// `ghosts[bound]`.
+    fn target(ghosts: &[i32], addrs: &[i64], disp_unit: i64, size: i64, bound: usize) -> Target {
+        Target {
+            disp_unit,
+            size,
+            hidden: hidden_at(size),
+            ghosts: ghosts.to_vec(),
+            addrs: addrs.to_vec(),
+            bound,
+        }
+    }
+
+    impl UserWin {
+        /// A window served by ghosts (not direct), this process being `me`.
+        fn for_tests(me: i32, targets: Vec<Target>) -> UserWin {
+            g();
+            UserWin {
+                win: USER_WIN as MPI_Win,
+                ctl: CTL as MPI_Comm,
+                me,
+                targets,
+                base: std::ptr::null_mut(),
+                map_len: 0,
+                locks_used: true,
+                no_local_load_store: false,
+                fence: false,
+                started: false,
+                access: Vec::new(),
+                exposure: Vec::new(),
+                locked: HashMap::new(),
+                lock_all: None,
+                sent: HashMap::new(),
+                rng: 1,
+                id: 0,
+                direct: None,
+                direct_ops: 0,
+            }
+        }
+    }
+
+    /// Three processes: target 1's node has ghosts 10 and 11, its memory (100 bytes,
+    /// disp_unit 8) at 1000 and 2000 there, bound to 11; targets 0 and 2 have ghost 20.
+    fn three() -> UserWin {
+        UserWin::for_tests(
+            0,
+            vec![
+                target(&[20], &[300], 4, 64, 0),
+                target(&[10, 11], &[1000, 2000], 8, 100, 1),
+                target(&[20], &[500], 4, 64, 0),
+            ],
+        )
+    }
+
+    /// Target 1's lock word, at its bound ghost: its address there + the hidden bytes
+    /// (after 100 bytes: 128) + the word's offset.
+    const WORD_1: i64 = 2000 + 128 + LOCK_WORD_AT;
+
+    fn calls() -> Vec<(&'static str, Vec<i64>)> {
+        fake::calls()
+            .into_iter()
+            .map(|c| (c.name, c.args))
+            .collect()
+    }
+
+    /// Answers every call with success; `cas` and `fao` give the lock word's successive
+    /// previous values (0 once they run out).
+    fn word_fake(cas: Vec<i64>, fao: Vec<i64>) -> fake::Guard {
+        let (mut cas, mut fao) = (cas.into_iter(), fao.into_iter());
+        fake::install(move |c| match c.name {
+            "compare_and_swap" => Ok(vec![cas.next().unwrap_or(0)]),
+            "fetch_and_op" => Ok(vec![fao.next().unwrap_or(0)]),
+            _ => Ok(vec![]),
+        })
+    }
+
+    fn cas(new: i64, cmp: i64) -> (&'static str, Vec<i64>) {
+        (
+            "compare_and_swap",
+            vec![new, cmp, MPI_INT64_T() as i64, 11, WORD_1, g()],
+        )
+    }
+    fn fao(v: i64) -> (&'static str, Vec<i64>) {
+        (
+            "fetch_and_op",
+            vec![v, MPI_INT64_T() as i64, 11, WORD_1, MPI_SUM() as i64, g()],
+        )
+    }
+    fn flush(gh: i64) -> (&'static str, Vec<i64>) {
+        ("win_flush", vec![gh, g()])
+    }
+
+    #[test]
+    fn exclusive_lock_swaps_the_word_in_at_the_bound_ghost_and_unlock_flushes_the_release() {
+        let _f = word_fake(vec![0], vec![WRITER]);
+        let mut w = three();
+        assert_eq!(w.lock_target(MPI_LOCK_EXCLUSIVE, 1, 0), Ok(()));
+        // acquired before MPI_Win_lock returns: the swap is complete at the ghost
+        assert_eq!(calls(), [cas(WRITER, 0), flush(11)]);
+        assert_eq!(w.locked[&1].held, Some(true));
+        let _f = word_fake(vec![], vec![WRITER]);
+        assert_eq!(w.unlock_target(1), Ok(()));
+        // the epoch's operations complete at every ghost of the target, then the word is
+        // released, and that release is flushed too (Open MPI osc/pt2pt keeps an
+        // unflushed accumulate at the origin)
+        assert_eq!(calls(), [flush(10), flush(11), fao(-WRITER), flush(11)]);
+        assert!(w.locked.is_empty());
+    }
+
+    #[test]
+    fn exclusive_lock_waits_while_readers_or_a_writer_hold_the_word() {
+        let _f = word_fake(vec![WRITER, 2, 0], vec![]);
+        let mut w = three();
+        assert_eq!(w.lock_target(MPI_LOCK_EXCLUSIVE, 1, 0), Ok(()));
+        let n: Vec<_> = fake::names();
+        assert_eq!(
+            n,
+            [
+                "compare_and_swap",
+                "win_flush",
+                "compare_and_swap",
+                "win_flush",
+                "compare_and_swap",
+                "win_flush"
+            ]
+        );
+        assert!(
+            calls()
+                .iter()
+                .filter(|c| c.0 == "compare_and_swap")
+                .all(|c| *c == cas(WRITER, 0))
+        );
+    }
+
+    #[test]
+    fn shared_lock_counts_in_and_takes_its_increment_back_from_a_writer() {
+        // the first increment finds a writer (negative), the second finds one reader
+        let _f = word_fake(vec![], vec![WRITER, WRITER + 1, 1]);
+        let mut w = three();
+        assert_eq!(w.lock_target(MPI_LOCK_SHARED, 1, 0), Ok(()));
+        assert_eq!(
+            calls(),
+            [fao(1), flush(11), fao(-1), flush(11), fao(1), flush(11)]
+        );
+        assert_eq!(w.locked[&1].held, Some(false));
+        let _f = word_fake(vec![], vec![2]);
+        assert_eq!(w.unlock_target(1), Ok(()));
+        assert_eq!(calls(), [flush(10), flush(11), fao(-1), flush(11)]);
+    }
+
+    #[test]
+    fn nocheck_takes_no_lock() {
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        for lt in [MPI_LOCK_EXCLUSIVE, MPI_LOCK_SHARED] {
+            assert_eq!(w.lock_target(lt, 1, MPI_MODE_NOCHECK), Ok(()));
+            assert_eq!(w.locked[&1].held, None);
+            assert_eq!(w.unlock_target(1), Ok(()));
+        }
+        // only the completions of the two epochs, no atomic on the lock word
+        assert_eq!(calls(), [flush(10), flush(11), flush(10), flush(11)]);
+        let _f = word_fake(vec![], vec![]);
+        assert_eq!(w.open_lock_all(MPI_MODE_NOCHECK), Ok(()));
+        assert_eq!(w.close_lock_all(), Ok(()));
+        assert_eq!(calls(), [("win_flush_all", vec![g()])]);
+    }
+
+    #[test]
+    fn lock_all_shares_every_word_and_unlock_all_completes_before_releasing() {
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        assert_eq!(w.open_lock_all(0), Ok(()));
+        let got = calls();
+        let adds: Vec<(i64, i64, i64)> = got
+            .iter()
+            .filter(|c| c.0 == "fetch_and_op")
+            .map(|c| (c.1[0], c.1[2], c.1[3]))
+            .collect();
+        // one shared increment per target, at each target's bound ghost and lock word
+        assert_eq!(
+            adds,
+            [
+                (1, 20, 300 + 64 + LOCK_WORD_AT),
+                (1, 11, WORD_1),
+                (1, 20, 500 + 64 + LOCK_WORD_AT)
+            ]
+        );
+        assert_eq!(w.lock_all, Some(true));
+        let _f = word_fake(vec![], vec![]);
+        assert_eq!(w.close_lock_all(), Ok(()));
+        let got = calls();
+        assert_eq!(got[0], ("win_flush_all", vec![g()]));
+        let releases: Vec<i64> = got
+            .iter()
+            .filter(|c| c.0 == "fetch_and_op")
+            .map(|c| c.1[0])
+            .collect();
+        assert_eq!(releases, [-1, -1, -1]);
+        assert_eq!(w.lock_all, None);
+    }
+
+    #[test]
+    fn a_self_lock_is_doubled_on_the_user_window() {
+        let _f = word_fake(vec![0], vec![]);
+        let mut w = three();
+        assert_eq!(w.lock_target(MPI_LOCK_EXCLUSIVE, 0, 0), Ok(()));
+        assert_eq!(fake::names(), ["compare_and_swap", "win_flush", "win_lock"]);
+        assert_eq!(calls()[2].1, [MPI_LOCK_EXCLUSIVE as i64, 0, 0, USER_WIN]);
+        let _f = word_fake(vec![], vec![WRITER]);
+        assert_eq!(w.unlock_target(0), Ok(()));
+        // the user window's lock goes after the completion, before the word's release
+        assert_eq!(
+            fake::names(),
+            ["win_flush", "win_unlock", "fetch_and_op", "win_flush"]
+        );
+        assert_eq!(calls()[1].1, [0, USER_WIN]);
+    }
+
+    #[test]
+    fn lock_arguments_are_checked_before_anything_is_taken() {
+        let bad = MPI_LOCK_EXCLUSIVE + MPI_LOCK_SHARED + 1;
+        // (lock type, rank) -> the error class, or None for success without any call
+        let cases = [
+            (bad, 1, Some(MPI_ERR_LOCKTYPE)),
+            (-1, 2, Some(MPI_ERR_LOCKTYPE)),
+            (bad, 3, Some(MPI_ERR_RANK)),
+            (MPI_LOCK_SHARED, -2, Some(MPI_ERR_RANK)),
+            (bad, MPI_PROC_NULL, None),
+        ];
+        for (lt, rank, class) in cases {
+            let _f = word_fake(vec![], vec![]);
+            let mut w = three();
+            let r = w.lock_target(lt, rank, 0);
+            assert_eq!(
+                r.map_err(|e| e.0).err(),
+                class,
+                "lock type {lt}, rank {rank}"
+            );
+            assert!(fake::calls().is_empty(), "lock type {lt}, rank {rank}");
+            assert!(w.locked.is_empty());
+        }
+    }
+
+    #[test]
+    fn epochs_out_of_order_are_rma_sync_errors() {
+        let _f = word_fake(vec![], vec![]);
+        type Step = fn(&mut UserWin) -> Result<(), Fail>;
+        let cases: [(&str, Step, Step); 8] = [
+            ("complete without start", |_| Ok(()), |w| w.complete_epoch()),
+            ("wait without post", |_| Ok(()), |w| w.wait_epoch()),
+            (
+                "test without post",
+                |_| Ok(()),
+                |w| w.test_epoch().map(|_| ()),
+            ),
+            ("unlock without lock", |_| Ok(()), |w| w.unlock_target(1)),
+            (
+                "unlock_all without lock_all",
+                |_| Ok(()),
+                |w| w.close_lock_all(),
+            ),
+            (
+                "lock twice",
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, 0),
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, 0),
+            ),
+            (
+                "lock inside lock_all",
+                |w| w.open_lock_all(0),
+                |w| w.lock_target(MPI_LOCK_SHARED, 2, 0),
+            ),
+            (
+                "fence inside a lock epoch",
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, 0),
+                |w| w.fence_epoch(0),
+            ),
+        ];
+        for (what, first, then) in cases {
+            let mut w = three();
+            assert_eq!(first(&mut w), Ok(()), "{what}");
+            let n = fake::calls().len();
+            let r = then(&mut w);
+            assert_eq!(r.map_err(|e| e.0), Err(MPI_ERR_RMA_SYNC), "{what}");
+            assert_eq!(fake::calls().len(), n, "{what}: no MPI call");
+        }
+        // a window whose info excludes locks
+        let mut w = three();
+        w.locks_used = false;
+        assert_eq!(
+            w.lock_target(MPI_LOCK_SHARED, 1, 0).map_err(|e| e.0),
+            Err(MPI_ERR_RMA_SYNC)
+        );
+        assert_eq!(w.open_lock_all(0).map_err(|e| e.0), Err(MPI_ERR_RMA_SYNC));
+    }
+
+    #[test]
+    fn operations_go_to_the_bound_ghost_at_the_translated_displacement() {
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        let dt = MPI_INT64_T();
+        // outside an epoch: MPI_ERR_RMA_SYNC; outside the group: MPI_ERR_RANK
+        let e = w.route_op(1, 5, true, 1, dt, "MPI_Accumulate").err();
+        assert_eq!(e.map(|e| e.0), Some(MPI_ERR_RMA_SYNC));
+        w.lock_all = Some(true);
+        for bad in [3, -2] {
+            let e = w.route_op(bad, 5, true, 1, dt, "MPI_Put").err();
+            assert_eq!(e.map(|e| e.0), Some(MPI_ERR_RANK));
+        }
+        // (target, disp, accumulate) -> (ghost, displacement in the internal window)
+        let cases = [
+            (1, 5, true, 11, 2000 + 5 * 8),
+            (1, 0, false, 11, 2000),
+            (0, 3, true, 20, 300 + 3 * 4),
+            (2, 7, false, 20, 500 + 7 * 4),
+        ];
+        for (t, disp, acc, gh, at) in cases {
+            match w.route_op(t, disp, acc, 1, dt, "MPI_Accumulate") {
+                Ok(Routed::Ghost(r)) => {
+                    assert_eq!((r.rank, r.disp), (gh, at), "target {t}");
+                    assert_eq!(r.win as i64, g());
+                }
+                _ => panic!("target {t}: not routed to a ghost"),
+            }
+        }
+        assert_eq!(w.sent[&11].0, 2);
+        assert_eq!(w.sent[&20].0, 2);
+        assert!(!w.sent.contains_key(&10));
+        // MPI_PROC_NULL stays a no-op
+        match w.route_op(MPI_PROC_NULL, 9, false, 1, dt, "MPI_Get") {
+            Ok(Routed::Ghost(r)) => assert_eq!((r.rank, r.disp), (MPI_PROC_NULL, 9)),
+            _ => panic!("MPI_PROC_NULL"),
+        }
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn errors_from_mpi_come_back_unchanged() {
+        const CODE: c_int = 4242;
+        type Step = fn(&mut UserWin) -> Result<(), Fail>;
+        // (what, the failing call, the epoch opened first, the call that returns the code)
+        let cases: [(&str, &str, Step, Step); 5] = [
+            (
+                "unlock",
+                "win_flush",
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, MPI_MODE_NOCHECK),
+                |w| w.unlock_target(1),
+            ),
+            (
+                "flush",
+                "win_flush",
+                |w| w.lock_target(MPI_LOCK_SHARED, 1, MPI_MODE_NOCHECK),
+                |w| w.flush_rank(1, false),
+            ),
+            (
+                "unlock_all",
+                "win_flush_all",
+                |w| w.open_lock_all(MPI_MODE_NOCHECK),
+                |w| w.close_lock_all(),
+            ),
+            (
+                "fence flush",
+                "win_flush_all",
+                |_| Ok(()),
+                |w| w.fence_epoch(0),
+            ),
+            ("fence barrier", "barrier", |_| Ok(()), |w| w.fence_epoch(0)),
+        ];
+        for (what, failing, first, then) in cases {
+            let _f = fake::install(move |c| {
+                if c.name == failing {
+                    Err(CODE)
+                } else {
+                    Ok(vec![0])
+                }
+            });
+            let mut w = three();
+            assert_eq!(first(&mut w), Ok(()), "{what}");
+            assert_eq!(then(&mut w).map_err(|e| e.0), Err(CODE), "{what}");
+        }
+        if !FULL_FLUSH_ONLY {
+            let _f = fake::install(|c| {
+                if c.name == "win_flush_local" {
+                    Err(CODE)
+                } else {
+                    Ok(vec![])
+                }
+            });
+            let mut w = three();
+            w.lock_all = Some(false);
+            assert_eq!(w.flush_rank(1, true).map_err(|e| e.0), Err(CODE));
+        }
+    }
+
+    #[test]
+    fn flush_all_flushes_the_locked_targets_ghosts_then_the_internal_window() {
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        for t in [2, 1] {
+            assert_eq!(w.lock_target(MPI_LOCK_SHARED, t, MPI_MODE_NOCHECK), Ok(()));
+        }
+        assert_eq!(w.flush_every(false), Ok(()));
+        assert_eq!(
+            calls(),
+            [
+                flush(10),
+                flush(11),
+                flush(20),
+                ("win_flush_all", vec![g()])
+            ]
+        );
+        if !FULL_FLUSH_ONLY {
+            let _f = word_fake(vec![], vec![]);
+            assert_eq!(w.flush_every(true), Ok(()));
+            assert_eq!(
+                fake::names(),
+                [
+                    "win_flush_local",
+                    "win_flush_local",
+                    "win_flush_local",
+                    "win_flush_local_all"
+                ]
+            );
+        }
+        // a target outside every epoch cannot be flushed
+        assert_eq!(
+            w.flush_rank(0, false).map_err(|e| e.0),
+            Err(MPI_ERR_RMA_SYNC)
+        );
+        // MPI_PROC_NULL: nothing to do
+        let _f = word_fake(vec![], vec![]);
+        assert_eq!(w.flush_rank(MPI_PROC_NULL, false), Ok(()));
+        assert!(fake::calls().is_empty());
+    }
+
+    #[test]
+    fn fence_skips_the_barrier_only_under_noprecede_nostore_and_noput() {
+        let all3 = MPI_MODE_NOPRECEDE | MPI_MODE_NOSTORE | MPI_MODE_NOPUT;
+        let cases: [(c_int, &[&str]); 4] = [
+            (0, &["win_flush_all", "win_sync", "barrier"]),
+            (MPI_MODE_NOPRECEDE, &["win_sync", "barrier"]),
+            (
+                MPI_MODE_NOSTORE | MPI_MODE_NOPUT,
+                &["win_flush_all", "win_sync", "barrier"],
+            ),
+            (all3, &["win_sync"]),
+        ];
+        for (assert, names) in cases {
+            let _f = word_fake(vec![], vec![]);
+            let mut w = three();
+            assert_eq!(w.fence_epoch(assert), Ok(()));
+            assert_eq!(fake::names(), names, "assert {assert}");
+            assert!(w.fence, "a fence opens the next epoch");
+            assert!(calls().iter().all(|c| c.1 == [g()] || c.1 == [CTL]));
+        }
+        let _f = word_fake(vec![], vec![]);
+        let mut w = three();
+        assert_eq!(w.fence_epoch(MPI_MODE_NOSUCCEED), Ok(()));
+        assert!(!w.fence, "NOSUCCEED: no epoch follows");
+    }
+
+    /// Group calls answered as if the group were ranks `ranks` of the window.
+    fn group_fake(ranks: Vec<i64>) -> fake::Guard {
+        fake::install(move |c| match c.name {
+            "group_size" => Ok(vec![ranks.len() as i64]),
+            "group_translate_ranks" => Ok(ranks.clone()),
+            "comm_group" => Ok(vec![77]),
+            "isend" | "irecv" => Ok(vec![900 + c.args[1]]),
+            _ => Ok(vec![]),
+        })
+    }
+
+    #[test]
+    fn complete_completes_at_each_ghost_once_then_notifies_every_target() {
+        let _f = group_fake(vec![1, 2]);
+        let mut w = three();
+        assert_eq!(w.start_epoch(5 as MPI_Group, MPI_MODE_NOCHECK), Ok(()));
+        assert_eq!(w.access, [1, 2]);
+        let _f = group_fake(vec![]);
+        assert_eq!(w.complete_epoch(), Ok(()));
+        let got = calls();
+        let flushed: Vec<i64> = got
+            .iter()
+            .filter(|c| c.0 == "win_flush")
+            .map(|c| c.1[0])
+            .collect();
+        assert_eq!(flushed, [10, 11, 20]);
+        let notices: Vec<&Vec<i64>> = got
+            .iter()
+            .filter(|c| c.0 == "isend")
+            .map(|c| &c.1)
+            .collect();
+        assert_eq!(
+            notices,
+            [
+                &vec![0, 1, DONE_TAG as i64, CTL],
+                &vec![0, 2, DONE_TAG as i64, CTL]
+            ]
+        );
+        // each notice's request is freed to complete on its own, after the flushes
+        assert_eq!(got.iter().filter(|c| c.0 == "request_free").count(), 2);
+        let last_flush = got.iter().rposition(|c| c.0 == "win_flush").unwrap();
+        assert!(got.iter().position(|c| c.0 == "isend").unwrap() > last_flush);
+        assert!(!w.started && w.access.is_empty());
+    }
+
+    #[test]
+    fn start_waits_for_each_post_notice_unless_nocheck() {
+        let _f = group_fake(vec![2, 0]);
+        let mut w = three();
+        assert_eq!(w.start_epoch(5 as MPI_Group, 0), Ok(()));
+        let recvs: Vec<Vec<i64>> = calls()
+            .into_iter()
+            .filter(|c| c.0 == "recv")
+            .map(|c| c.1)
+            .collect();
+        assert_eq!(
+            recvs,
+            [
+                vec![0, 2, POST_TAG as i64, CTL],
+                vec![0, 0, POST_TAG as i64, CTL]
+            ]
+        );
+        // the window's group translated to its communicator, the group freed again
+        assert!(calls().contains(&("group_free", vec![77])));
+        assert_eq!(
+            w.start_epoch(5 as MPI_Group, 0).map_err(|e| e.0),
+            Err(MPI_ERR_RMA_SYNC)
+        );
+    }
+
+    #[test]
+    fn post_then_test_and_wait_close_the_exposure_epoch() {
+        let _f = group_fake(vec![1, 2]);
+        let mut w = three();
+        assert_eq!(w.post_epoch(5 as MPI_Group, 0), Ok(()));
+        // a receive for each origin's completion notice, and a post notice to each
+        assert_eq!(w.exposure, [901 as MPI_Request, 902 as MPI_Request]);
+        let notices: Vec<i64> = calls()
+            .iter()
+            .filter(|c| c.0 == "isend")
+            .map(|c| c.1[1])
+            .collect();
+        assert_eq!(notices, [1, 2]);
+        assert_eq!(
+            w.post_epoch(5 as MPI_Group, 0).map_err(|e| e.0),
+            Err(MPI_ERR_RMA_SYNC)
+        );
+        // not done yet: the epoch stays open
+        let _f = fake::install(|c| Ok(if c.name == "testall" { vec![0] } else { vec![] }));
+        assert_eq!(w.test_epoch(), Ok(false));
+        assert_eq!(fake::names(), ["testall"]);
+        assert_eq!(w.exposure.len(), 2);
+        let _f = fake::install(|c| Ok(if c.name == "testall" { vec![1] } else { vec![] }));
+        assert_eq!(w.test_epoch(), Ok(true));
+        assert_eq!(fake::names(), ["testall", "win_sync"]);
+        assert!(w.exposure.is_empty());
+        // NOCHECK: no post notices; an empty group still opens an epoch that wait closes
+        let _f = group_fake(vec![]);
+        assert_eq!(w.post_epoch(5 as MPI_Group, MPI_MODE_NOCHECK), Ok(()));
+        assert!(!fake::names().contains(&"isend"));
+        assert_eq!(w.exposure.len(), 1);
+        let _f = group_fake(vec![]);
+        assert_eq!(w.wait_epoch(), Ok(()));
+        assert_eq!(calls(), [("waitall", vec![1]), ("win_sync", vec![g()])]);
+        assert!(w.exposure.is_empty());
+    }
+
+    #[test]
+    fn free_detaches_at_the_ghosts_between_barriers_and_returns_win_free_code() {
+        let lay = Layout {
+            ghosts: 2,
+            user_world_rank: vec![0, 3, 4],
+            user_node: vec![0, 0, 1],
+            user_local: vec![0, 1, 0],
+            node_ghosts: vec![vec![10, 11], vec![20]],
+            ctl: 999 as MPI_Comm,
+            balance: GhostBalance::Static,
+            direct: false,
+        };
+        let _f = fake::install(|c| match c.name {
+            "win_free" => Err(4343),
+            _ => Ok(vec![0]),
+        });
+        let mut w = UserWin::for_tests(
+            1,
+            vec![
+                target(&[20], &[300], 4, 64, 0),
+                target(&[10, 11], &[1000, 2000], 8, 100, 1),
+            ],
+        );
+        assert_eq!(w.release_all(&lay), 4343);
+        assert_eq!(
+            fake::names(),
+            [
+                "barrier",
+                "send",
+                "recv",
+                "send",
+                "recv",
+                "barrier",
+                "win_free",
+                "comm_free"
+            ]
+        );
+        let got = calls();
+        // each of this process's ghosts detaches its memory, on the control communicator
+        let to: Vec<(i64, i64)> = got
+            .iter()
+            .filter(|c| c.0 == "send")
+            .map(|c| (c.1[1], c.1[3]))
+            .collect();
+        assert_eq!(to, [(10, 999), (11, 999)]);
+        assert_eq!(got[0].1, [CTL]);
+        assert_eq!(got[6].1, [USER_WIN]);
+    }
 
     #[test]
     fn object_names_are_unguessable() {
