@@ -356,12 +356,14 @@ impl Native {
         }
     }
 
-    pub(crate) fn status_ptr(&mut self, want: bool) -> *mut MPI_Status {
-        if want {
-            self.statuses.as_mut_ptr()
+    /// The requests and, if wanted, their statuses, for a sub-call to the system MPI.
+    pub(crate) fn parts(&mut self, want: bool) -> (&mut [MPI_Request], Option<&mut [MPI_Status]>) {
+        let statuses = if want {
+            Some(&mut self.statuses[..])
         } else {
-            MPI_STATUSES_IGNORE
-        }
+            None
+        };
+        (&mut self.reqs, statuses)
     }
 
     /// Writes the (possibly completed) handles and statuses back into the caller's arrays.

@@ -11,52 +11,59 @@
 
 use core::ffi::{c_int, c_void};
 
+use crate::core::dtype::p2p::PackedBuf;
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{self, MpiResult};
 
-/// Completes `req` (a native request on `c`) while advancing the shim's schedules. A
-/// failure is raised on `c`, as the blocking call would raise it: the system MPI raises a
-/// request's errors on the world's handler, which is not the program's (src/errors.rs).
-fn poll(req: &mut MPI_Request, status: *mut MPI_Status, c: MPI_Comm) -> c_int {
+/// The return code of a call made through the seam (`MPI_SUCCESS` or its error code).
+fn code(r: MpiResult<()>) -> c_int {
+    r.map_or_else(|e| e.code(), |()| MPI_SUCCESS)
+}
+
+/// Completes `req` (a native request on `comm`) while advancing the shim's schedules. A
+/// failure is raised on `comm`, as the blocking call would raise it: the system MPI raises
+/// a request's errors on the world's handler, which is not the program's (src/errors.rs).
+fn poll(req: &mut MPI_Request, status: *mut MPI_Status, comm: MPI_Comm) -> c_int {
     let mut rc = MPI_SUCCESS;
     crate::core::progress::wait_until(|| {
-        let mut flag: c_int = 0;
         // SAFETY: a valid request and the caller's status pointer (or MPI_STATUS_IGNORE).
-        rc = unsafe { pmpi::PMPI_Test(req, &mut flag, status) };
-        rc != MPI_SUCCESS || flag != 0
+        match unsafe { mpi::p2p::test(req, status) } {
+            Ok(done) => done,
+            Err(e) => {
+                rc = e.code();
+                true
+            }
+        }
     });
-    raise_on(c, rc)
+    raise_on(comm, rc)
 }
 
 /// Raises a failed completion on the communicator of the call.
-fn raise_on(c: MPI_Comm, rc: c_int) -> c_int {
+fn raise_on(comm: MPI_Comm, rc: c_int) -> c_int {
     if rc == MPI_SUCCESS {
         return rc;
     }
-    crate::platform::errors::raise(c, rc, "point-to-point", "the message failed")
+    crate::platform::errors::raise(comm, rc, "point-to-point", "the message failed")
 }
 
 /// The blocking call `native`, or, with schedules outstanding, its non-blocking form
-/// (`start`) completed by polling.
+/// (`start`) completed by polling. An error of `start` is returned unchanged.
 fn via(
     native: &dyn Fn() -> c_int,
     status: *mut MPI_Status,
-    c: MPI_Comm,
-    start: impl FnOnce(&mut MPI_Request) -> c_int,
+    comm: MPI_Comm,
+    start: impl FnOnce() -> MpiResult<MPI_Request>,
 ) -> c_int {
     if !crate::core::progress::any_active() {
         return native();
     }
-    let mut req = MPI_REQUEST_NULL();
-    let rc = start(&mut req);
-    if rc != MPI_SUCCESS {
-        rc
-    } else {
-        poll(&mut req, status, c)
+    match start() {
+        Ok(mut req) => poll(&mut req, status, comm),
+        Err(e) => e.code(),
     }
 }
 
-/// A Sendrecv of the given sides, blocking (`native`, or `PMPI_Sendrecv_c`) or, with
+/// A Sendrecv of the given sides, blocking (`native`, or `MPI_Sendrecv_c`) or, with
 /// schedules outstanding, as a receive and a send (what Sendrecv is, MPI-4.0 §3.10)
 /// polled together. Not by the system MPI's `MPI_Isendrecv`: Debian's MPICH 4.0.2
 /// completes it with a wrong status (count 0, a stale tag; found by ctests/pack_types),
@@ -66,44 +73,61 @@ fn via(
 /// Valid send and receive sides (buffers alive until this returns).
 unsafe fn sendrecv_via(
     native: Option<&dyn Fn() -> c_int>,
-    (sb, sn, stt, d, sg): (*const c_void, MPI_Count, MPI_Datatype, c_int, c_int),
-    (rb, rn, rt, s, rg): (*mut c_void, MPI_Count, MPI_Datatype, c_int, c_int),
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    (send_buf, send_count, send_type, dest, send_tag): (
+        *const c_void,
+        MPI_Count,
+        MPI_Datatype,
+        c_int,
+        c_int,
+    ),
+    (recv_buf, recv_count, recv_type, source, recv_tag): (
+        *mut c_void,
+        MPI_Count,
+        MPI_Datatype,
+        c_int,
+        c_int,
+    ),
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
 ) -> c_int {
     if !crate::core::progress::any_active() {
         return match native {
             Some(f) => f(),
             // SAFETY: the caller's sides.
-            None => unsafe { pmpi::PMPI_Sendrecv_c(sb, sn, stt, d, sg, rb, rn, rt, s, rg, c, st) },
+            None => code(unsafe {
+                mpi::p2p::sendrecv_c(
+                    send_buf, send_count, send_type, dest, send_tag, recv_buf, recv_count,
+                    recv_type, source, recv_tag, comm, status,
+                )
+            }),
         };
     }
     let mut reqs = [MPI_REQUEST_NULL(); 2];
     // SAFETY: the caller's sides; the receive is posted first, as Sendrecv may need.
-    let rc = unsafe { pmpi::PMPI_Irecv_c(rb, rn, rt, s, rg, c, &mut reqs[0]) };
-    if rc != MPI_SUCCESS {
-        return rc;
+    match unsafe { mpi::p2p::irecv_c(recv_buf, recv_count, recv_type, source, recv_tag, comm) } {
+        Ok(r) => reqs[0] = r,
+        Err(e) => return e.code(),
     }
     // SAFETY: as above.
-    let rc = unsafe { pmpi::PMPI_Isend_c(sb, sn, stt, d, sg, c, &mut reqs[1]) };
-    if rc != MPI_SUCCESS {
-        return rc;
+    match unsafe { mpi::p2p::isend_c(send_buf, send_count, send_type, dest, send_tag, comm) } {
+        Ok(r) => reqs[1] = r,
+        Err(e) => return e.code(),
     }
     let mut rc = MPI_SUCCESS;
     crate::core::progress::wait_until(|| {
-        for (i, r) in reqs.iter_mut().enumerate() {
-            if *r != MPI_REQUEST_NULL() {
-                let mut flag: c_int = 0;
+        for (i, req) in reqs.iter_mut().enumerate() {
+            if *req != MPI_REQUEST_NULL() {
+                let st = if i == 0 { status } else { IGNORE };
                 // SAFETY: our request; the status (the receive's) or none.
-                rc = unsafe { pmpi::PMPI_Test(r, &mut flag, if i == 0 { st } else { IGNORE }) };
-                if rc != MPI_SUCCESS {
+                if let Err(e) = unsafe { mpi::p2p::test(req, st) } {
+                    rc = e.code();
                     return true;
                 }
             }
         }
         reqs.iter().all(|r| *r == MPI_REQUEST_NULL())
     });
-    raise_on(c, rc)
+    raise_on(comm, rc)
 }
 
 /// A Sendrecv_replace the shim does not pack: the system MPI's, or with schedules
@@ -114,16 +138,16 @@ unsafe fn sendrecv_via(
 /// The application's arguments.
 unsafe fn sendrecv_replace(
     native: &dyn Fn() -> c_int,
-    (b, n, t): (*mut c_void, MPI_Count, MPI_Datatype),
-    (d, sg, s, rg): (c_int, c_int, c_int, c_int),
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    (buf, count, datatype): (*mut c_void, MPI_Count, MPI_Datatype),
+    (dest, send_tag, source, recv_tag): (c_int, c_int, c_int, c_int),
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
 ) -> c_int {
     if !crate::core::progress::any_active() {
         return native();
     }
     // SAFETY: the application's buffer.
-    let copy = match unsafe { crate::core::dtype::p2p::copy_packed(b, n, t, c) } {
+    let copy = match unsafe { crate::core::dtype::p2p::copy_packed(buf, count, datatype, comm) } {
         Ok(v) => v,
         Err(rc) => return rc,
     };
@@ -131,52 +155,61 @@ unsafe fn sendrecv_replace(
         copy.as_ptr().cast::<c_void>(),
         copy.len() as MPI_Count,
         MPI_PACKED(),
-        d,
-        sg,
+        dest,
+        send_tag,
     );
+    let recv = (buf, count, datatype, source, recv_tag);
     // SAFETY: our copy and the application's buffer, alive until this returns.
-    unsafe { sendrecv_via(None, send, (b, n, t, s, rg), c, st) }
+    unsafe { sendrecv_via(None, send, recv, comm, status) }
 }
 
-/// Like `via` for the probes, which have no request: polls the non-blocking probe.
-fn probe(native: &dyn Fn() -> c_int, mut iprobe: impl FnMut(&mut c_int) -> c_int) -> c_int {
+/// Like `via` for the probes, which have no request: polls the non-blocking probe. An
+/// error is returned unchanged.
+fn probe(native: &dyn Fn() -> c_int, mut iprobe: impl FnMut() -> MpiResult<bool>) -> c_int {
     if !crate::core::progress::any_active() {
         return native();
     }
     let mut rc = MPI_SUCCESS;
-    crate::core::progress::wait_until(|| {
-        let mut flag: c_int = 0;
-        rc = iprobe(&mut flag);
-        rc != MPI_SUCCESS || flag != 0
+    crate::core::progress::wait_until(|| match iprobe() {
+        Ok(found) => found,
+        Err(e) => {
+            rc = e.code();
+            true
+        }
     });
     rc
 }
 
+/// A blocking send of large counts (`mpi::p2p::send_c`, ...).
+type BlockingSend =
+    unsafe fn(*const c_void, MPI_Count, MPI_Datatype, c_int, c_int, MPI_Comm) -> MpiResult<()>;
+/// A non-blocking send of large counts (`mpi::p2p::isend_c`, ...).
+type StartSend = unsafe fn(
+    *const c_void,
+    MPI_Count,
+    MPI_Datatype,
+    c_int,
+    c_int,
+    MPI_Comm,
+) -> MpiResult<MPI_Request>;
+
 /// Sends the packed bytes of a non-contiguous message (see `crate::hooks::p2p`): the
 /// blocking call `blocking`, or its non-blocking form while schedules are outstanding.
 fn send_packed(
-    p: &[u8],
-    blocking: unsafe fn(*const c_void, MPI_Count, MPI_Datatype, c_int, c_int, MPI_Comm) -> c_int,
-    start: unsafe fn(
-        *const c_void,
-        MPI_Count,
-        MPI_Datatype,
-        c_int,
-        c_int,
-        MPI_Comm,
-        *mut MPI_Request,
-    ) -> c_int,
-    d: c_int,
-    g: c_int,
-    c: MPI_Comm,
+    packed: &[u8],
+    blocking: BlockingSend,
+    start: StartSend,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
 ) -> c_int {
-    let (b, n) = (p.as_ptr().cast::<c_void>(), p.len() as MPI_Count);
+    let (buf, count) = (packed.as_ptr().cast::<c_void>(), packed.len() as MPI_Count);
     // SAFETY: our packed buffer, alive until the send completes (both forms complete here).
     via(
-        &|| unsafe { blocking(b, n, MPI_PACKED(), d, g, c) },
+        &|| code(unsafe { blocking(buf, count, MPI_PACKED(), dest, tag, comm) }),
         IGNORE,
-        c,
-        |r| unsafe { start(b, n, MPI_PACKED(), d, g, c, r) },
+        comm,
+        || unsafe { start(buf, count, MPI_PACKED(), dest, tag, comm) },
     )
 }
 
@@ -185,52 +218,55 @@ fn send_packed(
 /// # Safety
 /// `user` is the application's receive buffer for the counted elements.
 unsafe fn recv_packed(
-    inc: crate::core::dtype::p2p::PackedBuf,
+    incoming: PackedBuf,
     user: *mut c_void,
-    s: c_int,
-    g: c_int,
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY: our buffer (b, n) and a status we can read back.
-    unsafe {
-        packed_receive(
-            inc,
-            user,
-            st,
-            c,
-            |b, n, stp| pmpi::PMPI_Recv_c(b, n, MPI_PACKED(), s, g, c, stp),
-            |b, n, r| pmpi::PMPI_Irecv_c(b, n, MPI_PACKED(), s, g, c, r),
-        )
-    }
+    // SAFETY (both): our buffer (buf, count) and a status we can read back.
+    let blocking = |buf, count, st| unsafe {
+        mpi::p2p::recv_c(buf, count, MPI_PACKED(), source, tag, comm, st)
+    };
+    let start =
+        |buf, count| unsafe { mpi::p2p::irecv_c(buf, count, MPI_PACKED(), source, tag, comm) };
+    // SAFETY: the caller's buffer; the calls receive into the buffer they are given.
+    unsafe { packed_receive(incoming, user, status, comm, blocking, start) }
 }
 
 /// A receive of packed bytes by `blocking(buf, bytes, status)` or, with schedules
-/// outstanding, `start(buf, bytes, request)` plus polling; then what arrived is unpacked
-/// into `user` and the status (the caller's, or a local one for `MPI_STATUS_IGNORE`) kept.
+/// outstanding, `start(buf, bytes)` (the request) plus polling; then what arrived is
+/// unpacked into `user` and the status (the caller's, or a local one for
+/// `MPI_STATUS_IGNORE`) kept.
 ///
 /// # Safety
 /// `user` is the application's receive buffer for the counted elements; the two calls
 /// receive into the buffer they are given.
 unsafe fn packed_receive(
-    mut inc: crate::core::dtype::p2p::PackedBuf,
+    mut incoming: PackedBuf,
     user: *mut c_void,
-    st: *mut MPI_Status,
+    status: *mut MPI_Status,
     comm: MPI_Comm,
-    blocking: impl Fn(*mut c_void, MPI_Count, *mut MPI_Status) -> c_int,
-    start: impl Fn(*mut c_void, MPI_Count, *mut MPI_Request) -> c_int,
+    blocking: impl Fn(*mut c_void, MPI_Count, *mut MPI_Status) -> MpiResult<()>,
+    start: impl Fn(*mut c_void, MPI_Count) -> MpiResult<MPI_Request>,
 ) -> c_int {
     let mut local = MPI_Status::default();
-    let stp = if st == IGNORE || st.is_null() {
+    let status_ptr = if status == IGNORE || status.is_null() {
         &mut local as *mut MPI_Status
     } else {
-        st
+        status
     };
-    let (b, n) = (inc.ptr(), inc.len());
-    let rc = via(&|| blocking(b, n, stp), stp, comm, |r| start(b, n, r));
+    let (buf, count) = (incoming.ptr(), incoming.len());
+    let rc = via(
+        &|| code(blocking(buf, count, status_ptr)),
+        status_ptr,
+        comm,
+        || start(buf, count),
+    );
     if rc == MPI_SUCCESS {
         // SAFETY: the completed status; the caller's buffer.
-        unsafe { inc.finish(user, stp) };
+        unsafe { incoming.finish(user, status_ptr) };
     }
     rc
 }
@@ -240,41 +276,62 @@ unsafe fn packed_receive(
 /// # Safety
 /// The application's Sendrecv arguments.
 unsafe fn sendrecv_packed(
-    (sb, sn, stt, d, sg): (*const c_void, MPI_Count, MPI_Datatype, c_int, c_int),
-    (rb, rn, rt, s, rg): (*mut c_void, MPI_Count, MPI_Datatype, c_int, c_int),
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    (send_buf, send_count, send_type, dest, send_tag): (
+        *const c_void,
+        MPI_Count,
+        MPI_Datatype,
+        c_int,
+        c_int,
+    ),
+    (recv_buf, recv_count, recv_type, source, recv_tag): (
+        *mut c_void,
+        MPI_Count,
+        MPI_Datatype,
+        c_int,
+        c_int,
+    ),
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
 ) -> Option<c_int> {
     // SAFETY: the application's send buffer.
-    let out = unsafe { crate::core::dtype::p2p::outgoing(sb, sn, stt, d) };
-    let mut inc = crate::core::dtype::p2p::incoming(rn, rt, s);
-    if out.is_none() && inc.is_none() {
+    let outgoing =
+        unsafe { crate::core::dtype::p2p::outgoing(send_buf, send_count, send_type, dest) };
+    let mut incoming = crate::core::dtype::p2p::incoming(recv_count, recv_type, source);
+    if outgoing.is_none() && incoming.is_none() {
         return None;
     }
-    let (sb, sn, stt) = match &out {
+    let send = match &outgoing {
         Some(p) => (
             p.as_ptr().cast::<c_void>(),
             p.len() as MPI_Count,
             MPI_PACKED(),
         ),
-        None => (sb, sn, stt),
+        None => (send_buf, send_count, send_type),
     };
-    let (rb2, rn2, rt2) = match &mut inc {
+    let recv = match &mut incoming {
         Some(i) => (i.ptr(), i.len(), MPI_PACKED()),
-        None => (rb, rn, rt),
+        None => (recv_buf, recv_count, recv_type),
     };
     let mut local = MPI_Status::default();
-    let stp = if st == IGNORE || st.is_null() {
+    let status_ptr = if status == IGNORE || status.is_null() {
         &mut local as *mut MPI_Status
     } else {
-        st
+        status
     };
     // SAFETY: the application's or our packed buffers, alive until completion here.
-    let rc = unsafe { sendrecv_via(None, (sb, sn, stt, d, sg), (rb2, rn2, rt2, s, rg), c, stp) };
+    let rc = unsafe {
+        sendrecv_via(
+            None,
+            (send.0, send.1, send.2, dest, send_tag),
+            (recv.0, recv.1, recv.2, source, recv_tag),
+            comm,
+            status_ptr,
+        )
+    };
     if rc == MPI_SUCCESS {
-        if let Some(i) = &inc {
+        if let Some(i) = &incoming {
             // SAFETY: the completed status; the application's receive buffer.
-            unsafe { i.finish(rb, stp) };
+            unsafe { i.finish(recv_buf, status_ptr) };
         }
     }
     Some(rc)
@@ -287,17 +344,20 @@ unsafe fn sendrecv_packed(
 /// The application's arguments.
 unsafe fn replace(
     native: &dyn Fn() -> c_int,
-    (b, n, t): (*mut c_void, MPI_Count, MPI_Datatype),
-    (d, sg, s, rg): (c_int, c_int, c_int, c_int),
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    (buf, count, datatype): (*mut c_void, MPI_Count, MPI_Datatype),
+    (dest, send_tag, source, recv_tag): (c_int, c_int, c_int, c_int),
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
 ) -> c_int {
+    let send = (buf as *const c_void, count, datatype, dest, send_tag);
+    let recv = (buf, count, datatype, source, recv_tag);
     // SAFETY: the application's arguments, the same buffer on both sides.
-    if let Some(rc) = unsafe { sendrecv_packed((b, n, t, d, sg), (b, n, t, s, rg), c, st) } {
+    if let Some(rc) = unsafe { sendrecv_packed(send, recv, comm, status) } {
         return rc;
     }
+    let tags = (dest, send_tag, source, recv_tag);
     // SAFETY: the application's arguments.
-    unsafe { sendrecv_replace(native, (b, n, t), (d, sg, s, rg), c, st) }
+    unsafe { sendrecv_replace(native, (buf, count, datatype), tags, comm, status) }
 }
 
 /// A matched receive (`MPI_Mrecv`) packed by the shim, or `None` to receive as asked.
@@ -305,33 +365,28 @@ unsafe fn replace(
 /// # Safety
 /// The application's arguments.
 unsafe fn mrecv_packed(
-    b: *mut c_void,
-    n: MPI_Count,
-    t: MPI_Datatype,
-    m: *mut MPI_Message,
-    st: *mut MPI_Status,
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
 ) -> Option<c_int> {
     // SAFETY: the application's message handle.
-    let inc = crate::core::dtype::p2p::incoming(n, t, unsafe {
-        crate::core::dtype::p2p::message_peer(m)
-    })?;
-    // SAFETY: our buffer, the application's message and buffer, a status we can read back.
-    Some(unsafe {
-        packed_receive(
-            inc,
-            b,
-            st,
-            MPI_COMM_NULL(),
-            |pb, pn, stp| pmpi::PMPI_Mrecv_c(pb, pn, MPI_PACKED(), m, stp),
-            |pb, pn, r| pmpi::PMPI_Imrecv_c(pb, pn, MPI_PACKED(), m, r),
-        )
-    })
+    let peer = unsafe { crate::core::dtype::p2p::message_peer(message) };
+    let incoming = crate::core::dtype::p2p::incoming(count, datatype, peer)?;
+    // SAFETY (both): our buffer, the application's message, a status we can read back.
+    let blocking =
+        |packed, bytes, st| unsafe { mpi::p2p::mrecv_c(packed, bytes, MPI_PACKED(), message, st) };
+    let start = |packed, bytes| unsafe { mpi::p2p::imrecv_c(packed, bytes, MPI_PACKED(), message) };
+    // SAFETY: the application's buffer; the calls receive into the buffer they are given.
+    Some(unsafe { packed_receive(incoming, buf, status, MPI_COMM_NULL(), blocking, start) })
 }
 
 const IGNORE: *mut MPI_Status = MPI_STATUS_IGNORE;
 
-// Hooks (see `src/platform/abi/mpi_functions.txt`). Safety: the arguments are the application's,
-// passed unchanged to the non-blocking form of the same call.
+// Hooks (see `src/platform/abi/mpi_functions.txt`), with the MPI standard's parameter
+// names. Safety: the arguments are the application's, passed unchanged to the
+// non-blocking form of the same call.
 
 /// A blocking send: packed by the shim when the datatype qualifies (`$blk`/`$nb` send
 /// the packed bytes), else the system MPI's call, or with schedules outstanding its
@@ -340,262 +395,260 @@ const IGNORE: *mut MPI_Status = MPI_STATUS_IGNORE;
 macro_rules! send_hook {
     ($name:ident, $n:ty, $blk:path, $nb:path, $nbn:path) => {
         pub unsafe fn $name(
-            b: *const c_void,
-            n: $n,
-            t: MPI_Datatype,
-            d: c_int,
-            g: c_int,
-            c: MPI_Comm,
+            buf: *const c_void,
+            count: $n,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
             native: &dyn Fn() -> c_int,
         ) -> c_int {
-            // SAFETY: the application's buffer for n elements of t.
-            if let Some(p) = unsafe { crate::core::dtype::p2p::outgoing(b, n as i64, t, d) } {
-                return send_packed(&p, $blk, $nb, d, g, c);
+            // SAFETY: the application's buffer for count elements of datatype.
+            let packed =
+                unsafe { crate::core::dtype::p2p::outgoing(buf, count as i64, datatype, dest) };
+            if let Some(p) = packed {
+                return send_packed(&p, $blk, $nb, dest, tag, comm);
             }
             // SAFETY: the application's arguments, unchanged.
-            via(native, IGNORE, c, |r| unsafe { $nbn(b, n, t, d, g, c, r) })
+            via(native, IGNORE, comm, || unsafe {
+                $nbn(buf, count, datatype, dest, tag, comm)
+            })
         }
     };
 }
 send_hook!(
     MPI_Send,
     c_int,
-    pmpi::PMPI_Send_c,
-    pmpi::PMPI_Isend_c,
-    pmpi::PMPI_Isend
+    mpi::p2p::send_c,
+    mpi::p2p::isend_c,
+    mpi::p2p::isend
 );
 send_hook!(
     MPI_Send_c,
     MPI_Count,
-    pmpi::PMPI_Send_c,
-    pmpi::PMPI_Isend_c,
-    pmpi::PMPI_Isend_c
+    mpi::p2p::send_c,
+    mpi::p2p::isend_c,
+    mpi::p2p::isend_c
 );
 send_hook!(
     MPI_Ssend,
     c_int,
-    pmpi::PMPI_Ssend_c,
-    pmpi::PMPI_Issend_c,
-    pmpi::PMPI_Issend
+    mpi::p2p::ssend_c,
+    mpi::p2p::issend_c,
+    mpi::p2p::issend
 );
 send_hook!(
     MPI_Ssend_c,
     MPI_Count,
-    pmpi::PMPI_Ssend_c,
-    pmpi::PMPI_Issend_c,
-    pmpi::PMPI_Issend_c
+    mpi::p2p::ssend_c,
+    mpi::p2p::issend_c,
+    mpi::p2p::issend_c
 );
 send_hook!(
     MPI_Rsend,
     c_int,
-    pmpi::PMPI_Rsend_c,
-    pmpi::PMPI_Irsend_c,
-    pmpi::PMPI_Irsend
+    mpi::p2p::rsend_c,
+    mpi::p2p::irsend_c,
+    mpi::p2p::irsend
 );
 send_hook!(
     MPI_Rsend_c,
     MPI_Count,
-    pmpi::PMPI_Rsend_c,
-    pmpi::PMPI_Irsend_c,
-    pmpi::PMPI_Irsend_c
+    mpi::p2p::rsend_c,
+    mpi::p2p::irsend_c,
+    mpi::p2p::irsend_c
 );
 send_hook!(
     MPI_Bsend,
     c_int,
-    pmpi::PMPI_Bsend_c,
-    pmpi::PMPI_Ibsend_c,
-    pmpi::PMPI_Ibsend
+    mpi::p2p::bsend_c,
+    mpi::p2p::ibsend_c,
+    mpi::p2p::ibsend
 );
 send_hook!(
     MPI_Bsend_c,
     MPI_Count,
-    pmpi::PMPI_Bsend_c,
-    pmpi::PMPI_Ibsend_c,
-    pmpi::PMPI_Ibsend_c
+    mpi::p2p::bsend_c,
+    mpi::p2p::ibsend_c,
+    mpi::p2p::ibsend_c
 );
 pub unsafe fn MPI_Recv(
-    b: *mut c_void,
-    n: c_int,
-    t: MPI_Datatype,
-    s: c_int,
-    g: c_int,
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    if let Some(inc) = crate::core::dtype::p2p::incoming(n as i64, t, s) {
+    if let Some(incoming) = crate::core::dtype::p2p::incoming(count as i64, datatype, source) {
         // SAFETY: the application's receive buffer.
-        return unsafe { recv_packed(inc, b, s, g, c, st) };
+        return unsafe { recv_packed(incoming, buf, source, tag, comm, status) };
     }
-    via(native, st, c, |r| unsafe {
-        pmpi::PMPI_Irecv(b, n, t, s, g, c, r)
+    via(native, status, comm, || unsafe {
+        mpi::p2p::irecv(buf, count, datatype, source, tag, comm)
     })
 }
 pub unsafe fn MPI_Recv_c(
-    b: *mut c_void,
-    n: MPI_Count,
-    t: MPI_Datatype,
-    s: c_int,
-    g: c_int,
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    if let Some(inc) = crate::core::dtype::p2p::incoming(n, t, s) {
+    if let Some(incoming) = crate::core::dtype::p2p::incoming(count, datatype, source) {
         // SAFETY: the application's receive buffer.
-        return unsafe { recv_packed(inc, b, s, g, c, st) };
+        return unsafe { recv_packed(incoming, buf, source, tag, comm, status) };
     }
-    via(native, st, c, |r| unsafe {
-        pmpi::PMPI_Irecv_c(b, n, t, s, g, c, r)
+    via(native, status, comm, || unsafe {
+        mpi::p2p::irecv_c(buf, count, datatype, source, tag, comm)
     })
 }
 pub unsafe fn MPI_Sendrecv(
-    sb: *const c_void,
-    sn: c_int,
-    stt: MPI_Datatype,
-    d: c_int,
-    sg: c_int,
-    rb: *mut c_void,
-    rn: c_int,
-    rt: MPI_Datatype,
-    s: c_int,
-    rg: c_int,
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
+    let send = (sendbuf, sendcount as MPI_Count, sendtype, dest, sendtag);
+    let recv = (recvbuf, recvcount as MPI_Count, recvtype, source, recvtag);
     // SAFETY: the application's arguments.
-    if let Some(rc) = unsafe {
-        sendrecv_packed(
-            (sb, sn as i64, stt, d, sg),
-            (rb, rn as i64, rt, s, rg),
-            c,
-            st,
-        )
-    } {
+    if let Some(rc) = unsafe { sendrecv_packed(send, recv, comm, status) } {
         return rc;
     }
-    let (sn, rn) = (sn as MPI_Count, rn as MPI_Count);
     // SAFETY: the application's arguments.
-    unsafe {
-        sendrecv_via(
-            Some(native),
-            (sb, sn, stt, d, sg),
-            (rb, rn, rt, s, rg),
-            c,
-            st,
-        )
-    }
+    unsafe { sendrecv_via(Some(native), send, recv, comm, status) }
 }
 pub unsafe fn MPI_Sendrecv_c(
-    sb: *const c_void,
-    sn: MPI_Count,
-    stt: MPI_Datatype,
-    d: c_int,
-    sg: c_int,
-    rb: *mut c_void,
-    rn: MPI_Count,
-    rt: MPI_Datatype,
-    s: c_int,
-    rg: c_int,
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
+    let send = (sendbuf, sendcount, sendtype, dest, sendtag);
+    let recv = (recvbuf, recvcount, recvtype, source, recvtag);
     // SAFETY: the application's arguments.
-    if let Some(rc) = unsafe { sendrecv_packed((sb, sn, stt, d, sg), (rb, rn, rt, s, rg), c, st) } {
+    if let Some(rc) = unsafe { sendrecv_packed(send, recv, comm, status) } {
         return rc;
     }
     // SAFETY: the application's arguments.
+    unsafe { sendrecv_via(Some(native), send, recv, comm, status) }
+}
+pub unsafe fn MPI_Sendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+    native: &dyn Fn() -> c_int,
+) -> c_int {
+    let tags = (dest, sendtag, source, recvtag);
+    // SAFETY: the application's arguments.
     unsafe {
-        sendrecv_via(
-            Some(native),
-            (sb, sn, stt, d, sg),
-            (rb, rn, rt, s, rg),
-            c,
-            st,
+        replace(
+            native,
+            (buf, count as MPI_Count, datatype),
+            tags,
+            comm,
+            status,
         )
     }
 }
-pub unsafe fn MPI_Sendrecv_replace(
-    b: *mut c_void,
-    n: c_int,
-    t: MPI_Datatype,
-    d: c_int,
-    sg: c_int,
-    s: c_int,
-    rg: c_int,
-    c: MPI_Comm,
-    st: *mut MPI_Status,
-    native: &dyn Fn() -> c_int,
-) -> c_int {
-    // SAFETY: the application's arguments.
-    unsafe { replace(native, (b, n as MPI_Count, t), (d, sg, s, rg), c, st) }
-}
 pub unsafe fn MPI_Sendrecv_replace_c(
-    b: *mut c_void,
-    n: MPI_Count,
-    t: MPI_Datatype,
-    d: c_int,
-    sg: c_int,
-    s: c_int,
-    rg: c_int,
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
+    let tags = (dest, sendtag, source, recvtag);
     // SAFETY: the application's arguments.
-    unsafe { replace(native, (b, n, t), (d, sg, s, rg), c, st) }
+    unsafe { replace(native, (buf, count, datatype), tags, comm, status) }
 }
 pub unsafe fn MPI_Mrecv(
-    b: *mut c_void,
-    n: c_int,
-    t: MPI_Datatype,
-    m: *mut MPI_Message,
-    st: *mut MPI_Status,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     // SAFETY: the application's arguments.
-    if let Some(rc) = unsafe { mrecv_packed(b, n as MPI_Count, t, m, st) } {
+    if let Some(rc) = unsafe { mrecv_packed(buf, count as MPI_Count, datatype, message, status) } {
         return rc;
     }
     // a matched receive has no communicator argument: its errors belong to no object
-    via(native, st, MPI_COMM_NULL(), |r| unsafe {
-        pmpi::PMPI_Imrecv(b, n, t, m, r)
+    via(native, status, MPI_COMM_NULL(), || unsafe {
+        mpi::p2p::imrecv(buf, count, datatype, message)
     })
 }
 pub unsafe fn MPI_Mrecv_c(
-    b: *mut c_void,
-    n: MPI_Count,
-    t: MPI_Datatype,
-    m: *mut MPI_Message,
-    st: *mut MPI_Status,
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     // SAFETY: the application's arguments.
-    if let Some(rc) = unsafe { mrecv_packed(b, n, t, m, st) } {
+    if let Some(rc) = unsafe { mrecv_packed(buf, count, datatype, message, status) } {
         return rc;
     }
-    via(native, st, MPI_COMM_NULL(), |r| unsafe {
-        pmpi::PMPI_Imrecv_c(b, n, t, m, r)
+    via(native, status, MPI_COMM_NULL(), || unsafe {
+        mpi::p2p::imrecv_c(buf, count, datatype, message)
     })
 }
 pub unsafe fn MPI_Probe(
-    s: c_int,
-    g: c_int,
-    c: MPI_Comm,
-    st: *mut MPI_Status,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    probe(native, |f| unsafe { pmpi::PMPI_Iprobe(s, g, c, f, st) })
+    probe(native, || unsafe {
+        mpi::p2p::iprobe(source, tag, comm, status)
+    })
 }
 pub unsafe fn MPI_Mprobe(
-    s: c_int,
-    g: c_int,
-    c: MPI_Comm,
-    m: *mut MPI_Message,
-    st: *mut MPI_Status,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    probe(native, |f| unsafe { pmpi::PMPI_Improbe(s, g, c, f, m, st) })
+    probe(native, || unsafe {
+        mpi::p2p::improbe(source, tag, comm, message, status)
+    })
 }

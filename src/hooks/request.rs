@@ -5,7 +5,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 use crate::core::progress::{self};
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi;
 use core::ffi::c_int;
 
 use crate::core::request::*;
@@ -31,10 +31,14 @@ pub unsafe fn MPI_Wait(
             }
             let mut rc = MPI_SUCCESS;
             progress::wait_until(|| {
-                let mut flag = 0;
-                // SAFETY: the caller's request and status.
-                rc = unsafe { pmpi::PMPI_Test(request, &mut flag, status) };
-                rc != MPI_SUCCESS || flag != 0
+                // SAFETY: the caller's request (not null here) and status.
+                match unsafe { mpi::p2p::test(&mut *request, status) } {
+                    Ok(done) => done,
+                    Err(e) => {
+                        rc = e.code();
+                        true
+                    }
+                }
             });
             rc
         }
@@ -146,14 +150,12 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request, native: &dyn Fn() -> c
             // lives on in the library until it completes: allocating a placeholder then
             // may take over a handle MPICH 4.0.2 still uses (a freed Isend to self
             // whose message was never received is lost).
-            let mut done: c_int = 0;
-            if h != MPI_REQUEST_NULL() {
-                // SAFETY: valid out-pointer; an invalid handle only yields a code (the
-                // real world returns errors), reported again by the free below.
-                unsafe { pmpi::PMPI_Request_get_status(h, &mut done, MPI_STATUS_IGNORE) };
-            }
+            // an invalid handle only yields a code (the real world returns errors),
+            // reported again by the free below
+            let done =
+                h != MPI_REQUEST_NULL() && mpi::p2p::request_get_status(h, None).unwrap_or(false);
             let rc = native();
-            if rc == MPI_SUCCESS && done != 0 {
+            if rc == MPI_SUCCESS && done {
                 crate::core::retain::request_quarantine(h);
             }
             rc
@@ -267,8 +269,7 @@ pub unsafe fn MPI_Startall(
         }
     }
     if !nat.reqs.is_empty() {
-        // SAFETY: the native sub-array.
-        let rc = unsafe { pmpi::PMPI_Startall(nat.reqs.len() as c_int, nat.reqs.as_mut_ptr()) };
+        let rc = mpi::p2p::startall(&mut nat.reqs).map_or_else(|e| e.code(), |()| MPI_SUCCESS);
         nat.write_back(reqs, MPI_STATUSES_IGNORE, Some(&[]));
         return rc;
     }
@@ -310,14 +311,11 @@ fn all(
             }
         }
         if !nat.reqs.is_empty() {
-            let mut f: c_int = 0;
-            let sp = nat.status_ptr(want);
-            // SAFETY: the native sub-array and its statuses.
-            rc = unsafe {
-                pmpi::PMPI_Testall(nat.reqs.len() as c_int, nat.reqs.as_mut_ptr(), &mut f, sp)
-            };
-            if f == 0 && rc == MPI_SUCCESS {
-                return false;
+            let (native_reqs, native_statuses) = nat.parts(want);
+            match mpi::p2p::testall(native_reqs, native_statuses) {
+                Ok(false) => return false,
+                Ok(true) => rc = MPI_SUCCESS,
+                Err(e) => rc = e.code(),
             }
         }
         complete = true;
@@ -422,16 +420,9 @@ fn any(
         }
         if !nat.reqs.is_empty() {
             let (mut idx, mut f): (c_int, c_int) = (MPI_UNDEFINED, 0);
-            // SAFETY: the native sub-array.
-            let rc = unsafe {
-                pmpi::PMPI_Testany(
-                    nat.reqs.len() as c_int,
-                    nat.reqs.as_mut_ptr(),
-                    &mut idx,
-                    &mut f,
-                    status,
-                )
-            };
+            // SAFETY: the native sub-array; the caller's status.
+            let rc = unsafe { mpi::p2p::testany(&mut nat.reqs, &mut idx, &mut f, status) }
+                .map_or_else(|e| e.code(), |()| MPI_SUCCESS);
             if rc != MPI_SUCCESS || (f != 0 && idx != MPI_UNDEFINED) {
                 nat.write_back(reqs, MPI_STATUSES_IGNORE, Some(&[]));
                 let gi = if idx == MPI_UNDEFINED {
@@ -557,17 +548,9 @@ fn some(
         if !nat.reqs.is_empty() {
             let mut cnt: c_int = 0;
             let mut idx = vec![0 as c_int; nat.reqs.len()];
-            let sp = nat.status_ptr(want);
-            // SAFETY: the native sub-array and buffers of its length.
-            rc = unsafe {
-                pmpi::PMPI_Testsome(
-                    nat.reqs.len() as c_int,
-                    nat.reqs.as_mut_ptr(),
-                    &mut cnt,
-                    idx.as_mut_ptr(),
-                    sp,
-                )
-            };
+            let (native_reqs, native_statuses) = nat.parts(want);
+            rc = mpi::p2p::testsome(native_reqs, &mut cnt, &mut idx, native_statuses)
+                .map_or_else(|e| e.code(), |()| MPI_SUCCESS);
             if cnt != MPI_UNDEFINED {
                 active = true;
                 for (j, &k) in idx[..cnt.max(0) as usize].iter().enumerate() {

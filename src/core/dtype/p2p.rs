@@ -25,7 +25,7 @@ use crate::core::dtype::bufpool::Bytes;
 use crate::core::dtype::flat::{self, Flat};
 use crate::core::dtype::pack::{self, Dir};
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{self, MpiResult};
 
 /// Mean contiguous run (bytes) under which the shim packs a message of any size (see the
 /// module docs).
@@ -37,14 +37,23 @@ pub(crate) fn eligible(count: i64, dt: MPI_Datatype, peer: c_int) -> Option<Arc<
         return None;
     }
     let f = flat::get(dt).ok()?;
-    let bytes = count.checked_mul(f.size)?;
-    let short_runs = f.mean_run() < SHORT_RUN;
-    if f.contiguous.is_some() || (bytes < super::pool::min_bytes() && !short_runs) {
+    if !worth_packing(count, &f) {
         return None;
     }
     // an uncommitted type is an error the system MPI reports
     crate::core::dtype::check_usable(dt).ok()?;
     Some(f)
+}
+
+/// The size rule of [`eligible`] for `count` elements of layout `f`: never a contiguous
+/// layout (one copy is all the system MPI needs); from `SHIM_PACK_MIN_BYTES` on; below
+/// that only when the runs are short (mean under [`SHORT_RUN`]).
+fn worth_packing(count: i64, f: &Flat) -> bool {
+    let Some(bytes) = count.checked_mul(f.size) else {
+        return false;
+    };
+    let short_runs = f.mean_run() < SHORT_RUN;
+    f.contiguous.is_none() && (bytes >= super::pool::min_bytes() || short_runs)
 }
 
 /// The packed bytes of a send, or `None` to send as the application asked.
@@ -117,9 +126,8 @@ impl PackedBuf {
     /// # Safety
     /// `user` must be the receive buffer for `count` elements; `st` a completed status.
     pub unsafe fn finish(&self, user: *mut c_void, st: *const MPI_Status) {
-        let mut got: MPI_Count = 0;
-        // SAFETY: a status the receive filled.
-        unsafe { pmpi::PMPI_Get_count_c(st, MPI_BYTE(), &mut got) };
+        // SAFETY: a status the receive filled. A failure leaves nothing to unpack.
+        let got = mpi::p2p::get_count_c(unsafe { &*st }, MPI_BYTE()).unwrap_or(0);
         let got = got.clamp(0, self.len());
         // SAFETY: `got` bytes of our buffer into the caller's receive buffer.
         unsafe {
@@ -171,7 +179,7 @@ unsafe impl Send for Inner {}
 /// How a packed request's system MPI request is made from (bytes, byte count): the `_c`
 /// non-blocking or persistent call with `MPI_PACKED` and the application's peer, tag and
 /// communicator.
-pub type Post<'a> = &'a dyn Fn(*mut c_void, MPI_Count, *mut MPI_Request) -> c_int;
+pub type Post<'a> = &'a dyn Fn(*mut c_void, MPI_Count) -> MpiResult<MPI_Request>;
 
 impl PackedReq {
     /// A packed send (`recv` false) or receive of `count` elements of `dt` at `user` with
@@ -194,11 +202,10 @@ impl PackedReq {
             // SAFETY: the caller's buffer.
             unsafe { msg.pack_from(user) };
         }
-        let mut native = MPI_REQUEST_NULL();
-        let rc = post(msg.ptr(), msg.len(), &mut native);
-        if rc != MPI_SUCCESS {
-            return Some(Err(rc));
-        }
+        let native = match post(msg.ptr(), msg.len()) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e.code())),
+        };
         Some(Ok(Self::made(
             [native, MPI_REQUEST_NULL()],
             Some(msg),
@@ -212,7 +219,8 @@ impl PackedReq {
     /// An `MPI_Isendrecv(_replace)` with its send side (`out`, already packed) or its
     /// receive side (`inc`, unpacked into `user` at completion) packed by the shim, or
     /// neither. `post` makes the system MPI's requests (a receive, then a send) from the
-    /// packed (pointer, byte count) of each side, `None` for a side sent as asked.
+    /// packed (pointer, byte count) of each side, `None` for a side sent as asked; its
+    /// error code is returned unchanged.
     ///
     /// # Safety
     /// `user` is the receive buffer for `inc`'s elements, valid until completion.
@@ -223,18 +231,13 @@ impl PackedReq {
         post: impl FnOnce(
             Option<(*const c_void, MPI_Count)>,
             Option<(*mut c_void, MPI_Count)>,
-            &mut [MPI_Request; 2],
-        ) -> c_int,
+        ) -> MpiResult<[MPI_Request; 2]>,
     ) -> Result<Arc<PackedReq>, c_int> {
         let o = out
             .as_mut()
             .map(|p| (p.as_ptr().cast::<c_void>(), p.len() as MPI_Count));
         let i = inc.as_mut().map(|m| (m.ptr(), m.len()));
-        let mut natives = [MPI_REQUEST_NULL(); 2];
-        let rc = post(o, i, &mut natives);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
+        let natives = post(o, i).map_err(|e| e.code())?;
         Ok(Self::made(natives, inc, out, user, true, false))
     }
 
@@ -283,35 +286,32 @@ impl PackedReq {
         if g.done || !g.active {
             return true;
         }
-        let mut flag: c_int = 0;
         let inner = &mut *g;
         if inner.send_native != MPI_REQUEST_NULL() {
-            // SAFETY: our started send (set to null when it completes).
-            let rc =
-                unsafe { pmpi::PMPI_Test(&mut inner.send_native, &mut flag, MPI_STATUS_IGNORE) };
-            if rc != MPI_SUCCESS {
-                inner.error = rc;
-                inner.done = true;
-                return true;
-            }
-            if flag == 0 {
-                return false;
+            // SAFETY: our started send (set to null when it completes); no status.
+            match unsafe { mpi::p2p::test(&mut inner.send_native, MPI_STATUS_IGNORE) } {
+                Err(e) => {
+                    inner.error = e.code();
+                    inner.done = true;
+                    return true;
+                }
+                Ok(false) => return false,
+                Ok(true) => {}
             }
         }
         // SAFETY: our started request; a status we own.
-        let rc = unsafe { pmpi::PMPI_Test(&mut inner.native, &mut flag, &mut inner.status) };
-        if rc != MPI_SUCCESS {
-            inner.error = rc;
-            inner.done = true;
-            return true;
+        match unsafe { mpi::p2p::test(&mut inner.native, &mut inner.status) } {
+            Err(e) => {
+                inner.error = e.code();
+                inner.done = true;
+                return true;
+            }
+            Ok(false) => return false,
+            Ok(true) => {}
         }
-        if flag == 0 {
-            return false;
-        }
-        let mut cancelled: c_int = 0;
-        // SAFETY: the completed status.
-        unsafe { pmpi::PMPI_Test_cancelled(&inner.status, &mut cancelled) };
-        if let (true, 0, Some(msg)) = (self.recv, cancelled, &inner.msg) {
+        // a failure reads as not cancelled
+        let cancelled = mpi::p2p::test_cancelled(&inner.status).unwrap_or(false);
+        if let (true, false, Some(msg)) = (self.recv, cancelled, &inner.msg) {
             // SAFETY: the application's receive buffer (valid until completion, which is
             // now) and the completed status.
             unsafe { msg.finish(inner.user as *mut c_void, &inner.status) };
@@ -361,24 +361,23 @@ impl PackedReq {
                 unsafe { msg.pack_from(inner.user as *const c_void) };
             }
         }
-        // SAFETY: our inactive persistent request.
-        let rc = unsafe { pmpi::PMPI_Start(&mut g.native) };
-        if rc == MPI_SUCCESS {
-            g.active = true;
-            g.done = false;
+        match mpi::p2p::start(&mut g.native) {
+            Ok(()) => {
+                g.active = true;
+                g.done = false;
+                MPI_SUCCESS
+            }
+            Err(e) => e.code(),
         }
-        rc
     }
 
     /// `MPI_Cancel` of the system MPI's request.
     pub fn cancel(&self) -> c_int {
         let mut g = self.lock();
         if g.send_native != MPI_REQUEST_NULL() {
-            // SAFETY: our request.
-            unsafe { pmpi::PMPI_Cancel(&mut g.send_native) };
+            let _ = mpi::p2p::cancel(&mut g.send_native);
         }
-        // SAFETY: our request.
-        unsafe { pmpi::PMPI_Cancel(&mut g.native) }
+        mpi::p2p::cancel(&mut g.native).map_or_else(|e| e.code(), |()| MPI_SUCCESS)
     }
 
     /// Frees the system MPI's request of an inactive persistent request.
@@ -387,8 +386,7 @@ impl PackedReq {
         if g.native == MPI_REQUEST_NULL() {
             return MPI_SUCCESS;
         }
-        // SAFETY: our inactive request.
-        unsafe { pmpi::PMPI_Request_free(&mut g.native) }
+        mpi::p2p::request_free(&mut g.native).map_or_else(|e| e.code(), |()| MPI_SUCCESS)
     }
 }
 /// The peer a matched message counts as for `eligible`: none for the message of a probe of
@@ -416,19 +414,11 @@ pub(crate) unsafe fn copy_packed(
     t: MPI_Datatype,
     c: MPI_Comm,
 ) -> Result<Bytes, c_int> {
-    let mut size: MPI_Count = 0;
-    // SAFETY: valid out-pointer; the caller's count and type.
-    let rc = unsafe { pmpi::PMPI_Pack_size_c(n, t, c, &mut size) };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
+    let size = mpi::dtype::pack_size_c(n, t, c).map_err(|e| e.code())?;
     let mut v = Bytes::new(size.max(0) as usize);
     let mut pos: MPI_Count = 0;
-    // SAFETY: `v` holds `size` bytes, what MPI_Pack_size asked for.
-    let rc = unsafe { pmpi::PMPI_Pack_c(b, n, t, v.as_mut_ptr().cast(), size, &mut pos, c) };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
+    // SAFETY: the caller's buffer; `v` holds `size` bytes, what MPI_Pack_size asked for.
+    unsafe { mpi::dtype::pack_c(b, n, t, &mut v, &mut pos, c) }.map_err(|e| e.code())?;
     v.truncate(pos.max(0) as usize);
     Ok(v)
 }
@@ -458,28 +448,22 @@ pub(crate) unsafe fn isendrecv(
             Err(rc) => return Some(Err(rc)),
         }
     }
-    let post = |o: Option<(*const c_void, MPI_Count)>,
-                i: Option<(*mut c_void, MPI_Count)>,
-                reqs: &mut [MPI_Request; 2]| {
+    let post = |o: Option<(*const c_void, MPI_Count)>, i: Option<(*mut c_void, MPI_Count)>| {
         let (sb, sn, stt) = o.map_or((sb, sn, stt), |(p, n)| (p, n, MPI_PACKED()));
         let (rb, rn, rt) = i.map_or((rb, rn, rt), |(p, n)| (p, n, MPI_PACKED()));
         // SAFETY: the application's or our packed buffers, alive until completion.
-        let rc = unsafe { pmpi::PMPI_Irecv_c(rb, rn, rt, s, rg, c, &mut reqs[0]) };
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
+        let mut recv = unsafe { mpi::p2p::irecv_c(rb, rn, rt, s, rg, c) }?;
         // SAFETY: as above.
-        let rc = unsafe { pmpi::PMPI_Isend_c(sb, sn, stt, d, sg, c, &mut reqs[1]) };
-        if rc != MPI_SUCCESS {
-            // an invalid send side (a wrong tag, rank, ...): the call fails as a whole,
-            // and its receive must not stay posted to take a later message
-            // SAFETY: the receive just posted.
-            unsafe {
-                pmpi::PMPI_Cancel(&mut reqs[0]);
-                pmpi::PMPI_Request_free(&mut reqs[0]);
+        match unsafe { mpi::p2p::isend_c(sb, sn, stt, d, sg, c) } {
+            Ok(send) => Ok([recv, send]),
+            Err(e) => {
+                // an invalid send side (a wrong tag, rank, ...): the call fails as a whole,
+                // and its receive must not stay posted to take a later message
+                let _ = mpi::p2p::cancel(&mut recv);
+                let _ = mpi::p2p::request_free(&mut recv);
+                Err(e)
             }
         }
-        rc
     };
     // SAFETY: the receive buffer stays valid until the request completes (MPI rule).
     Some(unsafe { PackedReq::sendrecv(out, inc, rb, post) })
