@@ -652,3 +652,507 @@ pub unsafe fn MPI_Mprobe(
         mpi::p2p::improbe(source, tag, comm, message, status)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::progress::pretend_active;
+    use crate::platform::mpi::fake;
+    use std::cell::Cell;
+
+    /// A hook's `native`: counts its calls and returns `code`.
+    struct Native {
+        calls: Cell<usize>,
+        code: c_int,
+    }
+
+    impl Native {
+        fn returning(code: c_int) -> Native {
+            Native {
+                calls: Cell::new(0),
+                code,
+            }
+        }
+        fn call(&self) -> c_int {
+            self.calls.set(self.calls.get() + 1);
+            self.code
+        }
+    }
+
+    /// An application's buffers, status and message handle for the hooks.
+    struct App {
+        send: [i32; 4],
+        recv: [i32; 4],
+        status: MPI_Status,
+        message: MPI_Message,
+    }
+
+    impl App {
+        fn new() -> App {
+            App {
+                send: [1, 2, 3, 4],
+                recv: [0; 4],
+                status: MPI_Status::default(),
+                message: 0x77 as MPI_Message,
+            }
+        }
+        fn send_buf(&self) -> *const c_void {
+            self.send.as_ptr().cast()
+        }
+        fn recv_buf(&mut self) -> *mut c_void {
+            self.recv.as_mut_ptr().cast()
+        }
+    }
+
+    type Hook = fn(&mut App, &dyn Fn() -> c_int) -> c_int;
+
+    const COMM: fn() -> MPI_Comm = MPI_COMM_WORLD;
+
+    /// Every blocking hook, called as a program would (4 ints, peer 1, tag 5), with the
+    /// non-blocking call it is made of while schedules are outstanding (and the buffer
+    /// that call must get: the application's send buffer, else its receive buffer).
+    fn hooks() -> Vec<(&'static str, Hook, &'static str, bool)> {
+        // SAFETY (all): the App's buffers of 4 ints, its status and message handle.
+        vec![
+            (
+                "MPI_Send",
+                |a, n| unsafe { MPI_Send(a.send_buf(), 4, MPI_INT(), 1, 5, COMM(), n) },
+                "isend",
+                true,
+            ),
+            (
+                "MPI_Send_c",
+                |a, n| unsafe { MPI_Send_c(a.send_buf(), 4, MPI_INT(), 1, 5, COMM(), n) },
+                "isend_c",
+                true,
+            ),
+            (
+                "MPI_Ssend",
+                |a, n| unsafe { MPI_Ssend(a.send_buf(), 4, MPI_INT(), 1, 5, COMM(), n) },
+                "issend",
+                true,
+            ),
+            (
+                "MPI_Ssend_c",
+                |a, n| unsafe { MPI_Ssend_c(a.send_buf(), 4, MPI_INT(), 1, 5, COMM(), n) },
+                "issend_c",
+                true,
+            ),
+            (
+                "MPI_Rsend",
+                |a, n| unsafe { MPI_Rsend(a.send_buf(), 4, MPI_INT(), 1, 5, COMM(), n) },
+                "irsend",
+                true,
+            ),
+            (
+                "MPI_Rsend_c",
+                |a, n| unsafe { MPI_Rsend_c(a.send_buf(), 4, MPI_INT(), 1, 5, COMM(), n) },
+                "irsend_c",
+                true,
+            ),
+            (
+                "MPI_Bsend",
+                |a, n| unsafe { MPI_Bsend(a.send_buf(), 4, MPI_INT(), 1, 5, COMM(), n) },
+                "ibsend",
+                true,
+            ),
+            (
+                "MPI_Bsend_c",
+                |a, n| unsafe { MPI_Bsend_c(a.send_buf(), 4, MPI_INT(), 1, 5, COMM(), n) },
+                "ibsend_c",
+                true,
+            ),
+            (
+                "MPI_Recv",
+                |a, n| unsafe {
+                    MPI_Recv(a.recv_buf(), 4, MPI_INT(), 1, 5, COMM(), &mut a.status, n)
+                },
+                "irecv",
+                false,
+            ),
+            (
+                "MPI_Recv_c",
+                |a, n| unsafe {
+                    MPI_Recv_c(a.recv_buf(), 4, MPI_INT(), 1, 5, COMM(), &mut a.status, n)
+                },
+                "irecv_c",
+                false,
+            ),
+            (
+                "MPI_Mrecv",
+                |a, n| unsafe {
+                    MPI_Mrecv(a.recv_buf(), 4, MPI_INT(), &mut a.message, &mut a.status, n)
+                },
+                "imrecv",
+                false,
+            ),
+            (
+                "MPI_Mrecv_c",
+                |a, n| unsafe {
+                    MPI_Mrecv_c(a.recv_buf(), 4, MPI_INT(), &mut a.message, &mut a.status, n)
+                },
+                "imrecv_c",
+                false,
+            ),
+        ]
+    }
+
+    #[test]
+    fn without_schedules_every_blocking_call_is_the_system_mpis() {
+        let _g = fake::install(|_| Err(MPI_ERR_OTHER));
+        let mut all = hooks();
+        // SAFETY (all): the App's buffers, status and message handle.
+        let others: Vec<(&'static str, Hook)> = vec![
+            ("MPI_Sendrecv", |a, n| unsafe {
+                let r = a.recv_buf();
+                MPI_Sendrecv(
+                    a.send_buf(),
+                    4,
+                    MPI_INT(),
+                    1,
+                    5,
+                    r,
+                    4,
+                    MPI_INT(),
+                    1,
+                    5,
+                    COMM(),
+                    &mut a.status,
+                    n,
+                )
+            }),
+            ("MPI_Sendrecv_replace", |a, n| unsafe {
+                MPI_Sendrecv_replace(
+                    a.recv_buf(),
+                    4,
+                    MPI_INT(),
+                    1,
+                    5,
+                    1,
+                    5,
+                    COMM(),
+                    &mut a.status,
+                    n,
+                )
+            }),
+            ("MPI_Probe", |a, n| unsafe {
+                MPI_Probe(1, 5, COMM(), &mut a.status, n)
+            }),
+            ("MPI_Mprobe", |a, n| unsafe {
+                MPI_Mprobe(1, 5, COMM(), &mut a.message, &mut a.status, n)
+            }),
+        ];
+        all.extend(
+            others
+                .into_iter()
+                .map(|(name, hook)| (name, hook, "", false)),
+        );
+        for (name, hook, _, _) in all {
+            // any code the system MPI returns (an error too) comes back as it is
+            for code in [MPI_SUCCESS, MPI_ERR_TAG] {
+                let native = Native::returning(code);
+                assert_eq!(hook(&mut App::new(), &|| native.call()), code, "{name}");
+                assert_eq!(native.calls.get(), 1, "{name}");
+            }
+        }
+        assert!(fake::calls().is_empty(), "{:?}", fake::names());
+    }
+
+    #[test]
+    fn with_schedules_the_call_is_posted_and_completed_while_progressing() {
+        let _active = pretend_active();
+        for (name, hook, post, send) in hooks() {
+            let mut polls = 0;
+            let _g = fake::install(move |c| match c.name {
+                "test" => {
+                    polls += 1;
+                    Ok(if polls < 3 { vec![0] } else { vec![1, 1, 5] })
+                }
+                n if n == post => Ok(vec![0x4242]),
+                _ => Err(MPI_ERR_OTHER),
+            });
+            let mut app = App::new();
+            let native = Native::returning(MPI_ERR_OTHER);
+            assert_eq!(hook(&mut app, &|| native.call()), MPI_SUCCESS, "{name}");
+            assert_eq!(native.calls.get(), 0, "{name}: not the blocking call");
+            assert_eq!(fake::names(), [post, "test", "test", "test"], "{name}");
+            let calls = fake::calls();
+            let buf = if send {
+                app.send.as_ptr() as i64
+            } else {
+                app.recv.as_ptr() as i64
+            };
+            let args = &calls[0].args;
+            // the application's buffer, count and datatype, unchanged
+            assert_eq!(args[..3], [buf, 4, MPI_INT() as i64], "{name}");
+            if post.starts_with("imrecv") {
+                assert_eq!(args[3], &app.message as *const MPI_Message as i64);
+            } else {
+                assert_eq!(args[3..], [1, 5, COMM() as i64], "{name}: peer, tag, comm");
+            }
+            // the request it made is the one polled
+            assert!(calls[1..].iter().all(|c| c.args[0] == 0x4242), "{name}");
+            if !send {
+                // the receive's status is the application's
+                let st = &app.status as *const MPI_Status as i64;
+                assert_eq!(calls[1].args[1], st, "{name}");
+                assert_eq!(
+                    (app.status.MPI_SOURCE, app.status.MPI_TAG),
+                    (1, 5),
+                    "{name}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn with_schedules_a_call_that_cannot_start_returns_mpis_code() {
+        let _active = pretend_active();
+        for (name, hook, post, _) in hooks() {
+            let _g = fake::install(move |c| {
+                if c.name == post {
+                    Err(MPI_ERR_RANK)
+                } else {
+                    Ok(vec![1])
+                }
+            });
+            let native = Native::returning(MPI_SUCCESS);
+            assert_eq!(
+                hook(&mut App::new(), &|| native.call()),
+                MPI_ERR_RANK,
+                "{name}"
+            );
+            assert_eq!(fake::names(), [post], "{name}: nothing to poll");
+            assert_eq!(native.calls.get(), 0);
+        }
+    }
+
+    /// The answers for a Sendrecv posted as a receive (0x10) and a send (0x20), the send
+    /// completing on its second test.
+    fn sendrecv_script() -> impl FnMut(&fake::Call) -> Result<Vec<i64>, c_int> {
+        let mut send_tests = 0;
+        move |c| match c.name {
+            "pack_size_c" | "pack_c" => Ok(vec![16]),
+            "irecv_c" => Ok(vec![0x10]),
+            "isend_c" => Ok(vec![0x20]),
+            "test" if c.args[0] == 0x10 => Ok(vec![1, 2, 6]),
+            "test" => {
+                send_tests += 1;
+                Ok(vec![(send_tests > 1) as i64])
+            }
+            _ => Err(MPI_ERR_OTHER),
+        }
+    }
+
+    #[test]
+    fn with_schedules_sendrecv_posts_the_receive_first_and_completes_both() {
+        let _active = pretend_active();
+        let _g = fake::install(sendrecv_script());
+        let mut app = App::new();
+        let native = Native::returning(MPI_ERR_OTHER);
+        let r = app.recv_buf();
+        // SAFETY: the App's buffers of 4 ints and its status.
+        let rc = unsafe {
+            MPI_Sendrecv(
+                app.send_buf(),
+                4,
+                MPI_INT(),
+                3,
+                7,
+                r,
+                4,
+                MPI_INT(),
+                2,
+                6,
+                COMM(),
+                &mut app.status,
+                &|| native.call(),
+            )
+        };
+        assert_eq!(rc, MPI_SUCCESS);
+        assert_eq!(native.calls.get(), 0);
+        let calls = fake::calls();
+        assert_eq!(fake::names()[..2], ["irecv_c", "isend_c"]);
+        let comm = COMM() as i64;
+        let int = MPI_INT() as i64;
+        assert_eq!(calls[0].args, [r as i64, 4, int, 2, 6, comm]);
+        assert_eq!(
+            calls[1].args,
+            [app.send.as_ptr() as i64, 4, int, 3, 7, comm]
+        );
+        let tests: Vec<(i64, i64)> = calls[2..].iter().map(|c| (c.args[0], c.args[1])).collect();
+        let (st, ignored) = (
+            &app.status as *const MPI_Status as i64,
+            MPI_STATUS_IGNORE as i64,
+        );
+        // each request tested until it is null; only the receive writes the status
+        assert_eq!(tests, [(0x10, st), (0x20, ignored), (0x20, ignored)]);
+        assert_eq!((app.status.MPI_SOURCE, app.status.MPI_TAG), (2, 6));
+    }
+
+    #[test]
+    fn with_schedules_sendrecv_errors_come_back_unchanged() {
+        let _active = pretend_active();
+        for (failing, code) in [("irecv_c", MPI_ERR_TAG), ("isend_c", MPI_ERR_RANK)] {
+            let mut script = sendrecv_script();
+            let _g = fake::install(move |c| {
+                if c.name == failing {
+                    Err(code)
+                } else {
+                    script(c)
+                }
+            });
+            let mut app = App::new();
+            let native = Native::returning(MPI_SUCCESS);
+            let r = app.recv_buf();
+            // SAFETY: the App's buffers of 4 ints and its status.
+            let rc = unsafe {
+                MPI_Sendrecv(
+                    app.send_buf(),
+                    4,
+                    MPI_INT(),
+                    3,
+                    7,
+                    r,
+                    4,
+                    MPI_INT(),
+                    2,
+                    6,
+                    COMM(),
+                    &mut app.status,
+                    &|| native.call(),
+                )
+            };
+            assert_eq!(rc, code);
+            assert_eq!(fake::names().last(), Some(&failing), "nothing polled");
+        }
+    }
+
+    #[test]
+    fn with_schedules_sendrecv_replace_sends_a_packed_copy_of_the_buffer() {
+        let _active = pretend_active();
+        let _g = fake::install(sendrecv_script());
+        let mut app = App::new();
+        let native = Native::returning(MPI_ERR_OTHER);
+        let b = app.recv_buf();
+        // SAFETY: the App's buffer of 4 ints and its status.
+        let rc = unsafe {
+            MPI_Sendrecv_replace(
+                b,
+                4,
+                MPI_INT(),
+                3,
+                7,
+                2,
+                6,
+                COMM(),
+                &mut app.status,
+                &|| native.call(),
+            )
+        };
+        assert_eq!(rc, MPI_SUCCESS);
+        assert_eq!(
+            fake::names()[..4],
+            ["pack_size_c", "pack_c", "irecv_c", "isend_c"]
+        );
+        let calls = fake::calls();
+        let comm = COMM() as i64;
+        // the receive lands in the buffer; the send takes the copy packed before it
+        assert_eq!(calls[2].args, [b as i64, 4, MPI_INT() as i64, 2, 6, comm]);
+        assert_ne!(calls[3].args[0], b as i64);
+        assert_eq!(calls[3].args[1..], [16, MPI_PACKED() as i64, 3, 7, comm]);
+        // a copy that cannot be made: its code, and nothing posted
+        let _g = fake::install(|c| match c.name {
+            "pack_size_c" => Err(MPI_ERR_TYPE),
+            _ => Ok(vec![1]),
+        });
+        // SAFETY: as above.
+        let rc = unsafe {
+            MPI_Sendrecv_replace(
+                b,
+                4,
+                MPI_INT(),
+                3,
+                7,
+                2,
+                6,
+                COMM(),
+                &mut app.status,
+                &|| native.call(),
+            )
+        };
+        assert_eq!(rc, MPI_ERR_TYPE);
+        assert_eq!(fake::names(), ["pack_size_c"]);
+    }
+
+    #[test]
+    fn with_schedules_the_probes_poll_until_a_message_is_there() {
+        let _active = pretend_active();
+        let mut polls = 0;
+        let _g = fake::install(move |c| {
+            polls += 1;
+            match (c.name, polls) {
+                ("iprobe", 1..=2) => Ok(vec![0]),
+                ("iprobe", _) => Ok(vec![1, 4, 2]),
+                _ => Err(MPI_ERR_OTHER),
+            }
+        });
+        let mut app = App::new();
+        let native = Native::returning(MPI_ERR_OTHER);
+        // SAFETY: the App's status.
+        let rc = unsafe {
+            MPI_Probe(MPI_ANY_SOURCE, 2, COMM(), &mut app.status, &|| {
+                native.call()
+            })
+        };
+        assert_eq!(rc, MPI_SUCCESS);
+        assert_eq!(fake::names(), ["iprobe"; 3]);
+        let any = MPI_ANY_SOURCE as i64;
+        assert_eq!(fake::calls()[0].args[..3], [any, 2, COMM() as i64]);
+        assert_eq!((app.status.MPI_SOURCE, app.status.MPI_TAG), (4, 2));
+
+        let mut polls = 0;
+        let _g = fake::install(move |c| {
+            polls += 1;
+            match (c.name, polls) {
+                ("improbe", 1) => Ok(vec![0]),
+                ("improbe", _) => Ok(vec![1, 0x99, 4, 2]),
+                _ => Err(MPI_ERR_OTHER),
+            }
+        });
+        // SAFETY: the App's message handle and status.
+        let rc = unsafe {
+            MPI_Mprobe(4, 2, COMM(), &mut app.message, &mut app.status, &|| {
+                native.call()
+            })
+        };
+        assert_eq!(rc, MPI_SUCCESS);
+        assert_eq!(fake::names(), ["improbe"; 2]);
+        assert_eq!(
+            app.message, 0x99 as MPI_Message,
+            "the matched message is handed out"
+        );
+        assert_eq!(native.calls.get(), 0);
+    }
+
+    #[test]
+    fn with_schedules_a_probe_error_comes_back_unchanged() {
+        let _active = pretend_active();
+        let _g = fake::install(|_| Err(MPI_ERR_COMM));
+        let mut app = App::new();
+        let native = Native::returning(MPI_SUCCESS);
+        // SAFETY: the App's status and message handle.
+        unsafe {
+            assert_eq!(
+                MPI_Probe(1, 5, COMM(), &mut app.status, &|| native.call()),
+                MPI_ERR_COMM
+            );
+            let m = &mut app.message;
+            assert_eq!(
+                MPI_Mprobe(1, 5, COMM(), m, IGNORE, &|| native.call()),
+                MPI_ERR_COMM
+            );
+        }
+        assert_eq!(fake::names(), ["iprobe", "improbe"], "tried once each");
+    }
+}

@@ -620,3 +620,195 @@ pub unsafe fn MPI_Testsome(
 ) -> c_int {
     some(incount, reqs, outcount, indices, statuses, false, native)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::dtype::p2p::PackedReq;
+    use crate::core::progress::pretend_active;
+    use crate::platform::api::Fid;
+    use crate::platform::mpi::fake;
+    use std::cell::Cell;
+
+    const A: MPI_Request = 0x1000 as MPI_Request;
+    const B: MPI_Request = 0x2000 as MPI_Request;
+
+    /// A started packed receive in the shim's table (its system MPI request `native`).
+    fn shim_recv(native: MPI_Request) -> MPI_Request {
+        let p = PackedReq::for_tests(native, true, false);
+        insert_packed(p, MPI_COMM_SELF(), Fid::MPI_Irecv)
+    }
+
+    #[test]
+    fn wait_on_a_native_request_polls_it_only_while_schedules_are_outstanding() {
+        let _g = fake::install(|c| match c.name {
+            "test" => Ok(vec![1, 3, 8]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let calls = Cell::new(0);
+        let native = || {
+            calls.set(calls.get() + 1);
+            MPI_ERR_TRUNCATE
+        };
+        let (mut r, mut st) = (A, MPI_Status::default());
+        // SAFETY: a request and a status.
+        assert_eq!(
+            unsafe { MPI_Wait(&mut r, &mut st, &native) },
+            MPI_ERR_TRUNCATE
+        );
+        assert!(
+            fake::calls().is_empty(),
+            "the system MPI's wait, its code unchanged"
+        );
+        let _active = pretend_active();
+        // SAFETY: as above.
+        assert_eq!(unsafe { MPI_Wait(&mut r, &mut st, &native) }, MPI_SUCCESS);
+        assert_eq!(calls.get(), 1);
+        let st_at = &st as *const MPI_Status as i64;
+        assert_eq!(fake::calls()[0].args, [A as i64, st_at]);
+        assert_eq!((r, st.MPI_SOURCE, st.MPI_TAG), (MPI_REQUEST_NULL(), 3, 8));
+        // a failing test: the code as the system MPI gave it
+        let _g = fake::install(|_| Err(MPI_ERR_TRUNCATE));
+        let mut r = B;
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { MPI_Wait(&mut r, IGNORE, &native) },
+            MPI_ERR_TRUNCATE
+        );
+    }
+
+    const IGNORE: *mut MPI_Status = MPI_STATUS_IGNORE;
+
+    #[test]
+    fn freeing_an_active_native_request_asks_its_state_and_keeps_the_handle() {
+        let _g = fake::install(|c| match c.name {
+            "request_get_status" => Ok(vec![0]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        for code in [MPI_SUCCESS, MPI_ERR_REQUEST] {
+            let mut r = A;
+            // SAFETY: a request.
+            assert_eq!(unsafe { MPI_Request_free(&mut r, &|| code) }, code);
+        }
+        // still running: not quarantined (nothing else asked)
+        assert_eq!(fake::names(), ["request_get_status"; 2]);
+        assert_eq!(fake::calls()[0].args, [A as i64]);
+        let mut null = MPI_REQUEST_NULL();
+        // SAFETY: a request.
+        assert_eq!(
+            unsafe { MPI_Request_free(&mut null, &|| MPI_ERR_REQUEST) },
+            MPI_ERR_REQUEST
+        );
+        assert_eq!(fake::names().len(), 2, "a null request is not asked about");
+    }
+
+    #[test]
+    fn testall_completes_shim_and_native_requests_together() {
+        let _l = crate::core::request::tests::serial();
+        let mut done = false;
+        let _g = fake::install(move |c| match c.name {
+            // the packed receive's own request completes at once
+            "test" => Ok(vec![1, 5, 6]),
+            "test_cancelled" => Ok(vec![0]),
+            // the native one on the second try
+            "testall" => {
+                let r = vec![done as i64];
+                done = true;
+                Ok(r)
+            }
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let mut reqs = [A, shim_recv(0x10)];
+        let mut statuses = [MPI_Status::default(); 2];
+        let mut flag = -1;
+        let native = || MPI_ERR_OTHER;
+        let (rp, sp) = (reqs.as_mut_ptr(), statuses.as_mut_ptr());
+        // SAFETY: arrays of 2.
+        assert_eq!(
+            unsafe { MPI_Testall(2, rp, &mut flag, sp, &native) },
+            MPI_SUCCESS
+        );
+        assert_eq!(flag, 0, "the native request is not complete");
+        assert!(
+            is_shim_request(reqs[1]),
+            "nothing retired before all are done"
+        );
+        // SAFETY: arrays of 2.
+        assert_eq!(
+            unsafe { MPI_Testall(2, rp, &mut flag, sp, &native) },
+            MPI_SUCCESS
+        );
+        assert_eq!(flag, 1);
+        assert_eq!(reqs, [MPI_REQUEST_NULL(); 2]);
+        assert_eq!((statuses[1].MPI_SOURCE, statuses[1].MPI_TAG), (5, 6));
+        assert_eq!(statuses[1].MPI_ERROR, MPI_SUCCESS);
+        let testalls: Vec<_> = fake::calls()
+            .into_iter()
+            .filter(|c| c.name == "testall")
+            .collect();
+        assert_eq!(
+            testalls[0].args,
+            [1],
+            "only the native request goes to the system MPI"
+        );
+    }
+
+    #[test]
+    fn testany_and_testsome_report_positions_in_the_callers_array() {
+        let _l = crate::core::request::tests::serial();
+        let _g = fake::install(|c| match c.name {
+            "test" => Ok(vec![0]),
+            // the native sub-array is [A, B]: its entry 1 completes
+            "testany" => Ok(vec![1, 1]),
+            "testsome" => Ok(vec![1, 1]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let shim = shim_recv(0x10);
+        let native = || MPI_ERR_OTHER;
+        let mut reqs = [A, shim, B];
+        let (mut index, mut flag) = (-5, -5);
+        // SAFETY: an array of 3.
+        let rc =
+            unsafe { MPI_Testany(3, reqs.as_mut_ptr(), &mut index, &mut flag, IGNORE, &native) };
+        assert_eq!((rc, index, flag), (MPI_SUCCESS, 2, 1));
+        assert_eq!(reqs, [A, shim, MPI_REQUEST_NULL()]);
+        let mut reqs = [A, shim, B];
+        let (mut outcount, mut indices) = (-5, [-5; 3]);
+        let (rp, ip) = (reqs.as_mut_ptr(), indices.as_mut_ptr());
+        // SAFETY: arrays of 3.
+        let rc = unsafe { MPI_Testsome(3, rp, &mut outcount, ip, MPI_STATUSES_IGNORE, &native) };
+        assert_eq!((rc, outcount, indices[0]), (MPI_SUCCESS, 1, 2));
+        assert_eq!(reqs, [A, shim, MPI_REQUEST_NULL()]);
+        crate::core::request::remove(shim);
+    }
+
+    #[test]
+    fn startall_starts_the_shims_requests_and_hands_the_rest_to_mpi() {
+        let _l = crate::core::request::tests::serial();
+        let p = PackedReq::for_tests(0x30, true, true);
+        let shim = insert_packed(p.clone(), MPI_COMM_SELF(), Fid::MPI_Recv_init);
+        for code in [MPI_SUCCESS, MPI_ERR_REQUEST] {
+            let _g = fake::install(move |c| match c.name {
+                "start" => Ok(vec![]),
+                "startall" => {
+                    if code == MPI_SUCCESS {
+                        Ok(vec![])
+                    } else {
+                        Err(code)
+                    }
+                }
+                _ => Err(MPI_ERR_OTHER),
+            });
+            p.retire();
+            let mut reqs = [A, shim, B];
+            // SAFETY: an array of 3.
+            let rc = unsafe { MPI_Startall(3, reqs.as_mut_ptr(), &|| MPI_ERR_OTHER) };
+            assert_eq!(rc, code, "the system MPI's code, unchanged");
+            assert_eq!(fake::names(), ["start", "startall"]);
+            assert_eq!(fake::calls()[0].args, [0x30]);
+            assert_eq!(fake::calls()[1].args, [2], "the two native requests");
+            assert!(p.is_active());
+        }
+        crate::core::request::remove(shim);
+    }
+}
