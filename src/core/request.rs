@@ -356,12 +356,14 @@ impl Native {
         }
     }
 
-    pub(crate) fn status_ptr(&mut self, want: bool) -> *mut MPI_Status {
-        if want {
-            self.statuses.as_mut_ptr()
+    /// The requests and, if wanted, their statuses, for a sub-call to the system MPI.
+    pub(crate) fn parts(&mut self, want: bool) -> (&mut [MPI_Request], Option<&mut [MPI_Status]>) {
+        let statuses = if want {
+            Some(&mut self.statuses[..])
         } else {
-            MPI_STATUSES_IGNORE
-        }
+            None
+        };
+        (&mut self.reqs, statuses)
     }
 
     /// Writes the (possibly completed) handles and statuses back into the caller's arrays.
@@ -381,5 +383,223 @@ impl Native {
                 unsafe { *dst = self.statuses[k] };
             }
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::platform::mpi::fake;
+
+    /// The request table is the process's: tests that insert into it and then look at
+    /// retired handles run one at a time (a retired index may be handed out again).
+    pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A status whose every byte is 0xff.
+    fn garbage() -> MPI_Status {
+        let mut st = MPI_Status::default();
+        // SAFETY: a plain C struct of integers; any bytes are a value.
+        unsafe { core::ptr::write_bytes(&mut st, 0xff, 1) };
+        st
+    }
+
+    #[test]
+    fn handles_handed_out_are_recognised_and_retired() {
+        let _l = serial();
+        let comm = MPI_COMM_SELF();
+        let p = PackedReq::for_tests(0x10, true, false);
+        let mut h = insert_packed(Arc::clone(&p), comm, Fid::MPI_Irecv);
+        assert!(is_shim_request(h) && h != MPI_REQUEST_NULL());
+        assert_eq!(slot_comm(h), comm);
+        assert!(packed(h).is_some_and(|q| Arc::ptr_eq(&q, &p)));
+        let State::Running(pending, false) = state(h) else {
+            panic!("a started non-blocking request");
+        };
+        let _g = fake::install(|c| match c.name {
+            "test" => Ok(vec![1, 3, 4]),
+            "test_cancelled" => Ok(vec![0]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        assert!(pending.poke());
+        let old = h;
+        let mut st = garbage();
+        assert_eq!(retire(&mut h, &pending, false, &mut st), MPI_SUCCESS);
+        // a completed non-blocking request is freed and its handle set to null (§3.7.3)
+        assert_eq!(h, MPI_REQUEST_NULL());
+        assert_eq!((st.MPI_SOURCE, st.MPI_TAG), (3, 4));
+        assert_eq!(
+            st.MPI_ERROR, -1,
+            "the single-completion status keeps MPI_ERROR"
+        );
+        // the old handle is no longer the shim's: it goes to the system MPI, which
+        // reports it; starting it is MPI_ERR_REQUEST
+        assert!(matches!(state(old), State::Native));
+        assert!(packed(old).is_none());
+        assert_eq!(start(old), MPI_ERR_REQUEST);
+    }
+
+    #[test]
+    fn a_persistent_request_is_inactive_until_started_and_again_once_complete() {
+        let _l = serial();
+        let mut h = insert_packed(
+            PackedReq::for_tests(0x20, false, true),
+            MPI_COMM_SELF(),
+            Fid::MPI_Send_init,
+        );
+        assert!(matches!(state(h), State::Inactive));
+        let _g = fake::install(|c| match c.name {
+            "start" | "test_cancelled" => Ok(vec![0]),
+            "test" => Ok(vec![1]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        for round in 0..2 {
+            assert_eq!(start(h), MPI_SUCCESS);
+            let State::Running(pending, true) = state(h) else {
+                panic!("round {round}: a started persistent request");
+            };
+            assert_eq!(start(h), MPI_ERR_REQUEST, "starting an active request");
+            assert!(pending.poke());
+            let kept = h;
+            assert_eq!(
+                retire(&mut h, &pending, true, MPI_STATUS_IGNORE),
+                MPI_SUCCESS
+            );
+            assert_eq!(
+                h, kept,
+                "a persistent request stays allocated (MPI-4.0 §3.9)"
+            );
+            assert!(matches!(state(h), State::Inactive));
+        }
+        let round = ["start", "test", "test_cancelled"];
+        assert_eq!(fake::names(), [round, round].concat());
+        remove(h);
+        assert!(matches!(state(h), State::Native));
+    }
+
+    #[test]
+    fn start_refuses_what_is_not_an_inactive_persistent_request() {
+        let _l = serial();
+        let _g = fake::install(|c| match c.name {
+            "start" => Err(MPI_ERR_OTHER),
+            _ => Ok(vec![]),
+        });
+        let native = 0x1000 as MPI_Request;
+        assert_eq!(start(native), MPI_ERR_REQUEST, "not the shim's");
+        assert_eq!(start(MPI_REQUEST_NULL()), MPI_ERR_REQUEST);
+        assert_eq!(
+            start(shim_request_handle(0x3ff_0000)),
+            MPI_ERR_REQUEST,
+            "never issued"
+        );
+        let h = insert_packed(
+            PackedReq::for_tests(0x10, true, false),
+            MPI_COMM_SELF(),
+            Fid::MPI_Irecv,
+        );
+        assert_eq!(start(h), MPI_ERR_REQUEST, "a non-blocking request");
+        remove(h);
+        assert_eq!(start(h), MPI_ERR_REQUEST, "a retired handle");
+        assert!(fake::calls().is_empty(), "all refused without asking MPI");
+        // a persistent request the system MPI cannot start: its code, unchanged
+        let p = insert_packed(
+            PackedReq::for_tests(0x20, true, true),
+            MPI_COMM_SELF(),
+            Fid::MPI_Recv_init,
+        );
+        assert_eq!(start(p), MPI_ERR_OTHER);
+        assert!(matches!(state(p), State::Inactive));
+        remove(p);
+    }
+
+    #[test]
+    fn null_and_inactive_requests_have_the_empty_status() {
+        // MPI-4.0 §3.7.3: source MPI_ANY_SOURCE, tag MPI_ANY_TAG, error MPI_SUCCESS,
+        // count 0 (for any datatype), not cancelled
+        let mut want = MPI_Status {
+            MPI_SOURCE: MPI_ANY_SOURCE,
+            MPI_TAG: MPI_ANY_TAG,
+            MPI_ERROR: MPI_SUCCESS,
+            ..Default::default()
+        };
+        want.clear_count();
+        let mut st = garbage();
+        set_empty_status(&mut st);
+        assert_eq!(st, want);
+        // nothing is written through the ignore value or a null pointer
+        set_empty_status(MPI_STATUS_IGNORE);
+        set_empty_status(core::ptr::null_mut());
+    }
+
+    #[test]
+    fn a_completed_collective_reports_source_and_tag_zero_and_no_data() {
+        let mut st = garbage();
+        set_done_status(&mut st);
+        let mut want = MPI_Status {
+            MPI_ERROR: -1,
+            ..Default::default()
+        };
+        want.clear_count();
+        assert_eq!(
+            st, want,
+            "MPI_ERROR is left to the multiple-completion calls"
+        );
+        set_done_status(MPI_STATUS_IGNORE);
+    }
+
+    #[test]
+    fn mixed_arrays_hand_only_the_native_requests_to_mpi() {
+        let (a, b, null) = (
+            0x1000 as MPI_Request,
+            0x2000 as MPI_Request,
+            MPI_REQUEST_NULL(),
+        );
+        let shim = shim_request_handle(7);
+        let mut reqs = [a, shim, b, null];
+        assert!(has_shim(reqs.as_ptr(), 4));
+        assert!(!has_shim(reqs.as_ptr(), 1));
+        assert!(!has_shim(reqs.as_ptr(), -1), "a negative count is no array");
+        assert!(freed_entry(reqs.as_ptr(), 4).is_none(), "nothing was freed");
+        let mut nat = Native::of(reqs.as_ptr(), 4);
+        assert_eq!(nat.idx, [0, 2, 3]);
+        assert_eq!(nat.reqs, [a, b, null]);
+        let (r, s) = nat.parts(true);
+        assert_eq!((r.len(), s.map(|s| s.len())), (3, Some(3)));
+        assert!(nat.parts(false).1.is_none());
+        // the system MPI completed `b` (entry 1 of the sub-array)
+        nat.reqs[1] = null;
+        nat.statuses[1].MPI_TAG = 9;
+        let mut statuses = [garbage(); 4];
+        nat.write_back(reqs.as_mut_ptr(), statuses.as_mut_ptr(), Some(&[1]));
+        assert_eq!(reqs, [a, shim, null, null]);
+        assert_eq!(statuses[2].MPI_TAG, 9);
+        for i in [0, 1, 3] {
+            assert_eq!(
+                statuses[i],
+                garbage(),
+                "status {i} is not the completed one's"
+            );
+        }
+        nat.write_back(reqs.as_mut_ptr(), MPI_STATUSES_IGNORE, None);
+        let base = statuses.as_mut_ptr();
+        assert_eq!(status_at(base, 2), base.wrapping_add(2));
+        assert_eq!(status_at(MPI_STATUSES_IGNORE, 2), MPI_STATUS_IGNORE);
+        assert_eq!(status_at(core::ptr::null_mut(), 2), MPI_STATUS_IGNORE);
+    }
+
+    #[test]
+    fn a_failed_packed_operation_gives_its_code_and_the_native_status() {
+        let _g = fake::install(|c| match c.name {
+            "test" => Err(MPI_ERR_TRUNCATE),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let pending = Pending::P2p(PackedReq::for_tests(0x10, true, false));
+        assert!(pending.poke());
+        let mut st = garbage();
+        assert_eq!(pending.status_into(&mut st), MPI_ERR_TRUNCATE);
+        assert_eq!(st.MPI_ERROR, -1, "the code is returned, not written");
+        assert_eq!(pending.what(), "the packed point-to-point operation failed");
     }
 }

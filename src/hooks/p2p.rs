@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::core::dtype::p2p::*;
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi;
 
 // Hooks (see `src/platform/abi/mpi_functions.txt`) for the non-blocking and persistent sends and
 // receives: the message is packed by the shim when `PackedReq` takes it, and the request
@@ -55,7 +55,7 @@ macro_rules! send_hook {
                 return native();
             }
             // SAFETY: the application's buffer, peer, tag and communicator; our bytes.
-            let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), d, g, c, req) };
+            let post: Post = &|pb, pn| unsafe { $post(pb, pn, MPI_PACKED(), d, g, c) };
             // SAFETY: the application's send buffer for n elements of t.
             let made = unsafe {
                 PackedReq::new(b as *mut c_void, n as i64, t, d, false, $persistent, post)
@@ -82,7 +82,7 @@ macro_rules! recv_hook {
                 return native();
             }
             // SAFETY: the application's source, tag and communicator; our bytes.
-            let post: Post = &|pb, pn, req| unsafe { $post(pb, pn, MPI_PACKED(), s, g, c, req) };
+            let post: Post = &|pb, pn| unsafe { $post(pb, pn, MPI_PACKED(), s, g, c) };
             // SAFETY: the application's receive buffer for n elements of t.
             let made = unsafe { PackedReq::new(b, n as i64, t, s, true, $persistent, post) };
             hand_out(made, c, Fid::$name, r, native)
@@ -90,28 +90,28 @@ macro_rules! recv_hook {
     };
 }
 
-send_hook!(MPI_Isend, c_int, pmpi::PMPI_Isend_c, false);
-send_hook!(MPI_Isend_c, MPI_Count, pmpi::PMPI_Isend_c, false);
-send_hook!(MPI_Issend, c_int, pmpi::PMPI_Issend_c, false);
-send_hook!(MPI_Issend_c, MPI_Count, pmpi::PMPI_Issend_c, false);
-send_hook!(MPI_Irsend, c_int, pmpi::PMPI_Irsend_c, false);
-send_hook!(MPI_Irsend_c, MPI_Count, pmpi::PMPI_Irsend_c, false);
-send_hook!(MPI_Send_init, c_int, pmpi::PMPI_Send_init_c, true);
-send_hook!(MPI_Send_init_c, MPI_Count, pmpi::PMPI_Send_init_c, true);
-send_hook!(MPI_Ssend_init, c_int, pmpi::PMPI_Ssend_init_c, true);
-send_hook!(MPI_Ssend_init_c, MPI_Count, pmpi::PMPI_Ssend_init_c, true);
-send_hook!(MPI_Rsend_init, c_int, pmpi::PMPI_Rsend_init_c, true);
-send_hook!(MPI_Rsend_init_c, MPI_Count, pmpi::PMPI_Rsend_init_c, true);
-recv_hook!(MPI_Irecv, c_int, pmpi::PMPI_Irecv_c, false);
-recv_hook!(MPI_Irecv_c, MPI_Count, pmpi::PMPI_Irecv_c, false);
-recv_hook!(MPI_Recv_init, c_int, pmpi::PMPI_Recv_init_c, true);
-recv_hook!(MPI_Recv_init_c, MPI_Count, pmpi::PMPI_Recv_init_c, true);
+send_hook!(MPI_Isend, c_int, mpi::p2p::isend_c, false);
+send_hook!(MPI_Isend_c, MPI_Count, mpi::p2p::isend_c, false);
+send_hook!(MPI_Issend, c_int, mpi::p2p::issend_c, false);
+send_hook!(MPI_Issend_c, MPI_Count, mpi::p2p::issend_c, false);
+send_hook!(MPI_Irsend, c_int, mpi::p2p::irsend_c, false);
+send_hook!(MPI_Irsend_c, MPI_Count, mpi::p2p::irsend_c, false);
+send_hook!(MPI_Send_init, c_int, mpi::p2p::send_init_c, true);
+send_hook!(MPI_Send_init_c, MPI_Count, mpi::p2p::send_init_c, true);
+send_hook!(MPI_Ssend_init, c_int, mpi::p2p::ssend_init_c, true);
+send_hook!(MPI_Ssend_init_c, MPI_Count, mpi::p2p::ssend_init_c, true);
+send_hook!(MPI_Rsend_init, c_int, mpi::p2p::rsend_init_c, true);
+send_hook!(MPI_Rsend_init_c, MPI_Count, mpi::p2p::rsend_init_c, true);
+recv_hook!(MPI_Irecv, c_int, mpi::p2p::irecv_c, false);
+recv_hook!(MPI_Irecv_c, MPI_Count, mpi::p2p::irecv_c, false);
+recv_hook!(MPI_Recv_init, c_int, mpi::p2p::recv_init_c, true);
+recv_hook!(MPI_Recv_init_c, MPI_Count, mpi::p2p::recv_init_c, true);
 // Buffered sends: the packed bytes are no larger than MPI_Pack_size of the
 // application's (count, datatype), so they fit the space the application attached.
-send_hook!(MPI_Ibsend, c_int, pmpi::PMPI_Ibsend_c, false);
-send_hook!(MPI_Ibsend_c, MPI_Count, pmpi::PMPI_Ibsend_c, false);
-send_hook!(MPI_Bsend_init, c_int, pmpi::PMPI_Bsend_init_c, true);
-send_hook!(MPI_Bsend_init_c, MPI_Count, pmpi::PMPI_Bsend_init_c, true);
+send_hook!(MPI_Ibsend, c_int, mpi::p2p::ibsend_c, false);
+send_hook!(MPI_Ibsend_c, MPI_Count, mpi::p2p::ibsend_c, false);
+send_hook!(MPI_Bsend_init, c_int, mpi::p2p::bsend_init_c, true);
+send_hook!(MPI_Bsend_init_c, MPI_Count, mpi::p2p::bsend_init_c, true);
 
 /// A matched receive: the probed message is received as `MPI_PACKED` bytes (which
 /// matches any message, MPI-4.0 §5.2.1) and unpacked at completion.
@@ -130,8 +130,7 @@ macro_rules! mrecv_hook {
                 return native();
             }
             // SAFETY: the application's message handle; our bytes.
-            let post: Post =
-                &|pb, pn, req| unsafe { pmpi::PMPI_Imrecv_c(pb, pn, MPI_PACKED(), m, req) };
+            let post: Post = &|pb, pn| unsafe { mpi::p2p::imrecv_c(pb, pn, MPI_PACKED(), m) };
             // SAFETY: the application's receive buffer and message handle.
             let made =
                 unsafe { PackedReq::new(b, n as i64, t, message_peer(m), true, false, post) };

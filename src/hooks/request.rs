@@ -5,7 +5,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 use crate::core::progress::{self};
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi;
 use core::ffi::c_int;
 
 use crate::core::request::*;
@@ -31,10 +31,14 @@ pub unsafe fn MPI_Wait(
             }
             let mut rc = MPI_SUCCESS;
             progress::wait_until(|| {
-                let mut flag = 0;
-                // SAFETY: the caller's request and status.
-                rc = unsafe { pmpi::PMPI_Test(request, &mut flag, status) };
-                rc != MPI_SUCCESS || flag != 0
+                // SAFETY: the caller's request (not null here) and status.
+                match unsafe { mpi::p2p::test_status(&mut *request, status) } {
+                    Ok(done) => done,
+                    Err(e) => {
+                        rc = e.code();
+                        true
+                    }
+                }
             });
             rc
         }
@@ -146,14 +150,12 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request, native: &dyn Fn() -> c
             // lives on in the library until it completes: allocating a placeholder then
             // may take over a handle MPICH 4.0.2 still uses (a freed Isend to self
             // whose message was never received is lost).
-            let mut done: c_int = 0;
-            if h != MPI_REQUEST_NULL() {
-                // SAFETY: valid out-pointer; an invalid handle only yields a code (the
-                // real world returns errors), reported again by the free below.
-                unsafe { pmpi::PMPI_Request_get_status(h, &mut done, MPI_STATUS_IGNORE) };
-            }
+            // an invalid handle only yields a code (the real world returns errors),
+            // reported again by the free below
+            let done =
+                h != MPI_REQUEST_NULL() && mpi::p2p::request_get_status(h, None).unwrap_or(false);
             let rc = native();
-            if rc == MPI_SUCCESS && done != 0 {
+            if rc == MPI_SUCCESS && done {
                 crate::core::retain::request_quarantine(h);
             }
             rc
@@ -267,8 +269,7 @@ pub unsafe fn MPI_Startall(
         }
     }
     if !nat.reqs.is_empty() {
-        // SAFETY: the native sub-array.
-        let rc = unsafe { pmpi::PMPI_Startall(nat.reqs.len() as c_int, nat.reqs.as_mut_ptr()) };
+        let rc = mpi::p2p::startall(&mut nat.reqs).map_or_else(|e| e.code(), |()| MPI_SUCCESS);
         nat.write_back(reqs, MPI_STATUSES_IGNORE, Some(&[]));
         return rc;
     }
@@ -310,14 +311,11 @@ fn all(
             }
         }
         if !nat.reqs.is_empty() {
-            let mut f: c_int = 0;
-            let sp = nat.status_ptr(want);
-            // SAFETY: the native sub-array and its statuses.
-            rc = unsafe {
-                pmpi::PMPI_Testall(nat.reqs.len() as c_int, nat.reqs.as_mut_ptr(), &mut f, sp)
-            };
-            if f == 0 && rc == MPI_SUCCESS {
-                return false;
+            let (native_reqs, native_statuses) = nat.parts(want);
+            match mpi::p2p::testall_statuses(native_reqs, native_statuses) {
+                Ok(false) => return false,
+                Ok(true) => rc = MPI_SUCCESS,
+                Err(e) => rc = e.code(),
             }
         }
         complete = true;
@@ -422,16 +420,9 @@ fn any(
         }
         if !nat.reqs.is_empty() {
             let (mut idx, mut f): (c_int, c_int) = (MPI_UNDEFINED, 0);
-            // SAFETY: the native sub-array.
-            let rc = unsafe {
-                pmpi::PMPI_Testany(
-                    nat.reqs.len() as c_int,
-                    nat.reqs.as_mut_ptr(),
-                    &mut idx,
-                    &mut f,
-                    status,
-                )
-            };
+            // SAFETY: the native sub-array; the caller's status.
+            let rc = unsafe { mpi::p2p::testany(&mut nat.reqs, &mut idx, &mut f, status) }
+                .map_or_else(|e| e.code(), |()| MPI_SUCCESS);
             if rc != MPI_SUCCESS || (f != 0 && idx != MPI_UNDEFINED) {
                 nat.write_back(reqs, MPI_STATUSES_IGNORE, Some(&[]));
                 let gi = if idx == MPI_UNDEFINED {
@@ -557,17 +548,9 @@ fn some(
         if !nat.reqs.is_empty() {
             let mut cnt: c_int = 0;
             let mut idx = vec![0 as c_int; nat.reqs.len()];
-            let sp = nat.status_ptr(want);
-            // SAFETY: the native sub-array and buffers of its length.
-            rc = unsafe {
-                pmpi::PMPI_Testsome(
-                    nat.reqs.len() as c_int,
-                    nat.reqs.as_mut_ptr(),
-                    &mut cnt,
-                    idx.as_mut_ptr(),
-                    sp,
-                )
-            };
+            let (native_reqs, native_statuses) = nat.parts(want);
+            rc = mpi::p2p::testsome_statuses(native_reqs, &mut cnt, &mut idx, native_statuses)
+                .map_or_else(|e| e.code(), |()| MPI_SUCCESS);
             if cnt != MPI_UNDEFINED {
                 active = true;
                 for (j, &k) in idx[..cnt.max(0) as usize].iter().enumerate() {
@@ -636,4 +619,196 @@ pub unsafe fn MPI_Testsome(
     native: &dyn Fn() -> c_int,
 ) -> c_int {
     some(incount, reqs, outcount, indices, statuses, false, native)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::dtype::p2p::PackedReq;
+    use crate::core::progress::pretend_active;
+    use crate::platform::api::Fid;
+    use crate::platform::mpi::fake;
+    use std::cell::Cell;
+
+    const A: MPI_Request = 0x1000 as MPI_Request;
+    const B: MPI_Request = 0x2000 as MPI_Request;
+
+    /// A started packed receive in the shim's table (its system MPI request `native`).
+    fn shim_recv(native: MPI_Request) -> MPI_Request {
+        let p = PackedReq::for_tests(native, true, false);
+        insert_packed(p, MPI_COMM_SELF(), Fid::MPI_Irecv)
+    }
+
+    #[test]
+    fn wait_on_a_native_request_polls_it_only_while_schedules_are_outstanding() {
+        let _g = fake::install(|c| match c.name {
+            "test" => Ok(vec![1, 3, 8]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let calls = Cell::new(0);
+        let native = || {
+            calls.set(calls.get() + 1);
+            MPI_ERR_TRUNCATE
+        };
+        let (mut r, mut st) = (A, MPI_Status::default());
+        // SAFETY: a request and a status.
+        assert_eq!(
+            unsafe { MPI_Wait(&mut r, &mut st, &native) },
+            MPI_ERR_TRUNCATE
+        );
+        assert!(
+            fake::calls().is_empty(),
+            "the system MPI's wait, its code unchanged"
+        );
+        let _active = pretend_active();
+        // SAFETY: as above.
+        assert_eq!(unsafe { MPI_Wait(&mut r, &mut st, &native) }, MPI_SUCCESS);
+        assert_eq!(calls.get(), 1);
+        let st_at = &st as *const MPI_Status as i64;
+        assert_eq!(fake::calls()[0].args, [A as i64, st_at]);
+        assert_eq!((r, st.MPI_SOURCE, st.MPI_TAG), (MPI_REQUEST_NULL(), 3, 8));
+        // a failing test: the code as the system MPI gave it
+        let _g = fake::install(|_| Err(MPI_ERR_TRUNCATE));
+        let mut r = B;
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { MPI_Wait(&mut r, IGNORE, &native) },
+            MPI_ERR_TRUNCATE
+        );
+    }
+
+    const IGNORE: *mut MPI_Status = MPI_STATUS_IGNORE;
+
+    #[test]
+    fn freeing_an_active_native_request_asks_its_state_and_keeps_the_handle() {
+        let _g = fake::install(|c| match c.name {
+            "request_get_status" => Ok(vec![0]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        for code in [MPI_SUCCESS, MPI_ERR_REQUEST] {
+            let mut r = A;
+            // SAFETY: a request.
+            assert_eq!(unsafe { MPI_Request_free(&mut r, &|| code) }, code);
+        }
+        // still running: not quarantined (nothing else asked)
+        assert_eq!(fake::names(), ["request_get_status"; 2]);
+        assert_eq!(fake::calls()[0].args, [A as i64]);
+        let mut null = MPI_REQUEST_NULL();
+        // SAFETY: a request.
+        assert_eq!(
+            unsafe { MPI_Request_free(&mut null, &|| MPI_ERR_REQUEST) },
+            MPI_ERR_REQUEST
+        );
+        assert_eq!(fake::names().len(), 2, "a null request is not asked about");
+    }
+
+    #[test]
+    fn testall_completes_shim_and_native_requests_together() {
+        let _l = crate::core::request::tests::serial();
+        let mut done = false;
+        let _g = fake::install(move |c| match c.name {
+            // the packed receive's own request completes at once
+            "test" => Ok(vec![1, 5, 6]),
+            "test_cancelled" => Ok(vec![0]),
+            // the native one on the second try
+            "testall" => {
+                let r = vec![done as i64];
+                done = true;
+                Ok(r)
+            }
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let mut reqs = [A, shim_recv(0x10)];
+        let mut statuses = [MPI_Status::default(); 2];
+        let mut flag = -1;
+        let native = || MPI_ERR_OTHER;
+        let (rp, sp) = (reqs.as_mut_ptr(), statuses.as_mut_ptr());
+        // SAFETY: arrays of 2.
+        assert_eq!(
+            unsafe { MPI_Testall(2, rp, &mut flag, sp, &native) },
+            MPI_SUCCESS
+        );
+        assert_eq!(flag, 0, "the native request is not complete");
+        assert!(
+            is_shim_request(reqs[1]),
+            "nothing retired before all are done"
+        );
+        // SAFETY: arrays of 2.
+        assert_eq!(
+            unsafe { MPI_Testall(2, rp, &mut flag, sp, &native) },
+            MPI_SUCCESS
+        );
+        assert_eq!(flag, 1);
+        assert_eq!(reqs, [MPI_REQUEST_NULL(); 2]);
+        assert_eq!((statuses[1].MPI_SOURCE, statuses[1].MPI_TAG), (5, 6));
+        assert_eq!(statuses[1].MPI_ERROR, MPI_SUCCESS);
+        let testalls: Vec<_> = fake::calls()
+            .into_iter()
+            .filter(|c| c.name == "testall")
+            .collect();
+        assert_eq!(
+            testalls[0].args,
+            [1],
+            "only the native request goes to the system MPI"
+        );
+    }
+
+    #[test]
+    fn testany_and_testsome_report_positions_in_the_callers_array() {
+        let _l = crate::core::request::tests::serial();
+        let _g = fake::install(|c| match c.name {
+            "test" => Ok(vec![0]),
+            // the native sub-array is [A, B]: its entry 1 completes
+            "testany" => Ok(vec![1, 1]),
+            "testsome" => Ok(vec![1, 1]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let shim = shim_recv(0x10);
+        let native = || MPI_ERR_OTHER;
+        let mut reqs = [A, shim, B];
+        let (mut index, mut flag) = (-5, -5);
+        // SAFETY: an array of 3.
+        let rc =
+            unsafe { MPI_Testany(3, reqs.as_mut_ptr(), &mut index, &mut flag, IGNORE, &native) };
+        assert_eq!((rc, index, flag), (MPI_SUCCESS, 2, 1));
+        assert_eq!(reqs, [A, shim, MPI_REQUEST_NULL()]);
+        let mut reqs = [A, shim, B];
+        let (mut outcount, mut indices) = (-5, [-5; 3]);
+        let (rp, ip) = (reqs.as_mut_ptr(), indices.as_mut_ptr());
+        // SAFETY: arrays of 3.
+        let rc = unsafe { MPI_Testsome(3, rp, &mut outcount, ip, MPI_STATUSES_IGNORE, &native) };
+        assert_eq!((rc, outcount, indices[0]), (MPI_SUCCESS, 1, 2));
+        assert_eq!(reqs, [A, shim, MPI_REQUEST_NULL()]);
+        crate::core::request::remove(shim);
+    }
+
+    #[test]
+    fn startall_starts_the_shims_requests_and_hands_the_rest_to_mpi() {
+        let _l = crate::core::request::tests::serial();
+        let p = PackedReq::for_tests(0x30, true, true);
+        let shim = insert_packed(p.clone(), MPI_COMM_SELF(), Fid::MPI_Recv_init);
+        for code in [MPI_SUCCESS, MPI_ERR_REQUEST] {
+            let _g = fake::install(move |c| match c.name {
+                "start" => Ok(vec![]),
+                "startall" => {
+                    if code == MPI_SUCCESS {
+                        Ok(vec![])
+                    } else {
+                        Err(code)
+                    }
+                }
+                _ => Err(MPI_ERR_OTHER),
+            });
+            p.retire();
+            let mut reqs = [A, shim, B];
+            // SAFETY: an array of 3.
+            let rc = unsafe { MPI_Startall(3, reqs.as_mut_ptr(), &|| MPI_ERR_OTHER) };
+            assert_eq!(rc, code, "the system MPI's code, unchanged");
+            assert_eq!(fake::names(), ["start", "startall"]);
+            assert_eq!(fake::calls()[0].args, [0x30]);
+            assert_eq!(fake::calls()[1].args, [2], "the two native requests");
+            assert!(p.is_active());
+        }
+        crate::core::request::remove(shim);
+    }
 }

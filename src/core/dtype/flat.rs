@@ -239,7 +239,7 @@ pub struct Flat {
 }
 
 impl Flat {
-    fn new(node: Node, extent: i64) -> Flat {
+    pub(crate) fn new(node: Node, extent: i64) -> Flat {
         let size = node.size();
         let contiguous = match &node {
             Node::Run { off, len } if *len == extent => Some(*off),

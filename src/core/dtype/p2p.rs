@@ -25,7 +25,7 @@ use crate::core::dtype::bufpool::Bytes;
 use crate::core::dtype::flat::{self, Flat};
 use crate::core::dtype::pack::{self, Dir};
 use crate::platform::abi::*;
-use crate::platform::api::pmpi;
+use crate::platform::mpi::{self, MpiResult};
 
 /// Mean contiguous run (bytes) under which the shim packs a message of any size (see the
 /// module docs).
@@ -37,14 +37,23 @@ pub(crate) fn eligible(count: i64, dt: MPI_Datatype, peer: c_int) -> Option<Arc<
         return None;
     }
     let f = flat::get(dt).ok()?;
-    let bytes = count.checked_mul(f.size)?;
-    let short_runs = f.mean_run() < SHORT_RUN;
-    if f.contiguous.is_some() || (bytes < super::pool::min_bytes() && !short_runs) {
+    if !worth_packing(count, &f) {
         return None;
     }
     // an uncommitted type is an error the system MPI reports
     crate::core::dtype::check_usable(dt).ok()?;
     Some(f)
+}
+
+/// The size rule of [`eligible`] for `count` elements of layout `f`: never a contiguous
+/// layout (one copy is all the system MPI needs); from `SHIM_PACK_MIN_BYTES` on; below
+/// that only when the runs are short (mean under [`SHORT_RUN`]).
+fn worth_packing(count: i64, f: &Flat) -> bool {
+    let Some(bytes) = count.checked_mul(f.size) else {
+        return false;
+    };
+    let short_runs = f.mean_run() < SHORT_RUN;
+    f.contiguous.is_none() && (bytes >= super::pool::min_bytes() || short_runs)
 }
 
 /// The packed bytes of a send, or `None` to send as the application asked.
@@ -117,9 +126,8 @@ impl PackedBuf {
     /// # Safety
     /// `user` must be the receive buffer for `count` elements; `st` a completed status.
     pub unsafe fn finish(&self, user: *mut c_void, st: *const MPI_Status) {
-        let mut got: MPI_Count = 0;
-        // SAFETY: a status the receive filled.
-        unsafe { pmpi::PMPI_Get_count_c(st, MPI_BYTE(), &mut got) };
+        // SAFETY: a status the receive filled. A failure leaves nothing to unpack.
+        let got = mpi::p2p::get_count_c(unsafe { &*st }, MPI_BYTE()).unwrap_or(0);
         let got = got.clamp(0, self.len());
         // SAFETY: `got` bytes of our buffer into the caller's receive buffer.
         unsafe {
@@ -171,7 +179,7 @@ unsafe impl Send for Inner {}
 /// How a packed request's system MPI request is made from (bytes, byte count): the `_c`
 /// non-blocking or persistent call with `MPI_PACKED` and the application's peer, tag and
 /// communicator.
-pub type Post<'a> = &'a dyn Fn(*mut c_void, MPI_Count, *mut MPI_Request) -> c_int;
+pub type Post<'a> = &'a dyn Fn(*mut c_void, MPI_Count) -> MpiResult<MPI_Request>;
 
 impl PackedReq {
     /// A packed send (`recv` false) or receive of `count` elements of `dt` at `user` with
@@ -194,11 +202,10 @@ impl PackedReq {
             // SAFETY: the caller's buffer.
             unsafe { msg.pack_from(user) };
         }
-        let mut native = MPI_REQUEST_NULL();
-        let rc = post(msg.ptr(), msg.len(), &mut native);
-        if rc != MPI_SUCCESS {
-            return Some(Err(rc));
-        }
+        let native = match post(msg.ptr(), msg.len()) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e.code())),
+        };
         Some(Ok(Self::made(
             [native, MPI_REQUEST_NULL()],
             Some(msg),
@@ -212,7 +219,8 @@ impl PackedReq {
     /// An `MPI_Isendrecv(_replace)` with its send side (`out`, already packed) or its
     /// receive side (`inc`, unpacked into `user` at completion) packed by the shim, or
     /// neither. `post` makes the system MPI's requests (a receive, then a send) from the
-    /// packed (pointer, byte count) of each side, `None` for a side sent as asked.
+    /// packed (pointer, byte count) of each side, `None` for a side sent as asked; its
+    /// error code is returned unchanged.
     ///
     /// # Safety
     /// `user` is the receive buffer for `inc`'s elements, valid until completion.
@@ -223,19 +231,29 @@ impl PackedReq {
         post: impl FnOnce(
             Option<(*const c_void, MPI_Count)>,
             Option<(*mut c_void, MPI_Count)>,
-            &mut [MPI_Request; 2],
-        ) -> c_int,
+        ) -> MpiResult<[MPI_Request; 2]>,
     ) -> Result<Arc<PackedReq>, c_int> {
         let o = out
             .as_mut()
             .map(|p| (p.as_ptr().cast::<c_void>(), p.len() as MPI_Count));
         let i = inc.as_mut().map(|m| (m.ptr(), m.len()));
-        let mut natives = [MPI_REQUEST_NULL(); 2];
-        let rc = post(o, i, &mut natives);
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
+        let natives = post(o, i).map_err(|e| e.code())?;
         Ok(Self::made(natives, inc, out, user, true, false))
+    }
+
+    /// Unit tests (`core::request`): a request over the system MPI's request `native`,
+    /// with no packed message.
+    #[cfg(test)]
+    pub(crate) fn for_tests(native: MPI_Request, recv: bool, persistent: bool) -> Arc<PackedReq> {
+        let null = core::ptr::null_mut();
+        Self::made(
+            [native, MPI_REQUEST_NULL()],
+            None,
+            None,
+            null,
+            recv,
+            persistent,
+        )
     }
 
     fn made(
@@ -283,35 +301,32 @@ impl PackedReq {
         if g.done || !g.active {
             return true;
         }
-        let mut flag: c_int = 0;
         let inner = &mut *g;
         if inner.send_native != MPI_REQUEST_NULL() {
-            // SAFETY: our started send (set to null when it completes).
-            let rc =
-                unsafe { pmpi::PMPI_Test(&mut inner.send_native, &mut flag, MPI_STATUS_IGNORE) };
-            if rc != MPI_SUCCESS {
-                inner.error = rc;
-                inner.done = true;
-                return true;
-            }
-            if flag == 0 {
-                return false;
+            // SAFETY: our started send (set to null when it completes); no status.
+            match unsafe { mpi::p2p::test_status(&mut inner.send_native, MPI_STATUS_IGNORE) } {
+                Err(e) => {
+                    inner.error = e.code();
+                    inner.done = true;
+                    return true;
+                }
+                Ok(false) => return false,
+                Ok(true) => {}
             }
         }
         // SAFETY: our started request; a status we own.
-        let rc = unsafe { pmpi::PMPI_Test(&mut inner.native, &mut flag, &mut inner.status) };
-        if rc != MPI_SUCCESS {
-            inner.error = rc;
-            inner.done = true;
-            return true;
+        match unsafe { mpi::p2p::test_status(&mut inner.native, &mut inner.status) } {
+            Err(e) => {
+                inner.error = e.code();
+                inner.done = true;
+                return true;
+            }
+            Ok(false) => return false,
+            Ok(true) => {}
         }
-        if flag == 0 {
-            return false;
-        }
-        let mut cancelled: c_int = 0;
-        // SAFETY: the completed status.
-        unsafe { pmpi::PMPI_Test_cancelled(&inner.status, &mut cancelled) };
-        if let (true, 0, Some(msg)) = (self.recv, cancelled, &inner.msg) {
+        // a failure reads as not cancelled
+        let cancelled = mpi::p2p::test_cancelled(&inner.status).unwrap_or(false);
+        if let (true, false, Some(msg)) = (self.recv, cancelled, &inner.msg) {
             // SAFETY: the application's receive buffer (valid until completion, which is
             // now) and the completed status.
             unsafe { msg.finish(inner.user as *mut c_void, &inner.status) };
@@ -361,24 +376,23 @@ impl PackedReq {
                 unsafe { msg.pack_from(inner.user as *const c_void) };
             }
         }
-        // SAFETY: our inactive persistent request.
-        let rc = unsafe { pmpi::PMPI_Start(&mut g.native) };
-        if rc == MPI_SUCCESS {
-            g.active = true;
-            g.done = false;
+        match mpi::p2p::start(&mut g.native) {
+            Ok(()) => {
+                g.active = true;
+                g.done = false;
+                MPI_SUCCESS
+            }
+            Err(e) => e.code(),
         }
-        rc
     }
 
     /// `MPI_Cancel` of the system MPI's request.
     pub fn cancel(&self) -> c_int {
         let mut g = self.lock();
         if g.send_native != MPI_REQUEST_NULL() {
-            // SAFETY: our request.
-            unsafe { pmpi::PMPI_Cancel(&mut g.send_native) };
+            let _ = mpi::p2p::cancel(&mut g.send_native);
         }
-        // SAFETY: our request.
-        unsafe { pmpi::PMPI_Cancel(&mut g.native) }
+        mpi::p2p::cancel(&mut g.native).map_or_else(|e| e.code(), |()| MPI_SUCCESS)
     }
 
     /// Frees the system MPI's request of an inactive persistent request.
@@ -387,8 +401,7 @@ impl PackedReq {
         if g.native == MPI_REQUEST_NULL() {
             return MPI_SUCCESS;
         }
-        // SAFETY: our inactive request.
-        unsafe { pmpi::PMPI_Request_free(&mut g.native) }
+        mpi::p2p::request_free(&mut g.native).map_or_else(|e| e.code(), |()| MPI_SUCCESS)
     }
 }
 /// The peer a matched message counts as for `eligible`: none for the message of a probe of
@@ -416,19 +429,11 @@ pub(crate) unsafe fn copy_packed(
     t: MPI_Datatype,
     c: MPI_Comm,
 ) -> Result<Bytes, c_int> {
-    let mut size: MPI_Count = 0;
-    // SAFETY: valid out-pointer; the caller's count and type.
-    let rc = unsafe { pmpi::PMPI_Pack_size_c(n, t, c, &mut size) };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
+    let size = mpi::dtype::pack_size_c(n, t, c).map_err(|e| e.code())?;
     let mut v = Bytes::new(size.max(0) as usize);
     let mut pos: MPI_Count = 0;
-    // SAFETY: `v` holds `size` bytes, what MPI_Pack_size asked for.
-    let rc = unsafe { pmpi::PMPI_Pack_c(b, n, t, v.as_mut_ptr().cast(), size, &mut pos, c) };
-    if rc != MPI_SUCCESS {
-        return Err(rc);
-    }
+    // SAFETY: the caller's buffer; `v` holds `size` bytes, what MPI_Pack_size asked for.
+    unsafe { mpi::dtype::pack_c(b, n, t, &mut v, &mut pos, c) }.map_err(|e| e.code())?;
     v.truncate(pos.max(0) as usize);
     Ok(v)
 }
@@ -458,29 +463,431 @@ pub(crate) unsafe fn isendrecv(
             Err(rc) => return Some(Err(rc)),
         }
     }
-    let post = |o: Option<(*const c_void, MPI_Count)>,
-                i: Option<(*mut c_void, MPI_Count)>,
-                reqs: &mut [MPI_Request; 2]| {
+    let post = |o: Option<(*const c_void, MPI_Count)>, i: Option<(*mut c_void, MPI_Count)>| {
         let (sb, sn, stt) = o.map_or((sb, sn, stt), |(p, n)| (p, n, MPI_PACKED()));
         let (rb, rn, rt) = i.map_or((rb, rn, rt), |(p, n)| (p, n, MPI_PACKED()));
         // SAFETY: the application's or our packed buffers, alive until completion.
-        let rc = unsafe { pmpi::PMPI_Irecv_c(rb, rn, rt, s, rg, c, &mut reqs[0]) };
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
+        let mut recv = unsafe { mpi::p2p::irecv_c(rb, rn, rt, s, rg, c) }?;
         // SAFETY: as above.
-        let rc = unsafe { pmpi::PMPI_Isend_c(sb, sn, stt, d, sg, c, &mut reqs[1]) };
-        if rc != MPI_SUCCESS {
-            // an invalid send side (a wrong tag, rank, ...): the call fails as a whole,
-            // and its receive must not stay posted to take a later message
-            // SAFETY: the receive just posted.
-            unsafe {
-                pmpi::PMPI_Cancel(&mut reqs[0]);
-                pmpi::PMPI_Request_free(&mut reqs[0]);
+        match unsafe { mpi::p2p::isend_c(sb, sn, stt, d, sg, c) } {
+            Ok(send) => Ok([recv, send]),
+            Err(e) => {
+                // an invalid send side (a wrong tag, rank, ...): the call fails as a whole,
+                // and its receive must not stay posted to take a later message
+                let _ = mpi::p2p::cancel(&mut recv);
+                let _ = mpi::p2p::request_free(&mut recv);
+                Err(e)
             }
         }
-        rc
     };
     // SAFETY: the receive buffer stays valid until the request completes (MPI rule).
     Some(unsafe { PackedReq::sendrecv(out, inc, rb, post) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::dtype::flat::Node;
+    use crate::platform::mpi::fake;
+
+    /// `MPI_STATUS_IGNORE` as the fake records it.
+    fn ignored() -> i64 {
+        MPI_STATUS_IGNORE as i64
+    }
+
+    /// A fake that answers nothing: any MPI call fails (and is recorded).
+    fn no_mpi() -> fake::Guard {
+        fake::install(|_| Err(MPI_ERR_OTHER))
+    }
+
+    /// One element of `blocks` runs of `len` bytes every `stride` bytes (an
+    /// `MPI_Type_vector` of bytes), its extent ending at the last run.
+    fn vector(blocks: i64, len: i64, stride: i64) -> Arc<Flat> {
+        let body = Node::Run { off: 0, len };
+        let node = Node::Loop {
+            off: 0,
+            count: blocks,
+            stride,
+            body: Arc::new(body),
+            bsize: len,
+        };
+        Arc::new(Flat::new(node, (blocks - 1) * stride + len))
+    }
+
+    /// The packed bytes of `count` elements of `flat`, as `PackedBuf::new` makes them.
+    fn packed(flat: Arc<Flat>, count: i64) -> PackedBuf {
+        PackedBuf {
+            buf: Bytes::new((count * flat.size) as usize),
+            flat,
+            count,
+        }
+    }
+
+    #[test]
+    fn predefined_types_and_empty_messages_are_not_packed_and_ask_nothing() {
+        let _g = no_mpi();
+        let big = 1 << 30;
+        for (count, dt, peer) in [
+            (0, MPI_BYTE(), 1),
+            (-1, MPI_INT(), 1),
+            (big, MPI_DOUBLE(), 1),
+            (big, MPI_INT(), 0),
+            (1, MPI_PACKED(), 2),
+            // nothing goes to or comes from MPI_PROC_NULL, whatever the type
+            (4, MPI_DATATYPE_NULL(), MPI_PROC_NULL),
+        ] {
+            assert!(eligible(count, dt, peer).is_none(), "{count} {dt} {peer}");
+            assert!(incoming(count, dt, peer).is_none());
+            let buf = [0u8; 8];
+            // SAFETY: never read: the message is not packed.
+            assert!(unsafe { outgoing(buf.as_ptr().cast(), count, dt, peer) }.is_none());
+            let post: Post = &|_, _| panic!("nothing is posted for a message the shim leaves");
+            for (recv, persistent) in [(false, false), (true, false), (false, true)] {
+                let b = buf.as_ptr() as *mut c_void;
+                // SAFETY: as above.
+                let made = unsafe { PackedReq::new(b, count, dt, peer, recv, persistent, post) };
+                assert!(made.is_none());
+            }
+        }
+        assert!(fake::calls().is_empty(), "{:?}", fake::names());
+    }
+
+    #[test]
+    fn contiguous_layouts_are_never_packed() {
+        let min = crate::core::dtype::pool::min_bytes();
+        // a dense element, and one with a lower-bound gap but nothing between elements
+        let dense = Arc::new(Flat::new(Node::Run { off: 0, len: 64 }, 64));
+        let shifted = Arc::new(Flat::new(Node::Run { off: 8, len: 16 }, 16));
+        for f in [dense, shifted] {
+            assert!(f.contiguous.is_some());
+            for count in [1, min, min * 1024] {
+                assert!(!worth_packing(count, &f), "{count}");
+            }
+        }
+    }
+
+    #[test]
+    fn short_runs_at_any_size_long_runs_from_the_threshold() {
+        let min = crate::core::dtype::pool::min_bytes();
+        // (layout, count, packed?)
+        let short = vector(4, 8, 16); // 8-byte runs
+        let edge = vector(2, SHORT_RUN, 2 * SHORT_RUN); // runs of exactly SHORT_RUN: long
+        let long = vector(2, 512, 1024);
+        let at = |f: &Flat| (min + f.size - 1) / f.size; // first count reaching `min` bytes
+        let table = [
+            (&short, 1, true),
+            (&short, at(&short), true),
+            (&edge, 1, false),
+            (&edge, at(&edge) - 1, false),
+            (&edge, at(&edge), true),
+            (&long, 1, false),
+            (&long, at(&long) - 1, false),
+            (&long, at(&long), true),
+            // a byte count that overflows is never packed
+            (&short, i64::MAX, false),
+        ];
+        for (f, count, want) in table {
+            assert_eq!(
+                worth_packing(count, f),
+                want,
+                "runs of {} x {count}",
+                f.mean_run()
+            );
+        }
+    }
+
+    #[test]
+    fn copy_packed_sizes_packs_and_keeps_what_was_packed() {
+        let _g = fake::install(|c| match c.name {
+            "pack_size_c" => Ok(vec![100]),
+            "pack_c" => Ok(vec![60]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let user = [7i32; 5];
+        let comm = MPI_COMM_WORLD();
+        // SAFETY: 5 ints.
+        let v = unsafe { copy_packed(user.as_ptr().cast(), 5, MPI_INT(), comm) }.unwrap();
+        assert_eq!(v.len(), 60, "truncated to the position MPI_Pack reached");
+        let calls = fake::calls();
+        assert_eq!(fake::names(), ["pack_size_c", "pack_c"]);
+        assert_eq!(calls[0].args, [5, MPI_INT() as i64, comm as i64]);
+        let user_at = user.as_ptr() as i64;
+        // from position 0 into a buffer of the size MPI_Pack_size gave
+        assert_eq!(
+            calls[1].args,
+            [user_at, 5, MPI_INT() as i64, 100, 0, comm as i64]
+        );
+    }
+
+    #[test]
+    fn copy_packed_errors_come_back_unchanged() {
+        for (failing, code) in [("pack_size_c", MPI_ERR_TYPE), ("pack_c", MPI_ERR_TRUNCATE)] {
+            let _g = fake::install(move |c| {
+                if c.name == failing {
+                    Err(code)
+                } else {
+                    Ok(vec![8])
+                }
+            });
+            let user = [0u8; 8];
+            // SAFETY: 8 bytes.
+            let r = unsafe { copy_packed(user.as_ptr().cast(), 8, MPI_BYTE(), MPI_COMM_SELF()) };
+            assert_eq!(r.err(), Some(code));
+            assert_eq!(
+                fake::names().last(),
+                Some(&failing),
+                "nothing after the failure"
+            );
+        }
+    }
+
+    /// The answers of a successful Isendrecv_replace of predefined data.
+    fn replace_script(c: &fake::Call) -> Result<Vec<i64>, c_int> {
+        match c.name {
+            "pack_size_c" | "pack_c" => Ok(vec![20]),
+            "irecv_c" => Ok(vec![0x111]),
+            "isend_c" => Ok(vec![0x222]),
+            "test" => Ok(vec![1, 4, 8]),
+            "test_cancelled" => Ok(vec![0]),
+            _ => Err(MPI_ERR_OTHER),
+        }
+    }
+
+    #[test]
+    fn isendrecv_replace_sends_a_packed_copy_to_the_peer_and_receives_as_asked() {
+        let _g = fake::install(replace_script);
+        let mut user = [1i32, 2, 3, 4, 5];
+        let comm = MPI_COMM_WORLD();
+        let b = user.as_mut_ptr().cast::<c_void>();
+        // SAFETY: 5 ints, alive until the request completes below.
+        let req =
+            unsafe { isendrecv((b, 5, MPI_INT(), 3, 7), (b, 5, MPI_INT(), 4, 8), comm, true) }
+                .expect("a shim request")
+                .expect("posted");
+        assert_eq!(
+            fake::names(),
+            ["pack_size_c", "pack_c", "irecv_c", "isend_c"]
+        );
+        let calls = fake::calls();
+        let (recv, send) = (&calls[2].args, &calls[3].args);
+        // the receive is the application's, unchanged; posted before the send
+        assert_eq!(recv, &[b as i64, 5, MPI_INT() as i64, 4, 8, comm as i64]);
+        // the send: the packed bytes (not the buffer the receive overwrites), MPI_PACKED
+        assert_ne!(send[0], b as i64);
+        assert_eq!(send[1..], [20, MPI_PACKED() as i64, 3, 7, comm as i64]);
+        // completion: the send, then the receive with our status
+        assert!(req.poke());
+        let tests: Vec<_> = fake::calls()
+            .into_iter()
+            .filter(|c| c.name == "test")
+            .collect();
+        assert_eq!(tests[0].args, [0x222, ignored()]);
+        assert_eq!(tests[1].args[0], 0x111);
+        let mut st = MPI_Status {
+            MPI_ERROR: 99,
+            ..Default::default()
+        };
+        // SAFETY: a writable status.
+        assert_eq!(unsafe { req.status_into(&mut st) }, MPI_SUCCESS);
+        assert_eq!((st.MPI_SOURCE, st.MPI_TAG), (4, 8));
+        assert_eq!(st.MPI_ERROR, 99, "MPI_ERROR is not the request's to write");
+    }
+
+    #[test]
+    fn isendrecv_that_cannot_send_withdraws_its_receive() {
+        let _g = fake::install(|c| match c.name {
+            "irecv_c" => Ok(vec![0x111]),
+            "isend_c" => Err(MPI_ERR_RANK),
+            "cancel" | "request_free" => Ok(vec![]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let (mut rbuf, sbuf) = ([0i32; 2], [0i32; 2]);
+        let comm = MPI_COMM_WORLD();
+        let send = (sbuf.as_ptr().cast(), 2, MPI_INT(), 99, 1);
+        let recv = (rbuf.as_mut_ptr().cast(), 2, MPI_INT(), 0, 1);
+        // SAFETY: two ints each side.
+        let r = unsafe { isendrecv(send, recv, comm, false) }.expect("a shim request");
+        assert_eq!(r.err(), Some(MPI_ERR_RANK));
+        assert_eq!(
+            fake::names(),
+            ["irecv_c", "isend_c", "cancel", "request_free"]
+        );
+        assert_eq!(fake::calls()[2].args, [0x111]);
+        assert_eq!(fake::calls()[3].args, [0x111]);
+    }
+
+    #[test]
+    fn isendrecv_that_cannot_receive_posts_no_send() {
+        let _g = fake::install(|c| match c.name {
+            "irecv_c" => Err(MPI_ERR_TAG),
+            _ => Ok(vec![1]),
+        });
+        let (mut rbuf, sbuf) = ([0i32; 2], [0i32; 2]);
+        let send = (sbuf.as_ptr().cast(), 2, MPI_INT(), 1, 1);
+        let recv = (rbuf.as_mut_ptr().cast(), 2, MPI_INT(), 1, -5);
+        // SAFETY: two ints each side.
+        let r = unsafe { isendrecv(send, recv, MPI_COMM_WORLD(), false) }.unwrap();
+        assert_eq!(r.err(), Some(MPI_ERR_TAG));
+        assert_eq!(fake::names(), ["irecv_c"]);
+    }
+
+    /// Completes a packed receive of 2 elements of 3 four-byte runs every 8 bytes (extent
+    /// 20) into a 40-byte buffer of 0xee, with `arrived` bytes counted by the status and
+    /// `cancelled` as the status says; returns the buffer and the request.
+    fn receive(arrived: i64, cancelled: bool) -> (Vec<u8>, Arc<PackedReq>) {
+        let mut user = vec![0xeeu8; 40];
+        let mut msg = packed(vector(3, 4, 8), 2);
+        for (i, b) in msg.buf.iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        let null = MPI_REQUEST_NULL();
+        let user_ptr = user.as_mut_ptr().cast();
+        let req = PackedReq::made([0x10, null], Some(msg), None, user_ptr, true, false);
+        let _g = fake::install(move |c| match c.name {
+            "test" => Ok(vec![1, 5, 9]),
+            "test_cancelled" => Ok(vec![cancelled as i64]),
+            "get_count_c" => Ok(vec![arrived]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        assert!(req.poke());
+        (user, req)
+    }
+
+    #[test]
+    fn a_packed_receive_unpacks_the_bytes_the_status_counts() {
+        let (user, req) = receive(16, false);
+        let e = 0xee;
+        #[rustfmt::skip]
+        let want = [
+            1, 2, 3, 4, e, e, e, e, 5, 6, 7, 8, e, e, e, e, 9, 10, 11, 12,
+            13, 14, 15, 16, e, e, e, e, e, e, e, e, e, e, e, e, e, e, e, e,
+        ];
+        assert_eq!(user, want, "16 bytes arrived: one element and a run");
+        let mut st = MPI_Status::default();
+        // SAFETY: a writable status.
+        assert_eq!(unsafe { req.status_into(&mut st) }, MPI_SUCCESS);
+        assert_eq!((st.MPI_SOURCE, st.MPI_TAG), (5, 9));
+    }
+
+    #[test]
+    fn the_count_is_asked_in_bytes_and_clamped_to_the_buffer() {
+        let (user, _) = receive(1000, false);
+        assert_eq!(
+            user.iter().filter(|&&b| b != 0xee).count(),
+            24,
+            "all 24 bytes, no more"
+        );
+        // the fake of `receive` is gone; check what it was asked on a fresh one
+        let _g = fake::install(|c| match c.name {
+            "get_count_c" => Ok(vec![0]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        let msg = packed(vector(3, 4, 8), 1);
+        let st = MPI_Status::default();
+        let mut out = [0u8; 20];
+        // SAFETY: a 20-byte buffer for one element; a status.
+        unsafe { msg.finish(out.as_mut_ptr().cast(), &st) };
+        assert_eq!(fake::calls()[0].args[2], MPI_BYTE() as i64);
+        assert_eq!(out, [0; 20], "nothing arrived, nothing unpacked");
+    }
+
+    #[test]
+    fn a_cancelled_receive_is_not_unpacked() {
+        let (user, _) = receive(24, true);
+        assert!(user.iter().all(|&b| b == 0xee));
+    }
+
+    #[test]
+    fn a_failed_completion_keeps_its_code_and_unpacks_nothing() {
+        let mut user = vec![0xeeu8; 20];
+        let msg = packed(vector(3, 4, 8), 1);
+        let null = MPI_REQUEST_NULL();
+        let user_ptr = user.as_mut_ptr().cast();
+        let req = PackedReq::made([0x10, null], Some(msg), None, user_ptr, true, false);
+        let _g = fake::install(|c| match c.name {
+            "test" => Err(MPI_ERR_TRUNCATE),
+            _ => Ok(vec![]),
+        });
+        assert!(req.poke(), "an error completes the request");
+        assert_eq!(fake::names(), ["test"]);
+        // SAFETY: MPI_STATUS_IGNORE.
+        assert_eq!(
+            unsafe { req.status_into(MPI_STATUS_IGNORE) },
+            MPI_ERR_TRUNCATE
+        );
+        assert!(user.iter().all(|&b| b == 0xee));
+    }
+
+    #[test]
+    fn an_unfinished_send_keeps_the_request_open() {
+        let req = PackedReq::made([0x10, 0x20], None, None, core::ptr::null_mut(), true, false);
+        let mut answers = vec![vec![0], vec![1], vec![0], vec![1], vec![0]].into_iter();
+        let _g = fake::install(move |c| match c.name {
+            "test" => Ok(answers.next().unwrap()),
+            _ => Ok(vec![0]),
+        });
+        assert!(!req.poke(), "the send is not done");
+        assert!(!req.poke(), "the send is done, the receive not");
+        assert!(req.poke());
+        let tested: Vec<i64> = fake::calls()
+            .iter()
+            .filter(|c| c.name == "test")
+            .map(|c| c.args[0])
+            .collect();
+        // the send until it completes (then it is null and not tested again), then the receive
+        assert_eq!(tested, [0x20, 0x20, 0x10, 0x10]);
+    }
+
+    #[test]
+    fn a_persistent_send_packs_at_start() {
+        let mut user: Vec<u8> = (0..20).collect();
+        let msg = packed(vector(3, 4, 8), 1);
+        let user_ptr = user.as_mut_ptr().cast();
+        let req = PackedReq::made(
+            [0x30, MPI_REQUEST_NULL()],
+            Some(msg),
+            None,
+            user_ptr,
+            false,
+            true,
+        );
+        assert!(!req.is_active());
+        // the buffer's contents at MPI_Start are what is sent (MPI-4.0 §3.9)
+        user[0] = 100;
+        let _g = fake::install(|c| match c.name {
+            "start" => Ok(vec![]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        assert_eq!(req.start(), MPI_SUCCESS);
+        assert!(req.is_active());
+        assert_eq!(fake::calls()[0].args, [0x30]);
+        let g = req.lock();
+        let bytes = &g.msg.as_ref().unwrap().buf[..];
+        assert_eq!(bytes, [100, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19]);
+        drop(g);
+        assert_eq!(req.start(), MPI_ERR_REQUEST, "already active");
+        assert_eq!(fake::names(), ["start"], "refused without asking MPI");
+    }
+
+    #[test]
+    fn start_cancel_and_release_return_mpis_codes() {
+        let req = PackedReq::made([0x30, 0x31], None, None, core::ptr::null_mut(), false, true);
+        let _g = fake::install(|c| match c.name {
+            "start" => Err(MPI_ERR_REQUEST),
+            "cancel" if c.args[0] == 0x31 => Err(MPI_ERR_OTHER),
+            "cancel" => Err(MPI_ERR_PENDING),
+            "request_free" => Err(MPI_ERR_COMM),
+            _ => Ok(vec![]),
+        });
+        assert_eq!(req.start(), MPI_ERR_REQUEST);
+        assert!(!req.is_active(), "a failed start leaves it inactive");
+        // both requests are cancelled; the code is the receive's (`native`)
+        assert_eq!(req.cancel(), MPI_ERR_PENDING);
+        assert_eq!(req.release(), MPI_ERR_COMM);
+        assert_eq!(fake::names(), ["start", "cancel", "cancel", "request_free"]);
+        // nothing to free for a null request
+        let none = PackedReq::for_tests(MPI_REQUEST_NULL(), false, true);
+        assert_eq!(none.release(), MPI_SUCCESS);
+        assert_eq!(fake::names().len(), 4);
+    }
 }

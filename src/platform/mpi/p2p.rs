@@ -5,98 +5,549 @@
 #[allow(unused_imports)]
 use super::{MpiResult, check, fake_first};
 
-// The calls of the collective engine and the shim's own communicators (imports as globs,
-// so that other additions to this file that import the same names do not clash). The
-// fake's arguments of a message are `[count, peer, tag, comm]`, its answer the request.
-#[allow(unused_imports)]
+use core::ffi::{c_int, c_void};
+
 use crate::platform::abi::*;
-#[allow(unused_imports)]
-use crate::platform::api::*;
-#[allow(unused_imports)]
-use core::ffi::*;
+use crate::platform::api::pmpi;
 
-/// `MPI_Isend`: the request.
-///
-/// # Safety
-/// `count` elements of `dt` at `buf`, unchanged until the request completes.
-pub unsafe fn isend(
-    buf: *const c_void,
-    count: c_int,
-    dt: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> MpiResult<MPI_Request> {
-    fake_first!("isend", [count, dest, tag, comm], |v: Vec<i64>| v
-        .first()
-        .map_or(MPI_REQUEST_NULL(), |&r| r as MPI_Request));
-    let mut r = MPI_REQUEST_NULL();
-    // SAFETY: the caller's buffer; a valid out-pointer.
-    check(unsafe { pmpi::PMPI_Isend(buf, count, dt, dest, tag, comm, &mut r) })?;
-    Ok(r)
+/// Unit tests: word `i` of the fake's answer, 0 when the answer is shorter.
+#[cfg(test)]
+fn word(v: &[i64], i: usize) -> i64 {
+    v.get(i).copied().unwrap_or(0)
 }
 
-/// `MPI_Isend_c`: the request.
+/// Unit tests: the fake's words `[source, tag]` (those given) into `st` unless it is
+/// ignored.
 ///
 /// # Safety
-/// `count` elements of `dt` at `buf`, unchanged until the request completes.
-pub unsafe fn isend_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    dt: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> MpiResult<MPI_Request> {
-    fake_first!("isend_c", [count, dest, tag, comm], |v: Vec<i64>| v
-        .first()
-        .map_or(MPI_REQUEST_NULL(), |&r| r as MPI_Request));
-    let mut r = MPI_REQUEST_NULL();
-    // SAFETY: the caller's buffer; a valid out-pointer.
-    check(unsafe { pmpi::PMPI_Isend_c(buf, count, dt, dest, tag, comm, &mut r) })?;
-    Ok(r)
+/// `st` is null, `MPI_STATUS_IGNORE` or a writable status.
+#[cfg(test)]
+unsafe fn fake_status(st: *mut MPI_Status, words: &[i64]) {
+    if st.is_null() || st == MPI_STATUS_IGNORE {
+        return;
+    }
+    // SAFETY: a writable status (the caller's contract).
+    unsafe {
+        if let Some(&s) = words.first() {
+            (*st).MPI_SOURCE = s as c_int;
+        }
+        if let Some(&t) = words.get(1) {
+            (*st).MPI_TAG = t as c_int;
+        }
+    }
 }
 
-/// `MPI_Irecv`: the request.
+/// The non-blocking and persistent sends: `buf, count, datatype, dest, tag, comm`, the new
+/// request returned. Fake: the answer's word 0 is the request.
+macro_rules! post_send {
+    ($($(#[$doc:meta])* $name:ident = $pmpi:ident($n:ty), $fake:literal;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype` and stays valid until the request
+        /// completes (MPI-4.0 §3.7.2).
+        pub unsafe fn $name(
+            buf: *const c_void,
+            count: $n,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+        ) -> MpiResult<MPI_Request> {
+            fake_first!($fake, [buf, count, datatype, dest, tag, comm], |v: Vec<i64>| {
+                word(&v, 0) as MPI_Request
+            });
+            let mut r = MPI_REQUEST_NULL();
+            // SAFETY: the caller's buffer; a valid out-pointer.
+            check(unsafe { pmpi::$pmpi(buf, count, datatype, dest, tag, comm, &mut r) })?;
+            Ok(r)
+        }
+    )*};
+}
+
+post_send! {
+    /// `MPI_Isend`.
+    isend = PMPI_Isend(c_int), "isend";
+    /// `MPI_Isend_c`.
+    isend_c = PMPI_Isend_c(MPI_Count), "isend_c";
+    /// `MPI_Issend`.
+    issend = PMPI_Issend(c_int), "issend";
+    /// `MPI_Issend_c`.
+    issend_c = PMPI_Issend_c(MPI_Count), "issend_c";
+    /// `MPI_Irsend`.
+    irsend = PMPI_Irsend(c_int), "irsend";
+    /// `MPI_Irsend_c`.
+    irsend_c = PMPI_Irsend_c(MPI_Count), "irsend_c";
+    /// `MPI_Ibsend`.
+    ibsend = PMPI_Ibsend(c_int), "ibsend";
+    /// `MPI_Ibsend_c`.
+    ibsend_c = PMPI_Ibsend_c(MPI_Count), "ibsend_c";
+    /// `MPI_Send_init_c` (an inactive persistent request).
+    send_init_c = PMPI_Send_init_c(MPI_Count), "send_init_c";
+    /// `MPI_Ssend_init_c` (an inactive persistent request).
+    ssend_init_c = PMPI_Ssend_init_c(MPI_Count), "ssend_init_c";
+    /// `MPI_Rsend_init_c` (an inactive persistent request).
+    rsend_init_c = PMPI_Rsend_init_c(MPI_Count), "rsend_init_c";
+    /// `MPI_Bsend_init_c` (an inactive persistent request).
+    bsend_init_c = PMPI_Bsend_init_c(MPI_Count), "bsend_init_c";
+}
+
+/// The non-blocking and persistent receives: `buf, count, datatype, source, tag, comm`,
+/// the new request returned. Fake: the answer's word 0 is the request.
+macro_rules! post_recv {
+    ($($(#[$doc:meta])* $name:ident = $pmpi:ident($n:ty), $fake:literal;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `buf` has room for `count` elements of `datatype` and stays valid until the
+        /// request completes (MPI-4.0 §3.7.2).
+        pub unsafe fn $name(
+            buf: *mut c_void,
+            count: $n,
+            datatype: MPI_Datatype,
+            source: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+        ) -> MpiResult<MPI_Request> {
+            fake_first!($fake, [buf, count, datatype, source, tag, comm], |v: Vec<i64>| {
+                word(&v, 0) as MPI_Request
+            });
+            let mut r = MPI_REQUEST_NULL();
+            // SAFETY: the caller's buffer; a valid out-pointer.
+            check(unsafe { pmpi::$pmpi(buf, count, datatype, source, tag, comm, &mut r) })?;
+            Ok(r)
+        }
+    )*};
+}
+
+post_recv! {
+    /// `MPI_Irecv`.
+    irecv = PMPI_Irecv(c_int), "irecv";
+    /// `MPI_Irecv_c`.
+    irecv_c = PMPI_Irecv_c(MPI_Count), "irecv_c";
+    /// `MPI_Recv_init_c` (an inactive persistent request).
+    recv_init_c = PMPI_Recv_init_c(MPI_Count), "recv_init_c";
+}
+
+/// The matched non-blocking receives: `buf, count, datatype, message`, the new request
+/// returned; `*message` becomes `MPI_MESSAGE_NULL` (MPI-4.0 §3.8.3). Fake: the answer's
+/// word 0 is the request, and the message is set to `MPI_MESSAGE_NULL`.
+macro_rules! post_mrecv {
+    ($($(#[$doc:meta])* $name:ident = $pmpi:ident($n:ty), $fake:literal;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `buf` has room for `count` elements of `datatype` and stays valid until the
+        /// request completes; `message` points to a message handle.
+        pub unsafe fn $name(
+            buf: *mut c_void,
+            count: $n,
+            datatype: MPI_Datatype,
+            message: *mut MPI_Message,
+        ) -> MpiResult<MPI_Request> {
+            fake_first!($fake, [buf, count, datatype, message], |v: Vec<i64>| {
+                if !message.is_null() {
+                    // SAFETY: the caller's message handle.
+                    unsafe { *message = MPI_MESSAGE_NULL() };
+                }
+                word(&v, 0) as MPI_Request
+            });
+            let mut r = MPI_REQUEST_NULL();
+            // SAFETY: the caller's buffer and message handle; a valid out-pointer.
+            check(unsafe { pmpi::$pmpi(buf, count, datatype, message, &mut r) })?;
+            Ok(r)
+        }
+    )*};
+}
+
+post_mrecv! {
+    /// `MPI_Imrecv`.
+    imrecv = PMPI_Imrecv(c_int), "imrecv";
+    /// `MPI_Imrecv_c`.
+    imrecv_c = PMPI_Imrecv_c(MPI_Count), "imrecv_c";
+}
+
+/// The blocking sends of large counts: `buf, count, datatype, dest, tag, comm`.
+macro_rules! blocking_send {
+    ($($(#[$doc:meta])* $name:ident = $pmpi:ident, $fake:literal;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype`.
+        pub unsafe fn $name(
+            buf: *const c_void,
+            count: MPI_Count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+        ) -> MpiResult<()> {
+            fake_first!($fake, [buf, count, datatype, dest, tag, comm], |_v: Vec<i64>| ());
+            // SAFETY: the caller's buffer.
+            check(unsafe { pmpi::$pmpi(buf, count, datatype, dest, tag, comm) })
+        }
+    )*};
+}
+
+blocking_send! {
+    /// `MPI_Send_c`.
+    send_c = PMPI_Send_c, "send_c";
+    /// `MPI_Ssend_c`.
+    ssend_c = PMPI_Ssend_c, "ssend_c";
+    /// `MPI_Rsend_c`.
+    rsend_c = PMPI_Rsend_c, "rsend_c";
+    /// `MPI_Bsend_c`.
+    bsend_c = PMPI_Bsend_c, "bsend_c";
+}
+
+/// `MPI_Recv_c`. Fake: the answer's words `[source, tag]` go into the status.
 ///
 /// # Safety
-/// Room for `count` elements of `dt` at `buf`, valid until the request completes.
-pub unsafe fn irecv(
+/// `buf` has room for `count` elements of `datatype`; `status` is `MPI_STATUS_IGNORE` or
+/// writable.
+pub unsafe fn recv_c(
     buf: *mut c_void,
-    count: c_int,
-    dt: MPI_Datatype,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
     source: c_int,
     tag: c_int,
     comm: MPI_Comm,
-) -> MpiResult<MPI_Request> {
-    fake_first!("irecv", [count, source, tag, comm], |v: Vec<i64>| v
-        .first()
-        .map_or(MPI_REQUEST_NULL(), |&r| r as MPI_Request));
-    let mut r = MPI_REQUEST_NULL();
-    // SAFETY: the caller's buffer; a valid out-pointer.
-    check(unsafe { pmpi::PMPI_Irecv(buf, count, dt, source, tag, comm, &mut r) })?;
-    Ok(r)
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    fake_first!(
+        "recv_c",
+        [buf, count, datatype, source, tag, comm, status],
+        |v: Vec<i64>| {
+            // SAFETY: the caller's status.
+            unsafe { fake_status(status, &v) }
+        }
+    );
+    // SAFETY: the caller's buffer and status.
+    check(unsafe { pmpi::PMPI_Recv_c(buf, count, datatype, source, tag, comm, status) })
 }
 
-/// `MPI_Irecv_c`: the request.
+/// `MPI_Mrecv_c`. Fake: the answer's words `[source, tag]` go into the status, and the
+/// message becomes `MPI_MESSAGE_NULL`.
 ///
 /// # Safety
-/// Room for `count` elements of `dt` at `buf`, valid until the request completes.
-pub unsafe fn irecv_c(
+/// `buf` has room for `count` elements of `datatype`; `message` points to a message
+/// handle; `status` is `MPI_STATUS_IGNORE` or writable.
+pub unsafe fn mrecv_c(
     buf: *mut c_void,
     count: MPI_Count,
-    dt: MPI_Datatype,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    fake_first!(
+        "mrecv_c",
+        [buf, count, datatype, message, status],
+        |v: Vec<i64>| {
+            // SAFETY: the caller's message handle and status.
+            unsafe {
+                if !message.is_null() {
+                    *message = MPI_MESSAGE_NULL();
+                }
+                fake_status(status, &v)
+            }
+        }
+    );
+    // SAFETY: the caller's buffer, message and status.
+    check(unsafe { pmpi::PMPI_Mrecv_c(buf, count, datatype, message, status) })
+}
+
+/// `MPI_Sendrecv_c`. Fake: the answer's words `[source, tag]` go into the status.
+///
+/// # Safety
+/// `sendbuf` holds `sendcount` elements of `sendtype`, `recvbuf` has room for
+/// `recvcount` elements of `recvtype`; `status` is `MPI_STATUS_IGNORE` or writable.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    fake_first!(
+        "sendrecv_c",
+        [
+            sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+            recvtag, comm, status
+        ],
+        |v: Vec<i64>| {
+            // SAFETY: the caller's status.
+            unsafe { fake_status(status, &v) }
+        }
+    );
+    // SAFETY: the caller's buffers and status.
+    check(unsafe {
+        pmpi::PMPI_Sendrecv_c(
+            sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+            recvtag, comm, status,
+        )
+    })
+}
+
+/// `MPI_Test`: whether the request completed (a completed non-persistent request becomes
+/// `MPI_REQUEST_NULL`, MPI-4.0 §3.7.3). Fake: the answer's words `[flag, source, tag]`;
+/// with a nonzero flag the request becomes `MPI_REQUEST_NULL` and the status is written.
+///
+/// # Safety
+/// `status` is `MPI_STATUS_IGNORE` or writable.
+pub unsafe fn test_status(request: &mut MPI_Request, status: *mut MPI_Status) -> MpiResult<bool> {
+    fake_first!("test", [*request, status], |v: Vec<i64>| {
+        let done = word(&v, 0) != 0;
+        if done {
+            *request = MPI_REQUEST_NULL();
+            // SAFETY: the caller's status.
+            unsafe { fake_status(status, v.get(1..).unwrap_or(&[])) };
+        }
+        done
+    });
+    let mut flag: c_int = 0;
+    // SAFETY: a valid request and flag; the caller's status.
+    check(unsafe { pmpi::PMPI_Test(request, &mut flag, status) })?;
+    Ok(flag != 0)
+}
+
+/// `MPI_Testall`: whether all completed; `statuses` (one per request) or ignored. The
+/// requests are updated in place even when an error is returned. Fake: the answer's word 0
+/// is the flag; with a nonzero flag every request becomes `MPI_REQUEST_NULL`.
+pub fn testall_statuses(
+    requests: &mut [MPI_Request],
+    statuses: Option<&mut [MPI_Status]>,
+) -> MpiResult<bool> {
+    let n = requests.len();
+    let st = match statuses {
+        Some(s) => {
+            assert!(s.len() >= n, "testall: fewer statuses than requests");
+            s.as_mut_ptr()
+        }
+        None => MPI_STATUSES_IGNORE,
+    };
+    fake_first!("testall", [n], |v: Vec<i64>| {
+        let done = word(&v, 0) != 0;
+        if done {
+            requests.fill(MPI_REQUEST_NULL());
+        }
+        done
+    });
+    let mut flag: c_int = 0;
+    // SAFETY: arrays of n requests and (unless ignored) n statuses; a valid flag.
+    check(unsafe { pmpi::PMPI_Testall(n as c_int, requests.as_mut_ptr(), &mut flag, st) })?;
+    Ok(flag != 0)
+}
+
+/// `MPI_Testany`: `index` and `flag` are written as MPI writes them, also when an error is
+/// returned (the index of the failed request). Fake: the answer's words
+/// `[flag, index, source, tag]`; with a nonzero flag and a defined index that request
+/// becomes `MPI_REQUEST_NULL` and the status is written.
+///
+/// # Safety
+/// `status` is `MPI_STATUS_IGNORE` or writable.
+pub unsafe fn testany(
+    requests: &mut [MPI_Request],
+    index: &mut c_int,
+    flag: &mut c_int,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    let n = requests.len();
+    fake_first!("testany", [n, status], |v: Vec<i64>| {
+        *flag = word(&v, 0) as c_int;
+        *index = if v.len() > 1 {
+            word(&v, 1) as c_int
+        } else {
+            MPI_UNDEFINED
+        };
+        if *flag != 0 && *index >= 0 && (*index as usize) < n {
+            requests[*index as usize] = MPI_REQUEST_NULL();
+            // SAFETY: the caller's status.
+            unsafe { fake_status(status, v.get(2..).unwrap_or(&[])) };
+        }
+    });
+    // SAFETY: an array of n requests; valid out-pointers; the caller's status.
+    check(unsafe { pmpi::PMPI_Testany(n as c_int, requests.as_mut_ptr(), index, flag, status) })
+}
+
+/// `MPI_Testsome`: `outcount` and `indices` (room for one per request) are written as MPI
+/// writes them, also when an error is returned (`MPI_ERR_IN_STATUS`). Fake: the answer's
+/// words `[outcount, indices...]`; the requests at those indices become
+/// `MPI_REQUEST_NULL`.
+pub fn testsome_statuses(
+    requests: &mut [MPI_Request],
+    outcount: &mut c_int,
+    indices: &mut [c_int],
+    statuses: Option<&mut [MPI_Status]>,
+) -> MpiResult<()> {
+    let n = requests.len();
+    assert!(indices.len() >= n, "testsome: fewer indices than requests");
+    let st = match statuses {
+        Some(s) => {
+            assert!(s.len() >= n, "testsome: fewer statuses than requests");
+            s.as_mut_ptr()
+        }
+        None => MPI_STATUSES_IGNORE,
+    };
+    fake_first!("testsome", [n], |v: Vec<i64>| {
+        *outcount = word(&v, 0) as c_int;
+        for (k, &i) in v.iter().skip(1).enumerate() {
+            indices[k] = i as c_int;
+            requests[i as usize] = MPI_REQUEST_NULL();
+        }
+    });
+    // SAFETY: arrays of n requests, n indices and (unless ignored) n statuses.
+    check(unsafe {
+        pmpi::PMPI_Testsome(
+            n as c_int,
+            requests.as_mut_ptr(),
+            outcount,
+            indices.as_mut_ptr(),
+            st,
+        )
+    })
+}
+
+/// `MPI_Start`.
+pub fn start(request: &mut MPI_Request) -> MpiResult<()> {
+    fake_first!("start", [*request], |_v: Vec<i64>| ());
+    // SAFETY: a valid request pointer; MPI reports a bad handle as an error.
+    check(unsafe { pmpi::PMPI_Start(request) })
+}
+
+/// `MPI_Startall`.
+pub fn startall(requests: &mut [MPI_Request]) -> MpiResult<()> {
+    fake_first!("startall", [requests.len()], |_v: Vec<i64>| ());
+    // SAFETY: an array of as many requests as we pass.
+    check(unsafe { pmpi::PMPI_Startall(requests.len() as c_int, requests.as_mut_ptr()) })
+}
+
+/// `MPI_Cancel`.
+pub fn cancel(request: &mut MPI_Request) -> MpiResult<()> {
+    fake_first!("cancel", [*request], |_v: Vec<i64>| ());
+    // SAFETY: a valid request pointer; MPI reports a bad handle as an error.
+    check(unsafe { pmpi::PMPI_Cancel(request) })
+}
+
+/// `MPI_Request_free`: the request becomes `MPI_REQUEST_NULL`. Fake: likewise on success.
+pub fn request_free(request: &mut MPI_Request) -> MpiResult<()> {
+    fake_first!("request_free", [*request], |_v: Vec<i64>| {
+        *request = MPI_REQUEST_NULL();
+    });
+    // SAFETY: a valid request pointer; MPI reports a bad handle as an error.
+    check(unsafe { pmpi::PMPI_Request_free(request) })
+}
+
+/// `MPI_Request_get_status`: whether the request is complete (it is not freed). Fake: the
+/// answer's words `[flag, source, tag]`.
+pub fn request_get_status(
+    request: MPI_Request,
+    status: Option<&mut MPI_Status>,
+) -> MpiResult<bool> {
+    let st = status.map_or(MPI_STATUS_IGNORE, |s| s as *mut MPI_Status);
+    fake_first!("request_get_status", [request], |v: Vec<i64>| {
+        let done = word(&v, 0) != 0;
+        if done {
+            // SAFETY: our status or MPI_STATUS_IGNORE.
+            unsafe { fake_status(st, v.get(1..).unwrap_or(&[])) };
+        }
+        done
+    });
+    let mut flag: c_int = 0;
+    // SAFETY: valid out-pointers; MPI reports a bad handle as an error.
+    check(unsafe { pmpi::PMPI_Request_get_status(request, &mut flag, st) })?;
+    Ok(flag != 0)
+}
+
+/// `MPI_Test_cancelled` of a completed status. Fake: word 0 is the flag.
+pub fn test_cancelled(status: &MPI_Status) -> MpiResult<bool> {
+    fake_first!(
+        "test_cancelled",
+        [status.MPI_SOURCE, status.MPI_TAG],
+        |v: Vec<i64>| { word(&v, 0) != 0 }
+    );
+    let mut flag: c_int = 0;
+    // SAFETY: a status and a valid out-pointer.
+    check(unsafe { pmpi::PMPI_Test_cancelled(status, &mut flag) })?;
+    Ok(flag != 0)
+}
+
+/// `MPI_Get_count_c`: elements of `datatype` a completed status counts. Fake: word 0 is
+/// the count.
+pub fn get_count_c(status: &MPI_Status, datatype: MPI_Datatype) -> MpiResult<MPI_Count> {
+    fake_first!(
+        "get_count_c",
+        [status.MPI_SOURCE, status.MPI_TAG, datatype],
+        |v: Vec<i64>| word(&v, 0) as MPI_Count
+    );
+    let mut count: MPI_Count = 0;
+    // SAFETY: a status and a valid out-pointer.
+    check(unsafe { pmpi::PMPI_Get_count_c(status, datatype, &mut count) })?;
+    Ok(count)
+}
+
+/// `MPI_Iprobe`: whether a matching message is there. Fake: the answer's words
+/// `[flag, source, tag]`.
+///
+/// # Safety
+/// `status` is `MPI_STATUS_IGNORE` or writable.
+pub unsafe fn iprobe_status(
     source: c_int,
     tag: c_int,
     comm: MPI_Comm,
-) -> MpiResult<MPI_Request> {
-    fake_first!("irecv_c", [count, source, tag, comm], |v: Vec<i64>| v
-        .first()
-        .map_or(MPI_REQUEST_NULL(), |&r| r as MPI_Request));
-    let mut r = MPI_REQUEST_NULL();
-    // SAFETY: the caller's buffer; a valid out-pointer.
-    check(unsafe { pmpi::PMPI_Irecv_c(buf, count, dt, source, tag, comm, &mut r) })?;
-    Ok(r)
+    status: *mut MPI_Status,
+) -> MpiResult<bool> {
+    fake_first!("iprobe", [source, tag, comm, status], |v: Vec<i64>| {
+        let found = word(&v, 0) != 0;
+        if found {
+            // SAFETY: the caller's status.
+            unsafe { fake_status(status, v.get(1..).unwrap_or(&[])) };
+        }
+        found
+    });
+    let mut flag: c_int = 0;
+    // SAFETY: a valid flag; the caller's status.
+    check(unsafe { pmpi::PMPI_Iprobe(source, tag, comm, &mut flag, status) })?;
+    Ok(flag != 0)
+}
+
+/// `MPI_Improbe`: whether a matching message was matched (then `*message` is its handle).
+/// Fake: the answer's words `[flag, message, source, tag]`.
+///
+/// # Safety
+/// `message` points to a writable message handle; `status` is `MPI_STATUS_IGNORE` or
+/// writable.
+pub unsafe fn improbe(
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> MpiResult<bool> {
+    fake_first!("improbe", [source, tag, comm, message, status], |v: Vec<
+        i64,
+    >| {
+        let found = word(&v, 0) != 0;
+        if found {
+            // SAFETY: the caller's message handle and status.
+            unsafe {
+                *message = word(&v, 1) as MPI_Message;
+                fake_status(status, v.get(2..).unwrap_or(&[]));
+            }
+        }
+        found
+    });
+    let mut flag: c_int = 0;
+    // SAFETY: a valid flag; the caller's message handle and status.
+    check(unsafe { pmpi::PMPI_Improbe(source, tag, comm, &mut flag, message, status) })?;
+    Ok(flag != 0)
 }
 
 /// `MPI_Send`.
@@ -177,22 +628,6 @@ pub fn wait(req: &mut MPI_Request) -> MpiResult<()> {
     fake_first!("wait", [*req], |_v: Vec<i64>| *req = MPI_REQUEST_NULL());
     // SAFETY: a valid handle pointer; the status is ignored.
     check(unsafe { pmpi::PMPI_Wait(req, MPI_STATUS_IGNORE) })
-}
-
-/// `MPI_Cancel`.
-pub fn cancel(req: MPI_Request) -> MpiResult<()> {
-    fake_first!("cancel", [req], |_v: Vec<i64>| ());
-    let mut r = req;
-    // SAFETY: a valid handle pointer (MPI only reads it).
-    check(unsafe { pmpi::PMPI_Cancel(&mut r) })
-}
-
-/// `MPI_Request_free`: `*req` becomes `MPI_REQUEST_NULL` on success.
-pub fn request_free(req: &mut MPI_Request) -> MpiResult<()> {
-    fake_first!("request_free", [*req], |_v: Vec<i64>| *req =
-        MPI_REQUEST_NULL());
-    // SAFETY: a valid handle pointer.
-    check(unsafe { pmpi::PMPI_Request_free(req) })
 }
 
 /// `MPI_Testsome` over `reqs`, with room for as many indices and statuses (`MPI_ERR_ARG`
