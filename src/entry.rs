@@ -28,12 +28,16 @@ static FAULT: AtomicU32 = AtomicU32::new(0);
 pub fn arm_fault(name: &str) {
     if let Some(i) = crate::api::NAMES.iter().position(|n| *n == name) {
         FAULT.store(i as u32 + 1, Ordering::Relaxed);
+        // a remembered call of that function would skip the injection (`lane`)
+        crate::coll::memo::invalidate();
     }
 }
 
 /// Turns interception on (after a successful `MPI_Init*`) or off (at `MPI_Finalize`).
 pub fn set_active(on: bool) {
     ACTIVE.store(on, Ordering::Release);
+    // the fast lane does not look at ACTIVE: remembered calls must not outlive it
+    crate::coll::memo::invalidate();
 }
 
 pub fn is_active() -> bool {

@@ -126,6 +126,7 @@ fn detach(p: Arc<PackedReq>) {
     let mut d = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
     d.push(p);
     N_DETACHED.store(d.len(), std::sync::atomic::Ordering::Relaxed);
+    crate::coll::memo::pending(crate::coll::memo::DETACHED, true);
 }
 
 /// Advances the freed packed requests; true when none is left.
@@ -149,6 +150,7 @@ fn poll_detached_slow() -> bool {
         !done
     });
     N_DETACHED.store(d.len(), Relaxed);
+    crate::coll::memo::pending(crate::coll::memo::DETACHED, !d.is_empty());
     d.is_empty()
 }
 

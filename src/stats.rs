@@ -40,6 +40,8 @@ thread_local! {
 
 pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
+    // counted calls skip the memo, whose fast lane does not look at this flag
+    crate::coll::memo::invalidate();
 }
 
 #[inline(always)]

@@ -33,11 +33,38 @@ const ARGS: usize = 7;
 /// them all.
 const SLOTS: usize = 8;
 
-static EPOCH: AtomicU64 = AtomicU64::new(1);
+/// The epoch (counted in units of [`EPOCH_UNIT`]) and, in the bits below, the work that
+/// every intercepted call must advance ([`SCHEDULES`], [`DETACHED`]): one word that a
+/// check before that work can compare with an entry's stamp (the epoch it was stored in,
+/// flags clear), so that a single load tells both that the entry is current and that the
+/// call has nothing else to do.
+static GATE: AtomicU64 = AtomicU64::new(EPOCH_UNIT);
+/// Outstanding schedules (`progress`).
+pub const SCHEDULES: u64 = 1;
+/// Outstanding freed packed requests (`request`).
+pub const DETACHED: u64 = 2;
+const FLAGS: u64 = SCHEDULES | DETACHED;
+const EPOCH_UNIT: u64 = FLAGS + 1;
 
 /// Forgets every thread's memo (see the module docs for when).
 pub fn invalidate() {
-    EPOCH.fetch_add(1, Ordering::AcqRel);
+    GATE.fetch_add(EPOCH_UNIT, Ordering::AcqRel);
+}
+
+/// Raises or clears a flag of pending work (`SCHEDULES`, `DETACHED`).
+pub fn pending(flag: u64, on: bool) {
+    if on {
+        GATE.fetch_or(flag, Ordering::AcqRel);
+    } else {
+        GATE.fetch_and(!flag, Ordering::AcqRel);
+    }
+}
+
+/// The stamp an entry must carry for a call with no work pending: the current epoch, and
+/// no flag up.
+#[inline(always)]
+pub fn open() -> u64 {
+    GATE.load(Ordering::Acquire)
 }
 
 /// Array elements a key can hold (counts, displacements, datatypes of the v- and
@@ -182,7 +209,7 @@ pub fn hit(key: &Key, arrays: &Arrays) -> bool {
     if crate::stats::enabled() {
         return false;
     }
-    let now = EPOCH.load(Ordering::Acquire);
+    let now = epoch();
     MEMO.with(|m| {
         let e = m[key.fid as usize % SLOTS].borrow();
         e.0 == now && e.1 == *key && e.2 == *arrays
@@ -197,7 +224,7 @@ pub fn hit_with(key: &Key, arrays: impl FnOnce(&Shape) -> Option<Arrays>) -> boo
     if crate::stats::enabled() {
         return false;
     }
-    let now = EPOCH.load(Ordering::Acquire);
+    let now = epoch();
     MEMO.with(|m| {
         let e = m[key.fid as usize % SLOTS].borrow();
         e.0 == now && e.1 == *key && arrays(&e.3).is_some_and(|a| a == e.2)
@@ -246,7 +273,7 @@ pub fn store(
 /// The current epoch, to pass to [`store`] (read before the call's checks).
 #[inline]
 pub fn epoch() -> u64 {
-    EPOCH.load(Ordering::Acquire)
+    GATE.load(Ordering::Acquire) & !FLAGS
 }
 
 #[cfg(test)]
@@ -358,5 +385,14 @@ mod tests {
             e,
         );
         assert!(!hit(&key(7), &Arrays::NONE));
+    }
+
+    #[test]
+    fn pending_work_shows_in_the_gate_not_in_the_epoch() {
+        pending(DETACHED, true);
+        assert_eq!(open() & DETACHED, DETACHED);
+        assert_eq!(epoch() & FLAGS, 0);
+        pending(DETACHED, false);
+        assert_eq!(open() & DETACHED, 0);
     }
 }

@@ -124,6 +124,7 @@ pub fn app_work() -> bool {
 
 fn recount(a: &[Arc<RunCell>]) {
     N_ACTIVE.store(a.len(), Ordering::Relaxed);
+    crate::coll::memo::pending(crate::coll::memo::SCHEDULES, !a.is_empty());
     N_FOR_THREAD.store(a.iter().filter(|c| c.for_thread).count(), Ordering::Relaxed);
 }
 
