@@ -14,9 +14,24 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::api::Fid;
+use crate::coll::memo::Memo;
+
+/// The calling thread's state on the entry path, in one thread-local: in a shared library
+/// each thread-local a function touches costs it a `__tls_get_addr` call (general-dynamic
+/// model), so the re-entry flag and the memo share one.
+struct Local {
+    /// Inside the shim: a hook is running, or this is the progress thread.
+    in_shim: Cell<bool>,
+    memo: Memo,
+}
 
 thread_local! {
-    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
+    static LOCAL: Local = const {
+        Local {
+            in_shim: Cell::new(false),
+            memo: Memo::new(),
+        }
+    };
 }
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -47,24 +62,30 @@ pub fn is_active() -> bool {
 /// True when the call must go straight to the system MPI.
 #[inline(always)]
 pub fn bypass() -> bool {
-    !ACTIVE.load(Ordering::Relaxed) || IN_SHIM.get()
+    !ACTIVE.load(Ordering::Relaxed) || LOCAL.with(|l| l.in_shim.get())
 }
 
 /// Marks the calling thread (the progress thread) as permanently inside the shim: any MPI
 /// call it makes through a callback goes straight to the MPI library.
 pub fn enter_forever() {
-    IN_SHIM.set(true);
+    LOCAL.with(|l| l.in_shim.set(true));
 }
 
 /// Whether the calling thread is inside a hook right now.
 pub fn inside() -> bool {
-    IN_SHIM.get()
+    LOCAL.with(|l| l.in_shim.get())
+}
+
+/// The calling thread's memo.
+#[inline(always)]
+pub fn with_memo<R>(f: impl FnOnce(&Memo) -> R) -> R {
+    LOCAL.with(|l| f(&l.memo))
 }
 
 /// Runs a hook for function `fid` with the re-entry flag, counters and panic guard.
 #[inline]
 pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
-    let outer = IN_SHIM.replace(true);
+    let outer = LOCAL.with(|l| l.in_shim.replace(true));
     crate::stats::count(fid);
     let t0 = crate::stats::start();
     let r = catch_unwind(AssertUnwindSafe(|| {
@@ -82,7 +103,7 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
         }
         hook()
     }));
-    IN_SHIM.set(outer);
+    LOCAL.with(|l| l.in_shim.set(outer));
     match r {
         Ok(v) => {
             crate::stats::stop(fid, t0);
@@ -97,9 +118,9 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
 /// so `SHIM_DISABLE=1` leaves every counter at zero.
 pub fn run_init<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
     let was_active = is_active();
-    let outer = IN_SHIM.replace(true);
+    let outer = LOCAL.with(|l| l.in_shim.replace(true));
     let r = catch_unwind(AssertUnwindSafe(hook));
-    IN_SHIM.set(outer);
+    LOCAL.with(|l| l.in_shim.set(outer));
     match r {
         Ok(v) => {
             if was_active || is_active() {
@@ -118,7 +139,7 @@ pub fn run_init<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
 pub fn install_panic_hook(verbose: bool) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if !IN_SHIM.get() {
+        if !inside() {
             return previous(info);
         }
         let loc = info

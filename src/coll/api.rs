@@ -29,27 +29,32 @@ macro_rules! hook {
     // system MPI goes there at once (see `memo`).
     ($call:expr, $comm:expr, $native:expr,
      memo[$($a:expr),*; types $($t:expr),*; ops $($o:expr),*], |$c:ident| $body:block) => {{
-        let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
-        if memo::hit(&key, &memo::Arrays::NONE) {
+        let (fid, comm) = ($call.fid, $comm);
+        let same = move |w: &mut memo::Words<'_>| w.is(comm) $(&& w.is($a))*;
+        if memo::hit(fid, same) {
             ($native)()
         } else {
             let epoch = memo::epoch();
             memo::arm();
-            let rc = hook!($call, $comm, $native, |$c| $body);
+            let rc = hook!($call, comm, $native, |$c| $body);
+            let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
             memo::store(key, &memo::Arrays::NONE, memo::Shape::default(), rc, &[$($t),*], &[$($o),*], epoch);
             rc
         }
     }};
     // A collective with array arguments: as above, with the arrays' contents in the key
-    // (`arrays` appends them to `a`, false when they cannot be read or do not fit; `types` the
-    // datatypes that must all be predefined for the call to be remembered). The arrays'
-    // lengths depend on the communicator (`m.size()`, `m.rank()`): a call whose scalar
-    // arguments match a remembered one reads them with the remembered shape first, and
-    // looks the communicator up only when that is not a hit.
+    // (`arrays` appends them to `a`, or compares them with a remembered call's, false when
+    // they cannot be read, do not fit or differ; `types` the datatypes that must all be
+    // predefined for the call to be remembered). The arrays' lengths depend on the
+    // communicator (`m.size()`, `m.rank()`): a call whose scalar arguments match a
+    // remembered one reads them with the remembered shape first, and looks the
+    // communicator up only when that is not a hit.
     ($call:expr, $comm:expr, $native:expr,
      memo_v[$($a:expr),*; arrays |$ac:ident, $aa:ident| $arr:expr; types $t:expr; ops $($o:expr),*],
      |$c:ident| $body:block) => {{
-        let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
+        let (fid, comm) = ($call.fid, $comm);
+        let same = move |w: &mut memo::Words<'_>| w.is(comm) $(&& w.is($a))*;
+        let same_arrays = move |$ac: &memo::Shape, $aa: &mut memo::Match<'_>| -> bool { $arr };
         let read = |shape: &memo::Shape| {
             let $ac = shape;
             let mut arrays = memo::Arrays::new();
@@ -59,10 +64,10 @@ macro_rules! hook {
             };
             readable.then_some(arrays)
         };
-        if memo::hit_with(&key, read) {
+        if memo::hit_with(fid, same, same_arrays) {
             ($native)()
         } else {
-            match Ctx::begin($call, $comm, $native) {
+            match Ctx::begin($call, comm, $native) {
                 Err(rc) => rc,
                 Ok(ctx) => {
                     let shape = memo::Shape::new(ctx.size(), ctx.rank());
@@ -78,6 +83,7 @@ macro_rules! hook {
                         // `types` may read the arrays too (Alltoallw's), with the same shape
                         #[allow(unused_variables)]
                         let $ac = &shape;
+                        let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
                         memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
                     }
                     rc

@@ -15,11 +15,12 @@
 //! operations only), the forced algorithms (changed at run time through the C API) and the
 //! decision tables (cleared with them). [`invalidate`] starts a new epoch whenever one of
 //! these can change: a communicator is freed (its handle may be reused) or an algorithm is
-//! overridden. Calls under `SHIM_STATS` skip the memo, so every call's path and bytes are
+//! overridden; and, since the fast lane looks at nothing else, when the shim is turned on
+//! or off, `SHIM_STATS` is set or a fault is armed. Calls under `SHIM_STATS` skip the memo, so every call's path and bytes are
 //! counted as before. The v- and w-collectives' arrays are part of the key by content
 //! ([`Arrays`]: an array may change behind an unchanged pointer).
 
-use core::cell::{Cell, RefCell};
+use core::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::*;
@@ -51,7 +52,8 @@ pub fn invalidate() {
     GATE.fetch_add(EPOCH_UNIT, Ordering::AcqRel);
 }
 
-/// Raises or clears a flag of pending work (`SCHEDULES`, `DETACHED`).
+/// Raises or clears a flag of pending work (`SCHEDULES`, `DETACHED`): while one is up, the
+/// fast lane is shut and every call takes the path that advances that work.
 pub fn pending(flag: u64, on: bool) {
     if on {
         GATE.fetch_or(flag, Ordering::AcqRel);
@@ -60,8 +62,8 @@ pub fn pending(flag: u64, on: bool) {
     }
 }
 
-/// The stamp an entry must carry for a call with no work pending: the current epoch, and
-/// no flag up.
+/// The stamp an entry must carry for the fast lane to take the call: the current epoch with
+/// no work pending.
 #[inline(always)]
 pub fn open() -> u64 {
     GATE.load(Ordering::Acquire)
@@ -103,28 +105,6 @@ pub struct Arrays {
     len: usize,
     v: [i64; ARRAY],
 }
-
-/// Word by word, with early exits: the derived and slice comparisons call `memcmp`, and a
-/// vectorized comparison reads the key just built on the stack with 16-byte loads over
-/// 8-byte stores, which stalls store forwarding; either was a sixth of a memoized call's
-/// time (perf). The arrays are compared only as far as they are filled.
-impl PartialEq for Key {
-    #[inline]
-    fn eq(&self, o: &Key) -> bool {
-        self.fid == o.fid
-            && self.comm == o.comm
-            && self.args.iter().zip(&o.args).all(|(a, b)| a == b)
-    }
-}
-impl Eq for Key {}
-
-impl PartialEq for Arrays {
-    #[inline]
-    fn eq(&self, o: &Arrays) -> bool {
-        self.len == o.len && (0..self.len.min(ARRAY)).all(|i| self.v[i] == o.v[i])
-    }
-}
-impl Eq for Arrays {}
 
 impl Arrays {
     /// No arrays: the calls without array arguments.
@@ -191,44 +171,219 @@ impl Shape {
     }
 }
 
-/// One remembered call: its epoch, scalar key, arrays and communicator shape.
-type Entry = (u64, Key, Arrays, Shape);
+/// One remembered call: its stamp, scalar key, arrays and communicator shape, in cells, so
+/// that a check reads the words it compares in place (no borrow flag, no copy; the fast lane
+/// cannot panic).
+struct Entry {
+    stamp: Cell<u64>,
+    fid: Cell<u16>,
+    /// The communicator, then the scalar arguments.
+    words: [Cell<usize>; 1 + ARGS],
+    len: Cell<usize>,
+    v: [Cell<i64>; ARRAY],
+    shape: Cell<Shape>,
+}
+
+/// A thread's remembered calls (kept in `entry`'s thread-local with the re-entry flag: one
+/// thread-local access serves the fast lane).
+pub struct Memo {
+    slots: [Entry; SLOTS],
+}
+
+impl Memo {
+    pub const fn new() -> Memo {
+        Memo {
+            slots: [const {
+                Entry {
+                    stamp: Cell::new(0),
+                    fid: Cell::new(0),
+                    words: [const { Cell::new(0) }; 1 + ARGS],
+                    len: Cell::new(0),
+                    v: [const { Cell::new(0) }; ARRAY],
+                    shape: Cell::new(Shape { size: 0, rank: 0 }),
+                }
+            }; SLOTS],
+        }
+    }
+
+    /// Whether a call of `fid` repeats the remembered one stamped `stamp`: `same` compares
+    /// its communicator and then its scalar arguments, in [`Key::new`]'s order, through
+    /// [`Words`]. A function's calls all have the same arguments, and arrays or none, so for
+    /// the calls without arrays this is the whole comparison.
+    #[inline(always)]
+    pub fn repeats(&self, stamp: u64, fid: Fid, same: impl FnOnce(&mut Words<'_>) -> bool) -> bool {
+        let e = &self.slots[fid as usize % SLOTS];
+        e.stamp.get() == stamp
+            && e.fid.get() == fid as u16
+            && same(&mut Words(e.words.iter()))
+    }
+
+    /// As [`Memo::repeats`], and the call's arrays, which `arrays` compares (through
+    /// [`Match`], with the communicator shape remembered with them) in the order the
+    /// remembered call's were appended.
+    #[inline(always)]
+    pub fn repeats_with(
+        &self,
+        stamp: u64,
+        fid: Fid,
+        same: impl FnOnce(&mut Words<'_>) -> bool,
+        arrays: impl FnOnce(&Shape, &mut Match<'_>) -> bool,
+    ) -> bool {
+        if !self.repeats(stamp, fid, same) {
+            return false;
+        }
+        let e = &self.slots[fid as usize % SLOTS];
+        let mut m = Match { e, at: 0 };
+        arrays(&e.shape.get(), &mut m) && m.at == e.len.get()
+    }
+
+    fn put(&self, stamp: u64, key: &Key, arrays: &Arrays, shape: Shape) {
+        let e = &self.slots[key.fid as usize % SLOTS];
+        e.stamp.set(stamp);
+        e.fid.set(key.fid);
+        let words = core::iter::once(&key.comm).chain(&key.args);
+        for (c, w) in e.words.iter().zip(words) {
+            c.set(*w);
+        }
+        e.len.set(arrays.len);
+        for (c, a) in e.v.iter().zip(&arrays.v[..arrays.len.min(ARRAY)]) {
+            c.set(*a);
+        }
+        e.shape.set(shape);
+    }
+}
+
+/// A scalar argument of a memo key (a buffer address, a count, a handle).
+pub trait Word: Copy {
+    /// The word the memo keeps.
+    fn word(self) -> usize;
+    /// Whether `w`, kept for an argument of the same type, is this argument's word.
+    #[inline(always)]
+    fn is(self, w: usize) -> bool {
+        self.word() == w
+    }
+}
+
+impl Word for c_int {
+    #[inline(always)]
+    fn word(self) -> usize {
+        self as usize
+    }
+    /// The low half decides: one 32-bit comparison, no sign extension.
+    #[inline(always)]
+    fn is(self, w: usize) -> bool {
+        w as c_int == self
+    }
+}
+
+impl Word for i64 {
+    #[inline(always)]
+    fn word(self) -> usize {
+        self as usize
+    }
+}
+
+impl Word for usize {
+    #[inline(always)]
+    fn word(self) -> usize {
+        self
+    }
+}
+
+impl<T> Word for *const T {
+    #[inline(always)]
+    fn word(self) -> usize {
+        self as usize
+    }
+}
+
+impl<T> Word for *mut T {
+    #[inline(always)]
+    fn word(self) -> usize {
+        self as usize
+    }
+}
+
+/// A call's scalar arguments compared with a remembered call's words, in order, in place.
+pub struct Words<'a>(core::slice::Iter<'a, Cell<usize>>);
+
+impl Words<'_> {
+    /// Whether the next remembered word is `x`'s.
+    #[inline(always)]
+    pub fn is(&mut self, x: impl Word) -> bool {
+        self.0.next().is_some_and(|w| x.is(w.get()))
+    }
+}
+
+impl Default for Memo {
+    fn default() -> Memo {
+        Memo::new()
+    }
+}
+
+/// A call's arrays compared with a remembered call's, as they are read: exactly (an array
+/// may change behind an unchanged pointer), in place, stopping at the first difference.
+pub struct Match<'a> {
+    e: &'a Entry,
+    at: usize,
+}
+
+impl Match<'_> {
+    #[inline(always)]
+    fn next(&mut self, n: usize, at: impl Fn(usize) -> i64) -> bool {
+        let end = self.at.saturating_add(n);
+        let Some(want) = self.e.v.get(self.at..end) else {
+            return false;
+        };
+        if !want.iter().enumerate().all(|(i, w)| w.get() == at(i)) {
+            return false;
+        }
+        self.at = end;
+        true
+    }
+
+    /// Compares a count or displacement array of `n` entries (as [`Arrays::counts`]).
+    ///
+    /// # Safety
+    /// As for [`Arrays::counts`].
+    #[inline]
+    pub unsafe fn counts(&mut self, c: Counts, n: usize) -> bool {
+        // SAFETY: the caller's contract.
+        !(c.is_null() && n > 0) && self.next(n, |i| unsafe { c.get(i) })
+    }
+
+    /// Compares `n` datatype handles (as [`Arrays::types`]).
+    ///
+    /// # Safety
+    /// As for [`Arrays::counts`].
+    #[inline]
+    pub unsafe fn types(&mut self, t: *const MPI_Datatype, n: usize) -> bool {
+        // SAFETY: the caller's contract.
+        !(t.is_null() && n > 0) && self.next(n, |i| unsafe { *t.add(i) } as i64)
+    }
+}
+
+/// Whether a call of `fid` whose scalar arguments `same` compares (as for
+/// [`Memo::repeats`]; no arrays) repeats a call that went to the system MPI in this epoch,
+/// on the ordinary path (which advances the pending work itself).
+#[inline]
+pub fn hit(fid: Fid, same: impl FnOnce(&mut Words<'_>) -> bool) -> bool {
+    !crate::stats::enabled() && crate::entry::with_memo(|m| m.repeats(epoch(), fid, same))
+}
+
+/// As [`hit`] for a call with array arguments, which `arrays` compares.
+#[inline]
+pub fn hit_with(
+    fid: Fid,
+    same: impl FnOnce(&mut Words<'_>) -> bool,
+    arrays: impl FnOnce(&Shape, &mut Match<'_>) -> bool,
+) -> bool {
+    !crate::stats::enabled()
+        && crate::entry::with_memo(|m| m.repeats_with(epoch(), fid, same, arrays))
+}
 
 thread_local! {
-    static MEMO: [RefCell<Entry>; SLOTS] = const {
-        [const {
-            RefCell::new((0, Key { fid: 0, comm: 0, args: [0; ARGS] }, Arrays::new(), Shape { size: 0, rank: 0 }))
-        }; SLOTS]
-    };
     static WENT_NATIVE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether `key` with `arrays` matches a call that went to the system MPI in this epoch.
-#[inline]
-pub fn hit(key: &Key, arrays: &Arrays) -> bool {
-    if crate::stats::enabled() {
-        return false;
-    }
-    let now = epoch();
-    MEMO.with(|m| {
-        let e = m[key.fid as usize % SLOTS].borrow();
-        e.0 == now && e.1 == *key && e.2 == *arrays
-    })
-}
-
-/// Whether a call with array arguments matches a remembered one: its scalar arguments
-/// `key`, and the arrays that `arrays` reads with the communicator shape remembered with
-/// them (None: unreadable), so that a hit never looks the communicator up.
-#[inline]
-pub fn hit_with(key: &Key, arrays: impl FnOnce(&Shape) -> Option<Arrays>) -> bool {
-    if crate::stats::enabled() {
-        return false;
-    }
-    let now = epoch();
-    MEMO.with(|m| {
-        let e = m[key.fid as usize % SLOTS].borrow();
-        e.0 == now && e.1 == *key && arrays(&e.3).is_some_and(|a| a == e.2)
-    })
 }
 
 /// Before a call's checks and decision: nothing has gone native yet.
@@ -267,7 +422,7 @@ pub fn store(
     if !(fixed_types && fixed_ops) {
         return;
     }
-    MEMO.with(|m| *m[key.fid as usize % SLOTS].borrow_mut() = (epoch, key, *arrays, shape));
+    crate::entry::with_memo(|m| m.put(epoch, &key, arrays, shape));
 }
 
 /// The current epoch, to pass to [`store`] (read before the call's checks).
@@ -280,16 +435,29 @@ pub fn epoch() -> u64 {
 mod tests {
     use super::*;
 
-    fn key(count: usize) -> Key {
-        Key::new(Fid::MPI_Allreduce, MPI_COMM_WORLD(), &[8, 16, count, 3, 4])
+    const ARGS5: [usize; 5] = [8, 16, 0, 3, 4];
+
+    fn args(count: usize) -> [usize; 5] {
+        let mut a = ARGS5;
+        a[2] = count;
+        a
     }
 
-    fn remember(k: Key, rc: c_int, types: &[MPI_Datatype]) {
+    /// Compares as the hooks' `same` closures do: the communicator, then the arguments.
+    fn same(a: &[usize]) -> impl FnOnce(&mut Words<'_>) -> bool + '_ {
+        move |w| w.is(MPI_COMM_WORLD()) && a.iter().all(|x| w.is(*x))
+    }
+
+    fn key(fid: Fid, a: &[usize]) -> Key {
+        Key::new(fid, MPI_COMM_WORLD(), a)
+    }
+
+    fn remember(count: usize, rc: c_int, types: &[MPI_Datatype]) {
         let e = epoch();
         arm();
         note_native();
         store(
-            k,
+            key(Fid::MPI_Allreduce, &args(count)),
             &Arrays::NONE,
             Shape::default(),
             rc,
@@ -299,23 +467,28 @@ mod tests {
         );
     }
 
+    fn hits(count: usize) -> bool {
+        hit(Fid::MPI_Allreduce, same(&args(count)))
+    }
+
     #[test]
     fn hits_only_what_went_native_with_predefined_handles() {
-        remember(key(1), MPI_SUCCESS, &[MPI_DOUBLE()]);
-        assert!(hit(&key(1), &Arrays::NONE));
-        assert!(!hit(&key(2), &Arrays::NONE), "other arguments");
-        // a failed call, a derived datatype, or a call that ran a schedule: not remembered
-        remember(key(3), MPI_ERR_COUNT, &[MPI_DOUBLE()]);
-        assert!(!hit(&key(3), &Arrays::NONE));
-        remember(key(4), MPI_SUCCESS, &[0x8c00_0010u32 as MPI_Datatype]);
+        remember(1, MPI_SUCCESS, &[MPI_DOUBLE()]);
+        assert!(hits(1));
+        assert!(!hits(2), "other arguments");
         assert!(
-            !hit(&key(4), &Arrays::NONE),
-            "a derived datatype handle can be reused"
+            !hit(Fid::MPI_Iallreduce, same(&args(1))),
+            "another function in the same slot"
         );
+        // a failed call, a derived datatype, or a call that ran a schedule: not remembered
+        remember(3, MPI_ERR_COUNT, &[MPI_DOUBLE()]);
+        assert!(!hits(3));
+        remember(4, MPI_SUCCESS, &[0x8c00_0010u32 as MPI_Datatype]);
+        assert!(!hits(4), "a derived datatype handle can be reused");
         let e = epoch();
         arm();
         store(
-            key(5),
+            key(Fid::MPI_Allreduce, &args(5)),
             &Arrays::NONE,
             Shape::default(),
             MPI_SUCCESS,
@@ -323,12 +496,12 @@ mod tests {
             &[MPI_SUM()],
             e,
         );
-        assert!(!hit(&key(5), &Arrays::NONE), "did not go native");
+        assert!(!hits(5), "did not go native");
     }
 
     #[test]
-    fn calls_with_arrays_read_them_with_the_remembered_shape() {
-        let k = Key::new(Fid::MPI_Gatherv, MPI_COMM_WORLD(), &[8, 1, 3, 16, 3, 0]);
+    fn calls_with_arrays_compare_them_with_the_remembered_shape() {
+        let a = [8, 1, 3, 16, 3, 0];
         let counts = |v: &[i64]| {
             let mut a = Arrays::new();
             assert!(a.push(v.len(), |i| v[i]));
@@ -338,7 +511,7 @@ mod tests {
         arm();
         note_native();
         store(
-            k,
+            key(Fid::MPI_Gatherv, &a),
             &counts(&[1, 1, 1]),
             Shape::new(3, 0),
             MPI_SUCCESS,
@@ -346,37 +519,62 @@ mod tests {
             &[],
             e,
         );
+        let ones = [1i32; 3];
+        let twos = [1i32, 2, 1];
+        let c = |p: &[i32]| Counts::I32(p.as_ptr());
         let mut seen = None;
-        assert!(hit_with(&k, |s| {
+        // SAFETY (all `counts` calls below): the arrays hold the 3 entries read.
+        assert!(hit_with(Fid::MPI_Gatherv, same(&a), |s, m| {
             seen = Some((s.size(), s.rank()));
-            Some(counts(&[1, 1, 1]))
+            unsafe { m.counts(c(&ones), s.size() as usize) }
         }));
         assert_eq!(seen, Some((3, 0)));
         assert!(
-            !hit_with(&k, |_| Some(counts(&[1, 2, 1]))),
+            !hit_with(Fid::MPI_Gatherv, same(&a), |_, m| unsafe { m.counts(c(&twos), 3) }),
             "an array changed behind the same pointer"
         );
-        assert!(!hit_with(&k, |_| None), "arrays that cannot be read");
-        let other = Key::new(Fid::MPI_Gatherv, MPI_COMM_WORLD(), &[8, 1, 3, 16, 3, 1]);
         assert!(
-            !hit_with(&other, |_| panic!("arrays read for another call")),
+            !hit_with(Fid::MPI_Gatherv, same(&a), |_, m| unsafe { m.counts(c(&ones), 2) }),
+            "fewer entries"
+        );
+        assert!(
+            !hit_with(Fid::MPI_Gatherv, same(&a), |_, m| unsafe {
+                m.counts(c(&ones), 3) && m.counts(c(&ones), 1)
+            }),
+            "more entries"
+        );
+        assert!(
+            !hit_with(Fid::MPI_Gatherv, same(&a), |_, m| unsafe {
+                m.counts(Counts::I32(core::ptr::null()), 3)
+            }),
+            "a NULL array is not read"
+        );
+        assert!(
+            !hit_with(Fid::MPI_Gatherv, same(&a), |_, _| false),
+            "arrays that cannot be read"
+        );
+        let other = [8, 1, 3, 16, 3, 1];
+        assert!(
+            !hit_with(Fid::MPI_Gatherv, same(&other), |_, _| panic!(
+                "arrays read for another call"
+            )),
             "other scalar arguments: the arrays are not even read"
         );
     }
 
     #[test]
     fn a_new_epoch_forgets() {
-        remember(key(6), MPI_SUCCESS, &[MPI_DOUBLE()]);
-        assert!(hit(&key(6), &Arrays::NONE));
+        remember(6, MPI_SUCCESS, &[MPI_DOUBLE()]);
+        assert!(hits(6));
         invalidate();
-        assert!(!hit(&key(6), &Arrays::NONE));
+        assert!(!hits(6));
         // an invalidation between reading the epoch and storing leaves the entry stale
         let e = epoch();
         arm();
         note_native();
         invalidate();
         store(
-            key(7),
+            key(Fid::MPI_Allreduce, &args(7)),
             &Arrays::NONE,
             Shape::default(),
             MPI_SUCCESS,
@@ -384,15 +582,58 @@ mod tests {
             &[MPI_SUM()],
             e,
         );
-        assert!(!hit(&key(7), &Arrays::NONE));
+        assert!(!hits(7));
     }
 
     #[test]
-    fn pending_work_shows_in_the_gate_not_in_the_epoch() {
+    fn pending_work_shuts_the_fast_lane_only() {
+        // an entry's stamp has the flags clear: the lane's stamp (`open`) with a flag up
+        // never matches it, the ordinary path's (`epoch`) ignores the flags
+        let m = Memo::new();
+        let k = key(Fid::MPI_Bcast, &ARGS5);
+        m.put(8 * EPOCH_UNIT, &k, &Arrays::NONE, Shape::default());
+        assert!(m.repeats(8 * EPOCH_UNIT, Fid::MPI_Bcast, same(&ARGS5)));
+        for flag in [SCHEDULES, DETACHED] {
+            assert!(!m.repeats(8 * EPOCH_UNIT | flag, Fid::MPI_Bcast, same(&ARGS5)));
+        }
         pending(DETACHED, true);
         assert_eq!(open() & DETACHED, DETACHED);
         assert_eq!(epoch() & FLAGS, 0);
         pending(DETACHED, false);
         assert_eq!(open() & DETACHED, 0);
+    }
+
+    #[test]
+    fn words_compare_exactly() {
+        let m = Memo::new();
+        let k = Key::new(Fid::MPI_Bcast, MPI_COMM_WORLD(), &[
+            (-5i32).word(),
+            (-1i64).word(),
+            (0x10usize as *const u8).word(),
+        ]);
+        m.put(EPOCH_UNIT, &k, &Arrays::NONE, Shape::default());
+        let with = |a: c_int, b: i64, p: usize| {
+            m.repeats(EPOCH_UNIT, Fid::MPI_Bcast, |w| {
+                w.is(MPI_COMM_WORLD()) && w.is(a) && w.is(b) && w.is(p as *const u8)
+            })
+        };
+        assert!(with(-5, -1, 0x10));
+        assert!(!with(5, -1, 0x10));
+        assert!(!with(-5, 0xffff_ffff, 0x10), "an i64 compares all its bits");
+        assert!(!with(-5, -1, 0x1_0000_0010));
+        assert!(
+            !m.repeats(EPOCH_UNIT, Fid::MPI_Bcast, |w| {
+                w.is(MPI_COMM_WORLD())
+                    && w.is(-5i32)
+                    && w.is(-1i64)
+                    && w.is(0x10usize)
+                    && w.is(0usize)
+                    && w.is(0usize)
+                    && w.is(0usize)
+                    && w.is(0usize)
+                    && w.is(0usize)
+            }),
+            "more words than a key holds"
+        );
     }
 }
