@@ -7,18 +7,24 @@
 //! the per-function counters updated, and a panic guard: a panic must never unwind into C
 //! (undefined behaviour, and since Rust 1.81 an abort of this rank alone, which leaves the
 //! other ranks hanging), so it is caught, logged, and turned into `PMPI_Abort`.
+//!
+//! The collective hooks come here themselves (`slow`), after their fast lane (`lane`): a
+//! call repeating the last one of its function that went to the system MPI
+//! (`coll::memo`) goes there with only the re-entry flag and the counter.
 
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use core::ffi::c_int;
+
 use crate::api::Fid;
 use crate::coll::memo::Memo;
 
 /// The calling thread's state on the entry path, in one thread-local: in a shared library
 /// each thread-local a function touches costs it a `__tls_get_addr` call (general-dynamic
-/// model), so the re-entry flag and the memo share one.
+/// model), so the re-entry flag and the memo share one, which [`lane`] reads once.
 struct Local {
     /// Inside the shim: a hook is running, or this is the progress thread.
     in_shim: Cell<bool>,
@@ -80,6 +86,49 @@ pub fn inside() -> bool {
 #[inline(always)]
 pub fn with_memo<R>(f: impl FnOnce(&Memo) -> R) -> R {
     LOCAL.with(|l| f(&l.memo))
+}
+
+/// The fast lane of a collective hook: a call that `repeats` the last call of its function
+/// that went to the system MPI (`coll::memo`), with no other work pending, goes there at once,
+/// with the re-entry flag set and counted as [`run`] would; `None` sends it the ordinary way
+/// ([`slow`]). Nothing here can panic (comparisons, then the C library), so it needs no
+/// panic guard; the progress rule holds as the memo's stamp covers the pending work, and
+/// `SHIM_STATS` (fixed from init on) keeps calls out of the memo.
+#[inline(always)]
+pub fn lane(
+    fid: Fid,
+    repeats: impl FnOnce(&Memo) -> bool,
+    native: &impl Fn() -> c_int,
+) -> Option<c_int> {
+    // the address only, so that `with` stays small enough to be inlined (a call to it
+    // costs more than the lane's checks)
+    let l = LOCAL.with(|l| l as *const Local);
+    // SAFETY: the thread-local has no destructor, so it lives as long as this thread, and
+    // the reference does not outlive this call.
+    let l = unsafe { &*l };
+    if l.in_shim.get() || !repeats(&l.memo) {
+        return None;
+    }
+    l.in_shim.set(true);
+    crate::stats::count(fid);
+    let rc = native();
+    l.in_shim.set(false);
+    Some(rc)
+}
+
+/// The ordinary path of a collective hook, whose [`lane`] did not take the call: straight
+/// to the system MPI when bypassed, else the hook (given `native`) under [`run`]. Out of
+/// line, so that the lanes inlined into the entry points stay small.
+#[inline(never)]
+pub fn slow(
+    fid: Fid,
+    native: &dyn Fn() -> c_int,
+    hook: impl FnOnce(&dyn Fn() -> c_int) -> c_int,
+) -> c_int {
+    if bypass() {
+        return native();
+    }
+    run(fid, || hook(native))
 }
 
 /// Runs a hook for function `fid` with the re-entry flag, counters and panic guard.
@@ -185,4 +234,29 @@ fn panic_abort(what: &str, payload: Box<dyn Any + Send>) -> ! {
         crate::log::prefix()
     ));
     crate::init::abort_job(70);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lane_sets_the_reentry_flag_and_counts() {
+        let fid = Fid::MPI_Neighbor_alltoallw_init_c;
+        let before = crate::stats::calls(fid as usize);
+        let native = || {
+            assert!(inside(), "the system MPI's callbacks must bypass the shim");
+            // a call from inside (a callback) never takes the lane
+            assert_eq!(lane(fid, |_| true, &|| 1), None);
+            7
+        };
+        assert_eq!(lane(fid, |_| true, &native), Some(7));
+        assert!(!inside());
+        assert_eq!(crate::stats::calls(fid as usize), before + 1);
+        assert_eq!(
+            lane(fid, |_| false, &|| -> c_int { panic!("not a repeat") }),
+            None
+        );
+        assert_eq!(crate::stats::calls(fid as usize), before + 1);
+    }
 }

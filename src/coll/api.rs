@@ -23,23 +23,34 @@ use crate::dtype::TypeInfo;
 use crate::sched::Addr;
 use crate::stats;
 
-/// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`).
+/// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`), under
+/// `entry::slow` (the re-entry bypass, then `entry::run`): the generated entry points call
+/// the hooks directly, so that a memoized call takes its fast lane (`entry::lane`) before
+/// any of that.
 macro_rules! hook {
     // A collective without array arguments: a call equal to the last one that went to the
     // system MPI goes there at once (see `memo`).
-    ($call:expr, $comm:expr, $native:expr,
+    ($call:expr, $comm:expr, $native:ident,
      memo[$($a:expr),*; types $($t:expr),*; ops $($o:expr),*], |$c:ident| $body:block) => {{
-        let (fid, comm) = ($call.fid, $comm);
+        // by value (`move`): no address escapes before the lane's checks
+        let fid = $call.fid;
+        let comm = $comm;
         let same = move |w: &mut memo::Words<'_>| w.is(comm) $(&& w.is($a))*;
-        if memo::hit(fid, same) {
-            ($native)()
-        } else {
-            let epoch = memo::epoch();
-            memo::arm();
-            let rc = hook!($call, comm, $native, |$c| $body);
-            let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
-            memo::store(key, &memo::Arrays::NONE, memo::Shape::default(), rc, &[$($t),*], &[$($o),*], epoch);
-            rc
+        match crate::entry::lane(fid, move |m| m.repeats(memo::open(), fid, same), $native) {
+            Some(rc) => rc,
+            // the ordinary path takes the address of a copy: the caller's closure stays in
+            // registers on the lane
+            None => crate::entry::slow(fid, &{ *$native }, move |$native| {
+                if memo::hit(fid, same) {
+                    return $native();
+                }
+                let epoch = memo::epoch();
+                memo::arm();
+                let rc = hook!(@ctx $call, comm, $native, |$c| $body);
+                let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
+                memo::store(key, &memo::Arrays::NONE, memo::Shape::default(), rc, &[$($t),*], &[$($o),*], epoch);
+                rc
+            }),
         }
     }};
     // A collective with array arguments: as above, with the arrays' contents in the key
@@ -49,49 +60,58 @@ macro_rules! hook {
     // communicator (`m.size()`, `m.rank()`): a call whose scalar arguments match a
     // remembered one reads them with the remembered shape first, and looks the
     // communicator up only when that is not a hit.
-    ($call:expr, $comm:expr, $native:expr,
+    ($call:expr, $comm:expr, $native:ident,
      memo_v[$($a:expr),*; arrays |$ac:ident, $aa:ident| $arr:expr; types $t:expr; ops $($o:expr),*],
      |$c:ident| $body:block) => {{
-        let (fid, comm) = ($call.fid, $comm);
+        let fid = $call.fid;
+        let comm = $comm;
         let same = move |w: &mut memo::Words<'_>| w.is(comm) $(&& w.is($a))*;
         let same_arrays = move |$ac: &memo::Shape, $aa: &mut memo::Match<'_>| -> bool { $arr };
-        let read = |shape: &memo::Shape| {
-            let $ac = shape;
-            let mut arrays = memo::Arrays::new();
-            let readable = {
-                let $aa = &mut arrays;
-                $arr
-            };
-            readable.then_some(arrays)
-        };
-        if memo::hit_with(fid, same, same_arrays) {
-            ($native)()
-        } else {
-            match Ctx::begin($call, comm, $native) {
-                Err(rc) => rc,
-                Ok(ctx) => {
-                    let shape = memo::Shape::new(ctx.size(), ctx.rank());
-                    // an intercommunicator's arrays are sized by the remote group
-                    let arrays = if ctx.st.inter { None } else { read(&shape) };
-                    let epoch = memo::epoch();
-                    memo::arm();
-                    let $c = &ctx;
-                    #[allow(clippy::redundant_closure_call)]
-                    let r: Result<c_int, c_int> = (|| $body)();
-                    let rc = r.unwrap_or_else(|e| e);
-                    if let Some(arrays) = arrays {
-                        // `types` may read the arrays too (Alltoallw's), with the same shape
-                        #[allow(unused_variables)]
-                        let $ac = &shape;
-                        let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
-                        memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
-                    }
-                    rc
+        match crate::entry::lane(fid, move |m| m.repeats_with(memo::open(), fid, same, same_arrays), $native) {
+            Some(rc) => rc,
+            None => crate::entry::slow(fid, &{ *$native }, move |$native| {
+                if memo::hit_with(fid, same, same_arrays) {
+                    return $native();
                 }
-            }
+                match Ctx::begin($call, comm, $native) {
+                    Err(rc) => rc,
+                    Ok(ctx) => {
+                        let shape = memo::Shape::new(ctx.size(), ctx.rank());
+                        // an intercommunicator's arrays are sized by the remote group
+                        let arrays = if ctx.st.inter {
+                            None
+                        } else {
+                            let $ac = &shape;
+                            let mut arrays = memo::Arrays::new();
+                            let readable = {
+                                let $aa = &mut arrays;
+                                $arr
+                            };
+                            readable.then_some(arrays)
+                        };
+                        let epoch = memo::epoch();
+                        memo::arm();
+                        let $c = &ctx;
+                        #[allow(clippy::redundant_closure_call)]
+                        let r: Result<c_int, c_int> = (|| $body)();
+                        let rc = r.unwrap_or_else(|e| e);
+                        if let Some(arrays) = arrays {
+                            // `types` may read the arrays too (Alltoallw's), with the same shape
+                            #[allow(unused_variables)]
+                            let $ac = &shape;
+                            let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
+                            memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
+                        }
+                        rc
+                    }
+                }
+            }),
         }
     }};
-    ($call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
+    ($call:expr, $comm:expr, $native:ident, |$c:ident| $body:block) => {{
+        crate::entry::slow($call.fid, $native, move |$native| hook!(@ctx $call, $comm, $native, |$c| $body))
+    }};
+    (@ctx $call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
         match Ctx::begin($call, $comm, $native) {
             Err(rc) => rc,
             Ok(ctx) => {
@@ -244,7 +264,8 @@ impl Ctx<'_> {
     }
 }
 
-pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
+#[inline]
+pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &(impl Fn() -> c_int + Copy)) -> c_int {
     hook!(call, comm, native, memo[; types MPI_DATATYPE_NULL(); ops MPI_OP_NULL()], |c| {
         if c.st.inter {
             return inter::barrier(c);
@@ -261,6 +282,7 @@ pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) ->
     })
 }
 
+#[inline]
 pub unsafe fn bcast(
     call: Call,
     buffer: *mut c_void,
@@ -268,7 +290,7 @@ pub unsafe fn bcast(
     datatype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[buffer, count, datatype, root; types datatype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -384,6 +406,7 @@ fn gather_common(
     })
 }
 
+#[inline]
 pub unsafe fn gather(
     call: Call,
     sendbuf: *const c_void,
@@ -394,7 +417,7 @@ pub unsafe fn gather(
     recvtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -430,6 +453,7 @@ pub unsafe fn gather(
     })
 }
 
+#[inline]
 pub unsafe fn gatherv(
     call: Call,
     sendbuf: *const c_void,
@@ -441,7 +465,7 @@ pub unsafe fn gatherv(
     recvtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, sendcount, sendtype, recvbuf, recvtype, root;
         arrays |m, a| {
@@ -555,6 +579,7 @@ fn scatter_common(
     })
 }
 
+#[inline]
 pub unsafe fn scatter(
     call: Call,
     sendbuf: *const c_void,
@@ -565,7 +590,7 @@ pub unsafe fn scatter(
     recvtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -601,6 +626,7 @@ pub unsafe fn scatter(
     })
 }
 
+#[inline]
 pub unsafe fn scatterv(
     call: Call,
     sendbuf: *const c_void,
@@ -612,7 +638,7 @@ pub unsafe fn scatterv(
     recvtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, sendtype, recvbuf, recvcount, recvtype, root;
         arrays |m, a| {
@@ -708,6 +734,7 @@ fn allgather_common(
     })
 }
 
+#[inline]
 pub unsafe fn allgather(
     call: Call,
     sendbuf: *const c_void,
@@ -717,7 +744,7 @@ pub unsafe fn allgather(
     recvcount: i64,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -748,6 +775,7 @@ pub unsafe fn allgather(
     })
 }
 
+#[inline]
 pub unsafe fn allgatherv(
     call: Call,
     sendbuf: *const c_void,
@@ -758,7 +786,7 @@ pub unsafe fn allgatherv(
     displs: Counts,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, sendcount, sendtype, recvbuf, recvtype;
         // SAFETY: sized by the group (MPI-4.0 §6.7)
@@ -889,6 +917,7 @@ fn triples(
         .collect())
 }
 
+#[inline]
 pub unsafe fn alltoall(
     call: Call,
     sendbuf: *const c_void,
@@ -898,7 +927,7 @@ pub unsafe fn alltoall(
     recvcount: i64,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -939,6 +968,7 @@ pub unsafe fn alltoall(
     })
 }
 
+#[inline]
 pub unsafe fn alltoallv(
     call: Call,
     sendbuf: *const c_void,
@@ -950,7 +980,7 @@ pub unsafe fn alltoallv(
     rdispls: Counts,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, sendtype, recvbuf, recvtype;
         // SAFETY: sized by the group (MPI-4.0 §6.8); the send side is ignored in place
@@ -1013,6 +1043,7 @@ unsafe fn all_types(
     v
 }
 
+#[inline]
 pub unsafe fn alltoallw(
     call: Call,
     sendbuf: *const c_void,
@@ -1024,7 +1055,7 @@ pub unsafe fn alltoallw(
     rdispls: Counts,
     recvtypes: *const MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, recvbuf;
         // SAFETY: sized by the group (MPI-4.0 §6.8); the send side is ignored in place
@@ -1070,6 +1101,7 @@ pub unsafe fn alltoallw(
     })
 }
 
+#[inline]
 pub unsafe fn reduce(
     call: Call,
     sendbuf: *const c_void,
@@ -1079,7 +1111,7 @@ pub unsafe fn reduce(
     op: MPI_Op,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op, root; types datatype; ops op], |c| {
         if c.st.inter {
@@ -1119,6 +1151,7 @@ pub unsafe fn reduce(
     })
 }
 
+#[inline]
 pub unsafe fn allreduce(
     call: Call,
     sendbuf: *const c_void,
@@ -1127,7 +1160,7 @@ pub unsafe fn allreduce(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         if c.st.inter {
@@ -1193,6 +1226,7 @@ fn reduce_scatter_common(
     })
 }
 
+#[inline]
 pub unsafe fn reduce_scatter(
     call: Call,
     sendbuf: *const c_void,
@@ -1201,7 +1235,7 @@ pub unsafe fn reduce_scatter(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, recvbuf, datatype, op;
         // SAFETY: sized by the group (MPI-4.0 §6.10.1)
@@ -1224,6 +1258,7 @@ pub unsafe fn reduce_scatter(
     })
 }
 
+#[inline]
 pub unsafe fn reduce_scatter_block(
     call: Call,
     sendbuf: *const c_void,
@@ -1232,7 +1267,7 @@ pub unsafe fn reduce_scatter_block(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, recvcount, datatype, op; types datatype; ops op], |c| {
         if c.st.inter {
@@ -1285,6 +1320,7 @@ fn scan_common(
     })
 }
 
+#[inline]
 pub unsafe fn scan(
     call: Call,
     sendbuf: *const c_void,
@@ -1293,13 +1329,14 @@ pub unsafe fn scan(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         scan_common(c, Coll::Scan, sendbuf, recvbuf, count, datatype, op)
     })
 }
 
+#[inline]
 pub unsafe fn exscan(
     call: Call,
     sendbuf: *const c_void,
@@ -1308,7 +1345,7 @@ pub unsafe fn exscan(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         scan_common(c, Coll::Exscan, sendbuf, recvbuf, count, datatype, op)
@@ -1388,6 +1425,7 @@ fn degrees(c: &Ctx<'_>) -> Result<(usize, usize), c_int> {
     }
 }
 
+#[inline]
 pub unsafe fn neighbor_allgather(
     call: Call,
     sendbuf: *const c_void,
@@ -1397,7 +1435,7 @@ pub unsafe fn neighbor_allgather(
     recvcount: i64,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let rext = extent(c, recvtype, "recvtype")?;
@@ -1440,6 +1478,7 @@ pub unsafe fn neighbor_allgatherv(
     })
 }
 
+#[inline]
 pub unsafe fn neighbor_alltoall(
     call: Call,
     sendbuf: *const c_void,
@@ -1449,7 +1488,7 @@ pub unsafe fn neighbor_alltoall(
     recvcount: i64,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let sext = extent(c, sendtype, "sendtype")?;

@@ -19,6 +19,13 @@
 //! or off, `SHIM_STATS` is set or a fault is armed. Calls under `SHIM_STATS` skip the memo, so every call's path and bytes are
 //! counted as before. The v- and w-collectives' arrays are part of the key by content
 //! ([`Arrays`]: an array may change behind an unchanged pointer).
+//!
+//! The check runs first thing in the hook, before the re-entry bookkeeping and the panic
+//! guard (`entry::lane`, the fast lane): the memo sits in the same thread-local as the
+//! re-entry flag, its entries are cells compared word by word in place ([`Words`],
+//! [`Match`]), and one word (`GATE`) holds the epoch and whether work is pending that
+//! every call must advance, so a hit needs one thread-local access and one global load
+//! besides the comparison (`scripts/bench/fastlane` counts the instructions).
 
 use core::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,10 +42,10 @@ const ARGS: usize = 7;
 const SLOTS: usize = 8;
 
 /// The epoch (counted in units of [`EPOCH_UNIT`]) and, in the bits below, the work that
-/// every intercepted call must advance ([`SCHEDULES`], [`DETACHED`]): one word that a
-/// check before that work can compare with an entry's stamp (the epoch it was stored in,
-/// flags clear), so that a single load tells both that the entry is current and that the
-/// call has nothing else to do.
+/// every intercepted call must advance ([`SCHEDULES`], [`DETACHED`]): one word that the fast
+/// lane compares with an entry's stamp (the epoch it was stored in, flags clear), so that a
+/// single load tells both that the entry is current and that the call has nothing else to
+/// do (`entry::lane`).
 static GATE: AtomicU64 = AtomicU64::new(EPOCH_UNIT);
 /// Outstanding schedules (`progress`).
 pub const SCHEDULES: u64 = 1;
