@@ -6,7 +6,8 @@
 //!   `libshim.so` has no `libmpi` in `DT_NEEDED`),
 //! - the exported `#[no_mangle] extern "C" MPI_*` entry point, which takes the fast path
 //!   (straight to `PMPI_*`) when the shim is inactive or re-entered, and otherwise runs the
-//!   hook named by the table inside `crate::edge::entry::run` (counters, timing, panic guard).
+//!   hook named by the table inside `crate::edge::entry::run` (counters, timing, panic guard);
+//!   the collective hooks do both themselves, after their fast lane (`crate::platform::guard::lane`).
 //!
 //! and, into `$OUT_DIR/fortran_gen.rs`, the Fortran entry points (`build_fortran.rs`).
 //!
@@ -595,14 +596,18 @@ fn main() {
                     }
                 };
                 let conv: Vec<String> = f.params[..nbase].iter().map(|p| coll_arg(p).0).collect();
+                // the hook bypasses the shim or runs under `edge::entry::run` itself, after its
+                // fast lane (`platform::guard::lane`, src/hooks/coll.rs); the lane is compiled
+                // for the classic blocking form's own closure (its arguments stay in
+                // registers), the other forms share one through `&dyn` (one copy of the hook each)
+                let native = if variant == Variant::Blocking && !f.name.ends_with("_c") {
+                    "&native"
+                } else {
+                    "&(&native as &dyn Fn() -> c_int)"
+                };
                 writeln!(
                     o,
-                    "        if crate::platform::guard::bypass() {{ return native(); }}"
-                )
-                .unwrap();
-                writeln!(
-                    o,
-                    "        crate::edge::entry::run({fid}, move || unsafe {{ crate::hooks::coll::{base}(crate::services::coll::Call {{ fid: {fid}, variant: {var} }}, {}, &native) }})",
+                    "        unsafe {{ crate::hooks::coll::{base}(crate::services::coll::Call {{ fid: {fid}, variant: {var} }}, {}, {native}) }}",
                     conv.join(", ")
                 )
                 .unwrap();

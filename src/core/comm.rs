@@ -248,9 +248,8 @@ unsafe extern "C" fn delete_state(
 ) -> c_int {
     crate::platform::guard::guard("communicator attribute delete callback", || {
         GENERATION.fetch_add(1, Ordering::AcqRel);
-        if let Some(notice) = FREE_NOTICE.get() {
-            notice();
-        }
+        // a new communicator may reuse the handle: remembered calls on it are void
+        crate::platform::memo::invalidate();
         if !value.is_null() {
             // SAFETY: the attribute holds one strong count of an Arc<CommState>.
             drop(unsafe { Arc::from_raw(value as *const CommState) });
@@ -330,22 +329,12 @@ pub fn get(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
 
 /// Bumped whenever a state is released (a communicator freed, finalize): entries of the
 /// per-thread memo below from an older generation are not trusted.
-/// Called whenever a communicator the shim keeps state for is freed: the collective
-/// service's memo must forget calls on it (a new communicator may reuse the handle). A
-/// registration made by `hooks::init`, since the service sits above this layer.
-static FREE_NOTICE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
-
 /// `SHIM_SCHED_CACHE`: schedules kept per communicator. Handed over at init.
 static SCHED_CACHE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(32);
 
 /// Installs `SHIM_SCHED_CACHE` as read at init.
 pub fn configure(sched_cache: usize) {
     SCHED_CACHE.store(sched_cache, Ordering::Relaxed);
-}
-
-/// Registers the communicator-free notice (once, at init).
-pub fn on_free(notice: fn()) {
-    let _ = FREE_NOTICE.set(notice);
 }
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);

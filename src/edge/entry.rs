@@ -7,8 +7,25 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use core::ffi::c_int;
+
 use crate::platform::api::Fid;
 use crate::platform::guard;
+
+/// The ordinary path of a collective hook, whose fast lane (`guard::lane`) did not take the
+/// call: straight to the system MPI when bypassed, else the hook (given `native`) under
+/// [`run`]. Out of line, so that the lanes inlined into the entry points stay small.
+#[inline(never)]
+pub fn slow(
+    fid: Fid,
+    native: &dyn Fn() -> c_int,
+    hook: impl FnOnce(&dyn Fn() -> c_int) -> c_int,
+) -> c_int {
+    if guard::bypass() {
+        return native();
+    }
+    run(fid, || hook(native))
+}
 
 /// Runs a hook for function `fid` with the re-entry flag, counters and panic guard.
 #[inline]

@@ -19,74 +19,100 @@ use core::ffi::{c_int, c_void};
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::Addr;
 use crate::platform::abi::*;
+use crate::platform::memo;
 use crate::services::coll::algo::{self, Block};
-use crate::services::coll::memo;
 use crate::services::coll::select::{Algo, Form};
 use crate::services::coll::{Call, Coll, Ctx, Done, Raised, inter, key, return_code};
 
-/// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`).
+/// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`), under
+/// `entry::slow` (the re-entry bypass, then `entry::run`): the generated entry points call
+/// the hooks directly, so that a memoized call takes its fast lane (`entry::lane`) before
+/// any of that.
 macro_rules! hook {
     // A collective without array arguments: a call equal to the last one that went to the
     // system MPI goes there at once (see `memo`).
-    ($call:expr, $comm:expr, $native:expr,
+    ($call:expr, $comm:expr, $native:ident,
      memo[$($a:expr),*; types $($t:expr),*; ops $($o:expr),*], |$c:ident| $body:block) => {{
-        let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
-        if memo::hit(&key, &memo::Arrays::NONE) {
-            ($native)()
-        } else {
-            let epoch = memo::epoch();
-            memo::arm();
-            let rc = hook!($call, $comm, $native, |$c| $body);
-            memo::store(key, &memo::Arrays::NONE, memo::Shape::default(), rc, &[$($t),*], &[$($o),*], epoch);
-            rc
+        // by value (`move`): no address escapes before the lane's checks
+        let fid = $call.fid;
+        let comm = $comm;
+        let same = move |w: &mut memo::Words<'_>| w.is(comm) $(&& w.is($a))*;
+        match crate::platform::guard::lane(fid, move |m| m.repeats(memo::open(), fid, same), $native) {
+            Some(rc) => rc,
+            // the ordinary path takes the address of a copy: the caller's closure stays in
+            // registers on the lane
+            None => crate::edge::entry::slow(fid, &{ *$native }, move |$native| {
+                if memo::hit(fid, same) {
+                    return $native();
+                }
+                let epoch = memo::epoch();
+                memo::arm();
+                let rc = hook!(@ctx $call, comm, $native, |$c| $body);
+                let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
+                memo::store(key, &memo::Arrays::NONE, memo::Shape::default(), rc, &[$($t),*], &[$($o),*], epoch);
+                rc
+            }),
         }
     }};
     // A collective with array arguments: as above, with the arrays' contents in the key
-    // (`arrays` appends them to `a`, false when they cannot be read or do not fit; `types` the
-    // datatypes that must all be predefined for the call to be remembered). The arrays'
-    // lengths depend on the communicator (`m.size()`, `m.rank()`): a call whose scalar
-    // arguments match a remembered one reads them with the remembered shape first, and
-    // looks the communicator up only when that is not a hit.
-    ($call:expr, $comm:expr, $native:expr,
+    // (`arrays` appends them to `a`, or compares them with a remembered call's, false when
+    // they cannot be read, do not fit or differ; `types` the datatypes that must all be
+    // predefined for the call to be remembered). The arrays' lengths depend on the
+    // communicator (`m.size()`, `m.rank()`): a call whose scalar arguments match a
+    // remembered one reads them with the remembered shape first, and looks the
+    // communicator up only when that is not a hit.
+    ($call:expr, $comm:expr, $native:ident,
      memo_v[$($a:expr),*; arrays |$ac:ident, $aa:ident| $arr:expr; types $t:expr; ops $($o:expr),*],
      |$c:ident| $body:block) => {{
-        let key = memo::Key::new($call.fid, $comm, &[$($a as usize),*]);
-        let read = |shape: &memo::Shape| {
-            let $ac = shape;
-            let mut arrays = memo::Arrays::new();
-            let readable = {
-                let $aa = &mut arrays;
-                $arr
-            };
-            readable.then_some(arrays)
-        };
-        if memo::hit_with(&key, read) {
-            ($native)()
-        } else {
-            match Ctx::begin($call, $comm, $native) {
-                Err(rc) => rc,
-                Ok(ctx) => {
-                    let shape = memo::Shape::new(ctx.size(), ctx.rank());
-                    // an intercommunicator's arrays are sized by the remote group
-                    let arrays = if ctx.st.inter { None } else { read(&shape) };
-                    let epoch = memo::epoch();
-                    memo::arm();
-                    let $c = &ctx;
-                    #[allow(clippy::redundant_closure_call)]
-                    let r: Result<Done, Raised> = (|| $body)();
-                    let rc = return_code(r);
-                    if let Some(arrays) = arrays {
-                        // `types` may read the arrays too (Alltoallw's), with the same shape
-                        #[allow(unused_variables)]
-                        let $ac = &shape;
-                        memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
-                    }
-                    rc
+        let fid = $call.fid;
+        let comm = $comm;
+        let same = move |w: &mut memo::Words<'_>| w.is(comm) $(&& w.is($a))*;
+        let same_arrays = move |$ac: &memo::Shape, $aa: &mut memo::Match<'_>| -> bool { $arr };
+        match crate::platform::guard::lane(fid, move |m| m.repeats_with(memo::open(), fid, same, same_arrays), $native) {
+            Some(rc) => rc,
+            None => crate::edge::entry::slow(fid, &{ *$native }, move |$native| {
+                if memo::hit_with(fid, same, same_arrays) {
+                    return $native();
                 }
-            }
+                match Ctx::begin($call, comm, $native) {
+                    Err(rc) => rc,
+                    Ok(ctx) => {
+                        let shape = memo::Shape::new(ctx.size(), ctx.rank());
+                        // an intercommunicator's arrays are sized by the remote group
+                        let arrays = if ctx.st.inter {
+                            None
+                        } else {
+                            let $ac = &shape;
+                            let mut arrays = memo::Arrays::new();
+                            let readable = {
+                                let $aa = &mut arrays;
+                                $arr
+                            };
+                            readable.then_some(arrays)
+                        };
+                        let epoch = memo::epoch();
+                        memo::arm();
+                        let $c = &ctx;
+                        #[allow(clippy::redundant_closure_call)]
+                        let r: Result<Done, Raised> = (|| $body)();
+                        let rc = return_code(r);
+                        if let Some(arrays) = arrays {
+                            // `types` may read the arrays too (Alltoallw's), with the same shape
+                            #[allow(unused_variables)]
+                            let $ac = &shape;
+                            let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
+                            memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
+                        }
+                        rc
+                    }
+                }
+            }),
         }
     }};
-    ($call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
+    ($call:expr, $comm:expr, $native:ident, |$c:ident| $body:block) => {{
+        crate::edge::entry::slow($call.fid, $native, move |$native| hook!(@ctx $call, $comm, $native, |$c| $body))
+    }};
+    (@ctx $call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
         match Ctx::begin($call, $comm, $native) {
             Err(rc) => rc,
             Ok(ctx) => {
@@ -224,7 +250,8 @@ impl Ctx<'_> {
     }
 }
 
-pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
+#[inline]
+pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &(impl Fn() -> c_int + Copy)) -> c_int {
     hook!(call, comm, native, memo[; types MPI_DATATYPE_NULL(); ops MPI_OP_NULL()], |c| {
         if c.st.inter {
             return inter::barrier(c);
@@ -241,6 +268,7 @@ pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &dyn Fn() -> c_int) ->
     })
 }
 
+#[inline]
 pub unsafe fn bcast(
     call: Call,
     buffer: *mut c_void,
@@ -248,7 +276,7 @@ pub unsafe fn bcast(
     datatype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[buffer, count, datatype, root; types datatype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -364,6 +392,7 @@ fn gather_common(
     })
 }
 
+#[inline]
 pub unsafe fn gather(
     call: Call,
     sendbuf: *const c_void,
@@ -374,7 +403,7 @@ pub unsafe fn gather(
     recvtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -410,6 +439,7 @@ pub unsafe fn gather(
     })
 }
 
+#[inline]
 pub unsafe fn gatherv(
     call: Call,
     sendbuf: *const c_void,
@@ -421,7 +451,7 @@ pub unsafe fn gatherv(
     recvtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, sendcount, sendtype, recvbuf, recvtype, root;
         arrays |m, a| {
@@ -535,6 +565,7 @@ fn scatter_common(
     })
 }
 
+#[inline]
 pub unsafe fn scatter(
     call: Call,
     sendbuf: *const c_void,
@@ -545,7 +576,7 @@ pub unsafe fn scatter(
     recvtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -581,6 +612,7 @@ pub unsafe fn scatter(
     })
 }
 
+#[inline]
 pub unsafe fn scatterv(
     call: Call,
     sendbuf: *const c_void,
@@ -592,7 +624,7 @@ pub unsafe fn scatterv(
     recvtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, sendtype, recvbuf, recvcount, recvtype, root;
         arrays |m, a| {
@@ -688,6 +720,7 @@ fn allgather_common(
     })
 }
 
+#[inline]
 pub unsafe fn allgather(
     call: Call,
     sendbuf: *const c_void,
@@ -697,7 +730,7 @@ pub unsafe fn allgather(
     recvcount: i64,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -728,6 +761,7 @@ pub unsafe fn allgather(
     })
 }
 
+#[inline]
 pub unsafe fn allgatherv(
     call: Call,
     sendbuf: *const c_void,
@@ -738,7 +772,7 @@ pub unsafe fn allgatherv(
     displs: Counts,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, sendcount, sendtype, recvbuf, recvtype;
         // SAFETY: sized by the group (MPI-4.0 §6.7)
@@ -869,6 +903,7 @@ fn triples(
         .collect())
 }
 
+#[inline]
 pub unsafe fn alltoall(
     call: Call,
     sendbuf: *const c_void,
@@ -878,7 +913,7 @@ pub unsafe fn alltoall(
     recvcount: i64,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         if c.st.inter {
@@ -919,6 +954,7 @@ pub unsafe fn alltoall(
     })
 }
 
+#[inline]
 pub unsafe fn alltoallv(
     call: Call,
     sendbuf: *const c_void,
@@ -930,7 +966,7 @@ pub unsafe fn alltoallv(
     rdispls: Counts,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, sendtype, recvbuf, recvtype;
         // SAFETY: sized by the group (MPI-4.0 §6.8); the send side is ignored in place
@@ -993,6 +1029,7 @@ unsafe fn all_types(
     v
 }
 
+#[inline]
 pub unsafe fn alltoallw(
     call: Call,
     sendbuf: *const c_void,
@@ -1004,7 +1041,7 @@ pub unsafe fn alltoallw(
     rdispls: Counts,
     recvtypes: *const MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, recvbuf;
         // SAFETY: sized by the group (MPI-4.0 §6.8); the send side is ignored in place
@@ -1050,6 +1087,7 @@ pub unsafe fn alltoallw(
     })
 }
 
+#[inline]
 pub unsafe fn reduce(
     call: Call,
     sendbuf: *const c_void,
@@ -1059,7 +1097,7 @@ pub unsafe fn reduce(
     op: MPI_Op,
     root: c_int,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op, root; types datatype; ops op], |c| {
         if c.st.inter {
@@ -1099,6 +1137,7 @@ pub unsafe fn reduce(
     })
 }
 
+#[inline]
 pub unsafe fn allreduce(
     call: Call,
     sendbuf: *const c_void,
@@ -1107,7 +1146,7 @@ pub unsafe fn allreduce(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         if c.st.inter {
@@ -1173,6 +1212,7 @@ fn reduce_scatter_common(
     })
 }
 
+#[inline]
 pub unsafe fn reduce_scatter(
     call: Call,
     sendbuf: *const c_void,
@@ -1181,7 +1221,7 @@ pub unsafe fn reduce_scatter(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo_v[sendbuf, recvbuf, datatype, op;
         // SAFETY: sized by the group (MPI-4.0 §6.10.1)
@@ -1204,6 +1244,7 @@ pub unsafe fn reduce_scatter(
     })
 }
 
+#[inline]
 pub unsafe fn reduce_scatter_block(
     call: Call,
     sendbuf: *const c_void,
@@ -1212,7 +1253,7 @@ pub unsafe fn reduce_scatter_block(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, recvcount, datatype, op; types datatype; ops op], |c| {
         if c.st.inter {
@@ -1265,6 +1306,7 @@ fn scan_common(
     })
 }
 
+#[inline]
 pub unsafe fn scan(
     call: Call,
     sendbuf: *const c_void,
@@ -1273,13 +1315,14 @@ pub unsafe fn scan(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         scan_common(c, Coll::Scan, sendbuf, recvbuf, count, datatype, op)
     })
 }
 
+#[inline]
 pub unsafe fn exscan(
     call: Call,
     sendbuf: *const c_void,
@@ -1288,7 +1331,7 @@ pub unsafe fn exscan(
     datatype: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op; types datatype; ops op], |c| {
         scan_common(c, Coll::Exscan, sendbuf, recvbuf, count, datatype, op)
@@ -1368,6 +1411,7 @@ fn degrees(c: &Ctx<'_>) -> Result<(usize, usize), Raised> {
     }
 }
 
+#[inline]
 pub unsafe fn neighbor_allgather(
     call: Call,
     sendbuf: *const c_void,
@@ -1377,7 +1421,7 @@ pub unsafe fn neighbor_allgather(
     recvcount: i64,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let rext = extent(c, recvtype, "recvtype")?;
@@ -1420,6 +1464,7 @@ pub unsafe fn neighbor_allgatherv(
     })
 }
 
+#[inline]
 pub unsafe fn neighbor_alltoall(
     call: Call,
     sendbuf: *const c_void,
@@ -1429,7 +1474,7 @@ pub unsafe fn neighbor_alltoall(
     recvcount: i64,
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
-    native: &dyn Fn() -> c_int,
+    native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
     hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
         let sext = extent(c, sendtype, "sendtype")?;

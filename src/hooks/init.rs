@@ -288,6 +288,8 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; 22], selection: u64) {
         }
     }
     crate::platform::counters::set_enabled(loaded.config.stats != config::StatsMode::Off);
+    // counted calls skip the memo, whose fast lane does not look at this flag
+    crate::platform::memo::invalidate();
     if let Some(f) = &loaded.config.fault_panic {
         crate::platform::guard::arm_fault(f);
     }
@@ -318,7 +320,6 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; 22], selection: u64) {
     );
     at_finalize(crate::platform::errors::finalize_world);
     crate::core::comm::init();
-    crate::core::comm::on_free(crate::services::coll::memo::invalidate);
     at_finalize(crate::core::comm::finalize);
     at_finalize(crate::core::retain::finalize);
     if let Some(t) = tuning {

@@ -11,15 +11,13 @@
 //! other ranks hanging), so it is caught, logged, and turned into `PMPI_Abort`.
 
 use std::any::Any;
-use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::platform::api::Fid;
+use core::ffi::c_int;
 
-thread_local! {
-    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
-}
+use crate::platform::api::Fid;
+use crate::platform::memo::{self, Memo};
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
@@ -30,12 +28,16 @@ static FAULT: AtomicU32 = AtomicU32::new(0);
 pub fn arm_fault(name: &str) {
     if let Some(i) = crate::platform::api::NAMES.iter().position(|n| *n == name) {
         FAULT.store(i as u32 + 1, Ordering::Relaxed);
+        // a remembered call of that function would skip the injection (`lane`)
+        memo::invalidate();
     }
 }
 
 /// Turns interception on (after a successful `MPI_Init*`) or off (at `MPI_Finalize`).
 pub fn set_active(on: bool) {
     ACTIVE.store(on, Ordering::Release);
+    // the fast lane does not look at ACTIVE: remembered calls must not outlive it
+    memo::invalidate();
 }
 
 pub fn is_active() -> bool {
@@ -45,30 +47,30 @@ pub fn is_active() -> bool {
 /// True when the call must go straight to the system MPI.
 #[inline(always)]
 pub fn bypass() -> bool {
-    !ACTIVE.load(Ordering::Relaxed) || IN_SHIM.get()
+    !ACTIVE.load(Ordering::Relaxed) || memo::local().in_shim.get()
 }
 
 /// Marks the calling thread (the progress thread) as permanently inside the shim: any MPI
 /// call it makes through a callback goes straight to the MPI library.
 pub fn enter_forever() {
-    IN_SHIM.set(true);
+    memo::local().in_shim.set(true);
 }
 
 /// Whether the calling thread is inside a hook right now.
 pub fn inside() -> bool {
-    IN_SHIM.get()
+    memo::local().in_shim.get()
 }
 
 /// Marks the calling thread as inside the shim; returns the previous mark for [`leave`].
 #[inline(always)]
 pub fn enter() -> bool {
-    IN_SHIM.replace(true)
+    memo::local().in_shim.replace(true)
 }
 
 /// Restores the mark [`enter`] returned.
 #[inline(always)]
 pub fn leave(outer: bool) {
-    IN_SHIM.set(outer);
+    memo::local().in_shim.set(outer);
 }
 
 /// Panics when `SHIM_FAULT_INJECT` armed this function (the test of the panic guard).
@@ -79,6 +81,29 @@ pub fn check_fault(fid: Fid) {
     }
 }
 
+/// The fast lane of a collective hook: a call that `repeats` the last call of its function
+/// that went to the system MPI (`platform::memo`), with no other work pending, goes there
+/// at once, with the re-entry mark set and counted as `edge::entry::run` would; `None` sends
+/// it the ordinary way (`edge::entry::slow`). Nothing here can panic (comparisons, then the
+/// C library), so it needs no panic guard; the progress rule holds as the memo's gate
+/// covers the pending work, and `SHIM_STATS` (fixed from init on) keeps calls out of the memo.
+#[inline(always)]
+pub fn lane(
+    fid: Fid,
+    repeats: impl FnOnce(&Memo) -> bool,
+    native: &impl Fn() -> c_int,
+) -> Option<c_int> {
+    let l = memo::local();
+    if l.in_shim.get() || !repeats(&l.memo) {
+        return None;
+    }
+    l.in_shim.set(true);
+    crate::platform::counters::count(fid);
+    let rc = native();
+    l.in_shim.set(false);
+    Some(rc)
+}
+
 /// Installs a panic hook for panics inside the shim: one line with the rank and location,
 /// at once (a job-wide abort follows, and a slow backtrace on many ranks would be cut off
 /// by it); the backtrace only when `verbose` (SHIM_LOG at debug or trace). Panics in the
@@ -86,7 +111,7 @@ pub fn check_fault(fid: Fid) {
 pub fn install_panic_hook(verbose: bool) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if !IN_SHIM.get() {
+        if !memo::local().in_shim.get() {
             return previous(info);
         }
         let loc = info

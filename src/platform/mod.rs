@@ -12,6 +12,7 @@ pub mod counters;
 pub mod errors;
 pub mod guard;
 pub mod log;
+pub mod memo;
 pub mod mpi;
 pub mod proc;
 pub mod symbols;

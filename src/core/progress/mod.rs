@@ -162,6 +162,7 @@ pub fn app_work() -> bool {
 
 fn recount(a: &[Arc<RunCell>]) {
     N_ACTIVE.store(a.len(), Ordering::Relaxed);
+    crate::platform::memo::pending(crate::platform::memo::SCHEDULES, !a.is_empty());
     N_FOR_THREAD.store(a.iter().filter(|c| c.for_thread).count(), Ordering::Relaxed);
 }
 
@@ -190,6 +191,7 @@ pub fn detach(p: Arc<PackedReq>) {
     let mut d = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
     d.push(p);
     N_DETACHED.store(d.len(), std::sync::atomic::Ordering::Relaxed);
+    crate::platform::memo::pending(crate::platform::memo::DETACHED, true);
 }
 
 /// Advances the freed packed requests; true when none is left.
@@ -213,6 +215,7 @@ fn poll_detached_slow() -> bool {
         !done
     });
     N_DETACHED.store(d.len(), Relaxed);
+    crate::platform::memo::pending(crate::platform::memo::DETACHED, !d.is_empty());
     d.is_empty()
 }
 

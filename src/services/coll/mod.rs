@@ -17,7 +17,7 @@
 
 pub mod algo;
 pub mod inter;
-pub mod memo;
+
 pub mod select;
 
 use core::cell::Cell;
@@ -34,6 +34,7 @@ use crate::core::sched::cache::Key;
 use crate::core::sched::run::Run;
 use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
+use crate::platform::memo;
 
 /// Which form of a collective the application called.
 #[derive(Clone, Copy, Debug)]

@@ -543,7 +543,7 @@ pub fn set_override(coll: Coll, algo: Option<Algo>) {
     // algorithm bypasses them), and re-deciding every bucket after each switch made `auto`
     // look slower than it is in the all-algorithms benchmark. Calls memoized as native
     // must see the new choice.
-    super::memo::invalidate();
+    crate::platform::memo::invalidate();
 }
 
 /// The forced choices of `SHIM_<COLL>_*` ([`env`]), handed over at init.
@@ -630,7 +630,7 @@ fn new_table() -> Table {
 }
 
 fn clear_decisions() {
-    super::memo::invalidate();
+    crate::platform::memo::invalidate();
     let clear = |t: &Table| t.iter().for_each(|x| x.store(0, Ordering::Relaxed));
     SMALL.iter().filter_map(OnceLock::get).for_each(clear);
     DECISIONS
