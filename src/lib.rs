@@ -12,8 +12,8 @@
 //! - [`platform`]: ABI, `PMPI_*` forwarders, configuration, process facts, guards,
 //!   counters, errors, logging, symbols and the safe seam over the shim's own MPI calls.
 //!
-//! Calls that must go up (progress polling, communicator-free notices) are registrations
-//! made by `hooks::init`, never imports.
+//! One import goes up, named with its reason in `tests/layers.rs` and the README: the
+//! collective hooks call `edge::entry::slow` after their fast lane.
 
 pub mod core;
 pub mod edge;

@@ -3,8 +3,8 @@
 //! One file per family of MPI functions the shim takes over, each a set of hooks the
 //! generated entry points call with the application's arguments and a `native` closure
 //! (the `PMPI_*` call): the table column `hook` of `src/platform/abi/mpi_functions.txt`
-//! names the file. `init` is the composition root: it reads the configuration once, hands
-//! each service its settings and registers what lower layers must call back.
+//! names the file. `init` is the composition root: it reads the configuration once and hands
+//! each service and core module its settings.
 
 pub mod blocking;
 pub mod coll;
