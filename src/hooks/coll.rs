@@ -26,7 +26,7 @@ use crate::services::coll::{Call, Coll, Ctx, Done, Raised, inter, key, return_co
 
 /// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`), under
 /// `entry::slow` (the re-entry bypass, then `entry::run`): the generated entry points call
-/// the hooks directly, so that a memoized call takes its fast lane (`entry::lane`) before
+/// the hooks directly, so that a memoized call takes its fast lane (`platform::guard::lane`) before
 /// any of that.
 macro_rules! hook {
     // A collective without array arguments: a call equal to the last one that went to the
