@@ -504,7 +504,10 @@ mod tests {
         assert_eq!(check(MPI_MAXLOC(), MPI_INT()), Err(MPI_ERR_OP));
         assert_eq!(check(MPI_REPLACE(), MPI_INT()), Err(MPI_ERR_OP));
         assert_eq!(check(MPI_SUM(), MPI_WCHAR()), Err(MPI_ERR_OP));
-        assert_eq!(check(MPI_SUM(), 0x8c00_0100u32 as i32), Err(MPI_ERR_OP)); // a derived type
+        assert_eq!(
+            check(MPI_SUM(), 0x8c00_0100u32 as MPI_Datatype),
+            Err(MPI_ERR_OP)
+        ); // a derived type
         // a user operation's handle is judged by the MPI library (PMPI_Op_commutative):
         // ctests/conform's error table checks garbage and freed ones under mpirun
     }

@@ -102,29 +102,41 @@ pub fn library_version() -> String {
 /// be misread. The library is initialized so that the job can be aborted through it.
 fn check_abi(native_init: &dyn Fn() -> c_int) {
     let version = library_version();
-    if crate::platform::abi::library_is_compatible(&version) {
+    let std_abi = crate::platform::symbols::abi_version();
+    if crate::platform::abi::library_is_compatible(&version, std_abi) {
         return;
     }
     let first = version.lines().next().unwrap_or("").to_string();
+    let found = match std_abi {
+        Some((major, minor)) => {
+            format!("\"{first}\" through the MPI-5 standard ABI {major}.{minor}")
+        }
+        None => format!("\"{first}\" (not the MPI-5 standard ABI: MPI_Abi_get_version says none)"),
+    };
     crate::platform::log::raw_stderr(&format!(
-        "{} this libshim.so was built for {}, but the MPI library is \"{}\"; \
-         use a libshim build for that MPI (the default abi-mpich build for MPICH, Intel MPI \
-         and MVAPICH; the abi-ompi build, scripts/build-ompi, for Open MPI). Aborting.\n",
+        "{} this libshim.so was built for {}, but the MPI library is {found}; \
+         use a libshim build for that MPI (the default abi-mpich build, libshim.so, for MPICH, \
+         Intel MPI and MVAPICH; abi-ompi, libshim_ompi.so, for Open MPI; abi-std, \
+         libshim_abi.so, for programs linked with libmpi_abi.so; shimrun picks it). Aborting.\n",
         crate::platform::log::prefix(),
         crate::platform::abi::SUPPORTED_DESCRIPTION,
-        first
     ));
     native_init();
-    abort_foreign(&first);
+    abort_foreign(&first, std_abi.is_some());
 }
 
-/// Aborts through a library of the other ABI, whose `MPI_COMM_WORLD` this build cannot
+/// Aborts through a library of another ABI, whose `MPI_COMM_WORLD` this build cannot
 /// name: Open MPI's is the address of its predefined object, MPICH's the integer
-/// 0x44000000 (both `mpi.h`).
-fn abort_foreign(version: &str) -> ! {
+/// 0x44000000 (both `mpi.h`), the standard ABI's `(MPI_Comm)0x101` (`mpi_abi.h`).
+fn abort_foreign(version: &str, std_abi: bool) -> ! {
     let abort = crate::platform::symbols::optional(c"PMPI_Abort");
     if !abort.is_null() {
-        if version.starts_with("Open MPI") {
+        if std_abi {
+            // SAFETY: the standard ABI's PMPI_Abort(MPI_Comm = pointer, int).
+            let f: unsafe extern "C" fn(usize, c_int) -> c_int =
+                unsafe { core::mem::transmute(abort) };
+            unsafe { f(0x101, 1) };
+        } else if version.starts_with("Open MPI") {
             let comm = crate::platform::symbols::optional(c"ompi_mpi_comm_world");
             if !comm.is_null() {
                 // SAFETY: Open MPI's PMPI_Abort(MPI_Comm = pointer, int).

@@ -199,3 +199,24 @@ mod tests {
         assert_eq!(library_names(None, false), MPI_LIBRARY_CANDIDATES);
     }
 }
+
+/// The MPI-5 standard ABI version the loaded library implements (`MPI_Abi_get_version`,
+/// MPI-5.0 §20.2: `-1, -1` from a library of another ABI, which may still export the
+/// function, as MPICH 5's and Intel MPI's `libmpi.so.12` do); `None` when it is not
+/// provided or reports none. Callable before `MPI_Init`.
+pub fn abi_version() -> Option<(core::ffi::c_int, core::ffi::c_int)> {
+    let f = optional(c"PMPI_Abi_get_version");
+    if f.is_null() {
+        return None;
+    }
+    let (mut major, mut minor): (core::ffi::c_int, core::ffi::c_int) = (-1, -1);
+    // SAFETY: `int MPI_Abi_get_version(int *abi_major, int *abi_minor)` (MPI-5.0 §20.2),
+    // two valid out-pointers.
+    let rc = unsafe {
+        core::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(*mut core::ffi::c_int, *mut core::ffi::c_int) -> core::ffi::c_int,
+        >(f)(&mut major, &mut minor)
+    };
+    (rc == 0 && major >= 0).then_some((major, minor))
+}

@@ -21,7 +21,7 @@ use super::{Action, ActionId, Addr, Base, Data, Schedule};
 use crate::platform::abi::*;
 
 /// The non-commutative test operation.
-pub const NONCOMM: MPI_Op = 0x9800_0777u32 as i32;
+pub const NONCOMM: MPI_Op = 0x9800_0777u32 as MPI_Op;
 
 /// Encodes "element `idx`, reduction of ranks lo..=hi" as a u64.
 pub fn iv(idx: u64, lo: u64, hi: u64) -> u64 {

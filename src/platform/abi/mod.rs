@@ -16,11 +16,21 @@ pub use mpich::*;
 mod ompi;
 #[cfg(feature = "abi-ompi")]
 pub use ompi::*;
+#[cfg(feature = "abi-std")]
+mod standard;
+#[cfg(feature = "abi-std")]
+pub use standard::*;
 
-#[cfg(all(feature = "abi-mpich", feature = "abi-ompi"))]
-compile_error!("choose one ABI: build with --no-default-features --features abi-ompi for Open MPI");
-#[cfg(not(any(feature = "abi-mpich", feature = "abi-ompi")))]
-compile_error!("no ABI selected: enable the abi-mpich (default) or abi-ompi feature");
+#[cfg(any(
+    all(feature = "abi-mpich", feature = "abi-ompi"),
+    all(feature = "abi-mpich", feature = "abi-std"),
+    all(feature = "abi-ompi", feature = "abi-std")
+))]
+compile_error!(
+    "choose one ABI: build with --no-default-features --features abi-ompi (Open MPI) or abi-std (MPI-5 standard ABI)"
+);
+#[cfg(not(any(feature = "abi-mpich", feature = "abi-ompi", feature = "abi-std")))]
+compile_error!("no ABI selected: enable the abi-mpich (default), abi-ompi or abi-std feature");
 
 use core::ffi::c_void;
 

@@ -539,10 +539,13 @@ pub fn composite_index(dt: MPI_Datatype) -> Option<usize> {
     ((dt as u32) & 0xff00_0000 == 0x0f00_0000).then_some((dt as u32 & 0x00ff_ffff) as usize)
 }
 
-/// Recognises the library version strings of MPICH-ABI implementations.
-pub fn library_is_compatible(version: &str) -> bool {
+/// Recognises the library version strings of MPICH-ABI implementations; the same
+/// implementations' `libmpi_abi.so` (the standard ABI) says so in `MPI_Abi_get_version`.
+pub fn library_is_compatible(version: &str, std_abi: Option<(c_int, c_int)>) -> bool {
     const FAMILY: &[&str] = &["MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH"];
-    !version.starts_with("Open MPI") && FAMILY.iter().any(|f| version.contains(f))
+    !version.starts_with("Open MPI")
+        && FAMILY.iter().any(|f| version.contains(f))
+        && std_abi.is_none()
 }
 
 /// Sonames tried when no loaded object provides the MPI (`crate::platform::symbols`).

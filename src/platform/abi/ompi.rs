@@ -452,8 +452,8 @@ pub fn composite_index(dt: MPI_Datatype) -> Option<usize> {
 }
 
 /// Recognises Open MPI's library version string.
-pub fn library_is_compatible(version: &str) -> bool {
-    version.starts_with("Open MPI")
+pub fn library_is_compatible(version: &str, std_abi: Option<(c_int, c_int)>) -> bool {
+    version.starts_with("Open MPI") && std_abi.is_none()
 }
 
 /// Sonames tried when no loaded object provides the MPI (`crate::platform::symbols`).
