@@ -334,13 +334,20 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; 22], selection: u64) {
     crate::core::comm::init();
     at_finalize(crate::core::comm::finalize);
     at_finalize(crate::core::retain::finalize);
-    if let Some(t) = tuning {
-        tracing::info!(target: "shim::select", "tuning file {}: {} measured rows", t.source, t.rows());
-        crate::services::coll::select::tuning::install(t);
-    }
+    // a file wins; else the data shipped for this library (none: native, see tuning.rs)
+    let t = match tuning {
+        Some(t) => {
+            tracing::info!(target: "shim::select", "tuning file {}: {} measured rows", t.source, t.rows());
+            t
+        }
+        None => crate::services::coll::select::tuning::for_library(&library_version()),
+    };
+    crate::services::coll::select::tuning::install(t);
     if calibrate {
         let mut t = (*crate::services::coll::select::tuning::get()).clone();
         t.params = crate::services::coll::select::calibrate::run(&t.params);
+        // measured on this library: the model decides where no row does
+        t.native_only = false;
         t.source = format!("{} + SHIM_CALIBRATE", t.source);
         if rank == 0 {
             tracing::info!(target: "shim::select", "calibrated: {}", t.params.describe());

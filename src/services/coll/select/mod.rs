@@ -761,6 +761,10 @@ pub fn decide(
     let spec = spec_of(coll);
     let tun = tuning::get();
     let native_ok = native_ok && native_trusted(coll) && native_allowed(form, p);
+    if form == Form::Blocking && tun.native_only && native_ok {
+        // no data describes this library: its own collective, not the model's guess
+        return Algo::Native;
+    }
     if form == Form::Blocking {
         if let Some(a) = tun.measured(coll, p, bytes) {
             let a = model::runs_as(coll, a, p, commutative, k);

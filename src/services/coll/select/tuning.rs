@@ -9,8 +9,11 @@
 //! ```
 //! `scripts/shim-tune` writes one (`SHIM_CALIBRATE=1` for the parameters, the latency
 //! benchmark's all-algorithms mode for the table); `SHIM_TUNING_FILE` loads it. Without a
-//! file the built-in defaults apply: parameters and a table measured on the reference
-//! machine (`default.tune` next to this file). Measured rows decide blocking calls at
+//! file, the data shipped for the running MPI library applies (`tune/<library>-<version>.tune`,
+//! chosen at init from `MPI_Get_library_version`, [`for_library`]); a library with no
+//! shipped data gets none: `auto` then hands blocking calls to the library's own
+//! collectives (the shim's only cost is its per-call overhead), unless `SHIM_CALIBRATE=1`
+//! measured the model's parameters on it. Measured rows decide blocking calls at
 //! their communicator size within a factor of two of their message size; elsewhere the
 //! model decides.
 //!
@@ -33,6 +36,8 @@ pub struct Tuning {
     best: HashMap<(u8, i32), Vec<(i64, Algo)>>,
     /// Where it came from, for the decision table and logs.
     pub source: String,
+    /// No data describes this library: blocking calls go to its own collectives.
+    pub native_only: bool,
 }
 
 impl Tuning {
@@ -157,14 +162,109 @@ impl Tuning {
     }
 }
 
-const BUILTIN: &str = include_str!("default.tune");
+/// Tuning data shipped for each MPI library and version ([`library_key`] form), measured
+/// with `scripts/tools/shim-tune` on the reference machine (2 cores, shared memory).
+const SHIPPED: &[(&str, &str)] = &[("MPICH 4.0.2", include_str!("tune/mpich-4.0.2.tune"))];
 
+/// The reference data (Debian's MPICH 4.0.2): the defaults before init and in unit tests.
 fn builtin() -> Tuning {
-    Tuning::parse(BUILTIN, "built-in defaults", &Tuning::default())
+    Tuning::parse(SHIPPED[0].1, "built-in: MPICH 4.0.2", &Tuning::default())
         .expect("the built-in tuning parses")
 }
 
+/// The library and version the tuning data is keyed by, from the first line of
+/// `MPI_Get_library_version` (MPI-4.0 §9.1.1): "MPICH 5.0.2", "Intel MPI 2021.19.0",
+/// "Open MPI 4.1.4"; `None` for a library it does not recognise.
+pub fn library_key(version: &str) -> Option<String> {
+    let first = version.lines().next().unwrap_or("");
+    let number = |s: &str| -> Option<String> {
+        let v: String = s
+            .trim_start_matches(|c: char| !c.is_ascii_digit())
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        (!v.is_empty()).then(|| v.trim_end_matches('.').to_string())
+    };
+    if let Some(rest) = first.strip_prefix("Intel(R) MPI Library") {
+        return number(rest).map(|v| format!("Intel MPI {v}"));
+    }
+    if let Some(rest) = first.strip_prefix("Open MPI") {
+        return number(rest.split(',').next().unwrap_or("")).map(|v| format!("Open MPI {v}"));
+    }
+    if let Some(rest) = first.strip_prefix("MPICH Version:") {
+        return number(rest).map(|v| format!("MPICH {v}"));
+    }
+    None
+}
+
+/// The tuning for the running library: its shipped data, or none (blocking calls go to the
+/// library's own collectives; the model keeps the reference parameters for the rest).
+pub fn for_library(version: &str) -> Tuning {
+    let key = library_key(version);
+    if let Some((k, text)) = SHIPPED.iter().find(|(k, _)| Some(*k) == key.as_deref()) {
+        return Tuning::parse(text, &format!("built-in: {k}"), &Tuning::default())
+            .expect("the shipped tuning parses");
+    }
+    let mut t = builtin();
+    t.best.clear();
+    t.native_only = true;
+    let name = key.unwrap_or_else(|| version.lines().next().unwrap_or("").to_string());
+    t.source = format!(
+        "none for {name}: auto forwards blocking collectives to the library's own (SHIM_CALIBRATE=1 or SHIM_TUNING_FILE to use the shim's)"
+    );
+    t
+}
+
 static CURRENT: LazyLock<RwLock<Arc<Tuning>>> = LazyLock::new(|| RwLock::new(Arc::new(builtin())));
+
+#[cfg(test)]
+mod library_tests {
+    use super::*;
+
+    #[test]
+    fn libraries_are_keyed_by_name_and_version() {
+        let cases = [
+            (
+                "MPICH Version:\t4.0.2\nMPICH Release date: Thu Apr  7 2022",
+                Some("MPICH 4.0.2"),
+            ),
+            (
+                "MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25",
+                Some("MPICH 5.0.2"),
+            ),
+            (
+                "Intel(R) MPI Library 2021.19.0 for Linux* OS\n",
+                Some("Intel MPI 2021.19.0"),
+            ),
+            (
+                "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4",
+                Some("Open MPI 4.1.4"),
+            ),
+            (
+                "Open MPI v5.0.11, package: Open MPI user@localhost",
+                Some("Open MPI 5.0.11"),
+            ),
+            ("MVAPICH2 Version 2.3", None),
+            ("", None),
+        ];
+        for (v, want) in cases {
+            assert_eq!(library_key(v).as_deref(), want, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn a_library_without_data_forwards_blocking_calls() {
+        let t = for_library("MPICH Version:\t4.0.2\n");
+        assert!(!t.native_only && t.rows() > 0, "{}", t.source);
+        let t = for_library("Intel(R) MPI Library 2021.19.0 for Linux* OS");
+        assert!(t.native_only && t.rows() == 0);
+        assert!(
+            t.source.contains("none for Intel MPI 2021.19.0"),
+            "{}",
+            t.source
+        );
+    }
+}
 
 /// The tuning in force.
 pub fn get() -> Arc<Tuning> {
