@@ -164,7 +164,10 @@ impl Tuning {
 
 /// Tuning data shipped for each MPI library and version ([`library_key`] form), measured
 /// with `scripts/tools/shim-tune` on the reference machine (2 cores, shared memory).
-const SHIPPED: &[(&str, &str)] = &[("MPICH 4.0.2", include_str!("tune/mpich-4.0.2.tune"))];
+const SHIPPED: &[(&str, &str)] = &[
+    ("MPICH 4.0.2", include_str!("tune/mpich-4.0.2.tune")),
+    ("MPICH 5.0.2", include_str!("tune/mpich-5.0.2.tune")),
+];
 
 /// The reference data (Debian's MPICH 4.0.2): the defaults before init and in unit tests.
 fn builtin() -> Tuning {
