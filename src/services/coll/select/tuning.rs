@@ -166,7 +166,6 @@ impl Tuning {
 /// with `scripts/tools/shim-tune` on the reference machine (2 cores, shared memory).
 const SHIPPED: &[(&str, &str)] = &[
     ("MPICH 4.0.2", include_str!("tune/mpich-4.0.2.tune")),
-    ("MPICH 5.0.2", include_str!("tune/mpich-5.0.2.tune")),
 ];
 
 /// The reference data (Debian's MPICH 4.0.2): the defaults before init and in unit tests.
