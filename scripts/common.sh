@@ -15,7 +15,10 @@ build_shim() {
 }
 
 # run_mpi N prog args...: mpirun with a timeout; extra environment comes from the caller.
+# MPIRUN may carry flags ("mpiexec --oversubscribe", as scripts/tools/mpi-env sets it).
 run_mpi() {
     local n=$1; shift
-    timeout -k 10 "$RUN_TIMEOUT" "$MPIRUN" -n "$n" "$@"
+    local -a launcher
+    read -ra launcher <<<"$MPIRUN"
+    timeout -k 10 "$RUN_TIMEOUT" "${launcher[@]}" -n "$n" "$@"
 }

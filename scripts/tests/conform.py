@@ -19,6 +19,11 @@ rank counts run.
 
 Usage: conform.py [--level reduced|full] [--only coll_matrix,errors,lifetime,rma_matrix]
                   [--ranks 1,2,3] [--configs shim-ghosts,...] [--idle S] [--no-skip] [--record]
+                  [--mpi mpich4|ompi4|mpich5|impi|ompi5]
+--mpi runs against one of scripts/tools/mpi-env's libraries (its mpicc, mpiexec and shim
+build; output in build/conform/<name>, its record of native crashes in
+ctests/conform/<name>.skip); without it, MPICC, MPIRUN and SHIM_LIB_PATH (default Debian's
+MPICH, build/conform, mpich-4.0.2.skip).
 With SHIM_GHOSTS=g in a configuration, g more processes are launched (one node), so that the
 program sees as many as natively.
 The reduced level is what scripts/test runs (CI); the full level is the README's
@@ -27,6 +32,7 @@ The reduced level is what scripts/test runs (CI); the full level is the README's
 import argparse
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,8 +44,21 @@ BUILD = ROOT / "build" / "conform"
 SRC = ROOT / "ctests" / "conform"
 LIB = os.environ.get("SHIM_LIB_PATH", str(ROOT / "target" / "release" / "libshim.so"))
 MPICC = os.environ.get("MPICC", "mpicc.mpich")
-MPIRUN = os.environ.get("MPIRUN", "mpirun.mpich")
+MPIRUN = shlex.split(os.environ.get("MPIRUN", "mpirun.mpich"))  # may carry flags
 SKIPS = SRC / "mpich-4.0.2.skip"
+LIBRARY = "Debian's MPICH 4.0.2"  # for the record's header
+
+
+def use_mpi(name):
+    """Points the driver at one of scripts/tools/mpi-env's libraries."""
+    global BUILD, LIB, MPICC, MPIRUN, SKIPS, LIBRARY
+    sys.path.insert(0, str(ROOT / "scripts" / "tools"))
+    from mpi_env import mpi_env
+    env = mpi_env(name)
+    os.environ.update(env)  # PATH, LD_LIBRARY_PATH and the library's own variables
+    MPICC, MPIRUN, LIB = env["MPICC"], shlex.split(env["MPIRUN"]), env["SHIM_LIB_FOR"]
+    if name != "mpich4":
+        BUILD, SKIPS, LIBRARY = ROOT / "build" / "conform" / name, SRC / f"{name}.skip", name
 
 
 def read_skips():
@@ -56,10 +75,11 @@ def read_skips():
 
 def write_skips(skips):
     with open(SKIPS, "w") as f:
-        f.write("# Cases where Debian's MPICH 4.0.2 alone crashes or hangs: program, ranks, case,\n"
+        f.write(f"# Cases where {LIBRARY} alone crashes or hangs: program, ranks, case,\n"
                 "# what happened, name. Native runs of scripts/tests/conform.py skip them (each would\n"
                 "# cost a restart); rewritten by `python3 scripts/tests/conform.py --level full\n"
-                "# --no-skip --record`.\n")
+                + ("# --no-skip --record`.\n" if SKIPS.name == "mpich-4.0.2.skip" else
+                   f"# --no-skip --record --mpi {LIBRARY}` (only the programs and ranks run).\n"))
         for (prog, n), cases in sorted(skips.items()):
             for cid, (st, name) in sorted(cases.items()):
                 f.write(f"{prog} {n} {cid} {st} {name}\n")
@@ -141,6 +161,11 @@ def plan(level):
     return runs
 
 
+# Programs that call functions the library lacks (Open MPI has no `_c` forms, 4.1 no
+# persistent collectives): linked with -lshim, which provides them, so they have no native run.
+NEEDS_SHIM = set()
+
+
 def build(prog):
     BUILD.mkdir(parents=True, exist_ok=True)
     exe = BUILD / prog
@@ -149,8 +174,20 @@ def build(prog):
         subprocess.run([sys.executable, str(SRC / "gen_errors.py"), str(src)], check=True)
     else:
         src = SRC / f"{prog}.c"
-    subprocess.run([MPICC, "-O1", "-g", "-w", "-I", str(SRC), "-o", str(exe), str(src),
-                    "-ldl", "-lm", "-lpthread"], check=True)
+    cmd = [MPICC, "-O1", "-g", "-w", "-I", str(SRC), "-o", str(exe), str(src)]
+    libs = ["-ldl", "-lm", "-lpthread"]
+    compat = BUILD / "mpi4_compat.h"
+    if not compat.exists():
+        # exit status 3: mpi.h lacks nothing (an empty header)
+        st = subprocess.run([sys.executable, str(ROOT / "scripts" / "tools" / "mpi4-compat-header"), "--mpicc",
+                             MPICC, str(compat)], stderr=subprocess.DEVNULL).returncode
+        if st not in (0, 3):
+            raise SystemExit(f"mpi4-compat-header failed for {MPICC}")
+    cmd[1:1] = ["-include", str(compat)]
+    if subprocess.run(cmd + libs, stderr=subprocess.DEVNULL).returncode != 0:
+        shim_dir = str(Path(LIB).parent)
+        subprocess.run(cmd + ["-L", shim_dir, f"-Wl,-rpath,{shim_dir}", "-lshim"] + libs, check=True)
+        NEEDS_SHIM.add(prog)
     return exe
 
 
@@ -166,11 +203,13 @@ def run_once(exe, n, env, start, level, idle, log, res):
     """One mpirun from case `start`; returns (finished, case it died in or None)."""
     progress = BUILD / f"{exe.name}.progress"
     progress.write_text("")
-    e = dict(os.environ, CONFORM_FROM=str(start), CONFORM_LEVEL=level,
-             CONFORM_PROGRESS=str(progress))
+    # (SHIM_LIB_PATH and mpi-env's SHIM_LIB_FOR are the driver's, not the shim's: it would
+    # warn of an unknown variable)
+    e = {k: v for k, v in os.environ.items() if k not in ("SHIM_LIB_PATH", "SHIM_LIB_FOR")}
+    e.update(CONFORM_FROM=str(start), CONFORM_LEVEL=level, CONFORM_PROGRESS=str(progress))
     e.update(env)
     # with ghosts the program sees n processes: SHIM_GHOSTS more are launched (one node)
-    cmd = [MPIRUN, "-n", str(n + int(env.get("SHIM_GHOSTS", "0"))), str(exe)]
+    cmd = MPIRUN + ["-n", str(n + int(env.get("SHIM_GHOSTS", "0"))), str(exe)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=e,
                          start_new_session=True)
     current = None
@@ -294,7 +333,10 @@ def main():
     ap.add_argument("--idle", type=float, default=0, help="seconds without output = hang")
     ap.add_argument("--no-skip", action="store_true", help="run the recorded native crashes")
     ap.add_argument("--record", action="store_true", help="rewrite the record of native crashes")
+    ap.add_argument("--mpi", default="", help="a library of scripts/tools/mpi-env")
     a = ap.parse_args()
+    if a.mpi:
+        use_mpi(a.mpi)
     skips = {} if a.no_skip else read_skips()
     recorded = read_skips()
     only = set(filter(None, a.only.split(",")))
@@ -303,6 +345,9 @@ def main():
     runs = [r for r in plan(a.level) if (not only or r[0] in only) and (not ranks or r[1] in ranks)
             and (not configs or r[2] in configs or r[2] == "native")]
     exes = {p: build(p) for p in sorted({r[0] for r in runs})}
+    for p in sorted(NEEDS_SHIM):
+        print(f"{p}: calls functions only the shim provides here (linked with -lshim): no native run")
+    runs = [r for r in runs if not (r[0] in NEEDS_SHIM and r[2] == "native")]
     results, recorded_as = {}, {}
     t0 = time.time()
     for prog, n, label, env in runs:

@@ -9,16 +9,21 @@ every test that passes without the shim must pass with it.
 Configurations are "<label>:<ranks>:<env>" strings, e.g. "shim:2:LD_PRELOAD=@LIB@"; the
 first configuration of each rank count whose label is "native" is the baseline.
 
-Usage: mpi4py_suite.py [--mpi mpich|openmpi] [--ranks 1,2] [--config ...] [--only test_cco_buf,...]
+Usage: mpi4py_suite.py [--mpi mpich|openmpi|NAME] [--ranks 1,2] [--config ...] [--only test_cco_buf,...]
 With --mpi openmpi, mpi4py is built with mpicc.openmpi (its own wheel and virtualenv), run
 with mpirun.openmpi, and @LIB@ is the Open MPI build of the shim (target/ompi).
-Results: build/mpi4py/<label>-n<ranks>.json (build/mpi4py/openmpi/... for Open MPI) and a
-summary on stdout.
+With --mpi NAME, one of scripts/tools/mpi-env's libraries (mpich4 and ompi4 are the two
+above; mpich5, impi, ompi5 are the Python-wheel libraries): mpi4py is built from the sdist
+with that library's mpicc into its own wheel (cache: <cache>/<NAME>) and virtualenv
+(build/mpi4py/<NAME>), run with its mpiexec, and @LIB@ is the shim build for its ABI.
+Results: build/mpi4py/<label>-n<ranks>.json (build/mpi4py/openmpi/... for Open MPI,
+build/mpi4py/<NAME>/... for the others) and a summary on stdout.
 """
 import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,15 +37,31 @@ VERSION = os.environ.get("MPI4PY_VERSION", "4.1.2")
 BUILD = CACHE = SDIST_DIR = LIB = None
 MPIRUN = MPICC = ""
 OPENMPI = False
+OMPI5 = False  # Open MPI 5's mpiexec (PRRTE) names per-rank output differently
+LAUNCHER = []  # an mpi-env library's mpiexec with its flags
+MPI_NAMES = ["mpich4", "ompi4", "mpich5", "impi", "ompi5"]
 
 
 def configure(mpi):
-    """Paths and commands for one MPI: MPICH (the default ABI) or Open MPI."""
-    global BUILD, CACHE, SDIST_DIR, LIB, MPIRUN, MPICC, OPENMPI
+    """Paths and commands for one MPI: MPICH (the default ABI), Open MPI, or a library of
+    scripts/tools/mpi-env."""
+    global BUILD, CACHE, SDIST_DIR, LIB, MPIRUN, MPICC, OPENMPI, OMPI5, LAUNCHER
+    mpi = {"mpich4": "mpich", "ompi4": "openmpi"}.get(mpi, mpi)  # the same wheels and venvs
     OPENMPI = mpi == "openmpi"
     BUILD = ROOT / "build" / "mpi4py"
     CACHE = SDIST_DIR = Path(os.environ.get("SHIM_TEST_CACHE", Path.home() / ".cache" / "libshim-tests"))
-    if OPENMPI:
+    if mpi in MPI_NAMES:
+        sys.path.insert(0, str(ROOT / "scripts" / "tools"))
+        from mpi_env import mpi_env
+        env = mpi_env(mpi)
+        LIB = env.pop("SHIM_LIB_FOR")  # (the ranks would warn of an unknown SHIM_ variable)
+        os.environ.clear()
+        os.environ.update(env)  # PATH, LD_LIBRARY_PATH and the library's own variables
+        CACHE, BUILD = CACHE / mpi, BUILD / mpi
+        MPICC, LAUNCHER = env["MPICC"], shlex.split(env["MPIRUN"])
+        OPENMPI = env["MPI_FAMILY"] == "ompi"
+        OMPI5 = mpi == "ompi5"
+    elif OPENMPI:
         # a second wheel and virtualenv: mpi4py links one MPI library
         CACHE, BUILD = CACHE / "openmpi", BUILD / "openmpi"
         MPIRUN = os.environ.get("MPIRUN_OMPI", "mpirun.openmpi")
@@ -54,6 +75,11 @@ def configure(mpi):
 
 def mpirun(ranks, logdir=None):
     """The launcher command line; per-rank stderr goes to files under logdir."""
+    if OMPI5:
+        return LAUNCHER + ["-n", str(ranks)] + (["--output", f"dir={logdir / 'out'}"] if logdir else [])
+    if LAUNCHER and not OPENMPI:
+        extra = ["-errfile-pattern", str(logdir / "err.%r")] if logdir else []
+        return LAUNCHER + ["-n", str(ranks)] + extra
     if not OPENMPI:
         extra = ["-errfile-pattern", str(logdir / "err.%r")] if logdir else []
         return [MPIRUN, "-n", str(ranks)] + extra
@@ -66,7 +92,9 @@ def rank_stderr(logdir, r):
     """Where mpirun() put rank r's stderr."""
     if not OPENMPI:
         return logdir / f"err.{r}"
-    return logdir / "out" / "1" / f"rank.{r}" / "stderr"
+    # out/1/rank.r/stderr (Open MPI 4.1), out/<job name>/rank.r/stderr (5.0)
+    found = list((logdir / "out").glob(f"*/rank.{r}/stderr"))
+    return found[0] if found else logdir / "out" / "1" / f"rank.{r}" / "stderr"
 
 # Test files excluded at some rank counts, and why (they fail or hang without the shim).
 EXCLUDE = {
@@ -107,7 +135,7 @@ def ensure_env():
             t.extractall(BUILD, filter="data")
     wheels = list(CACHE.glob(f"mpi4py-{VERSION}-*.whl"))
     if not wheels:
-        log("building mpi4py against the system MPI (under a minute; the wheel is cached)")
+        log(f"building mpi4py with {MPICC} (under a minute; the wheel is cached in {CACHE})")
         # -O0 -g0: the one large generated C file builds in ~25 s instead of ~170 s at
         # Python's -O3 -g, and the suite then runs ~10% slower, a net saving of minutes per
         # wheel in CI (which starts with an empty cache). CFLAGS from the caller win.
@@ -198,7 +226,7 @@ def check_intercepted(py, label, env_extra, ranks):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mpi", choices=["mpich", "openmpi"], default="mpich")
+    ap.add_argument("--mpi", choices=["mpich", "openmpi"] + MPI_NAMES, default="mpich")
     ap.add_argument("--ranks", default="1,2")
     ap.add_argument("--config", action="append", default=[],
                     help="label:env1=v1,env2=v2 (env may use @LIB@); default native and shim")
