@@ -166,6 +166,13 @@ impl Tuning {
 /// with `scripts/tools/shim-tune` on the reference machine (2 cores, shared memory).
 const SHIPPED: &[(&str, &str)] = &[
     ("MPICH 4.0.2", include_str!("tune/mpich-4.0.2.tune")),
+    ("MPICH 5.0.2", include_str!("tune/mpich-5.0.2.tune")),
+    (
+        "Intel MPI 2021.19.0",
+        include_str!("tune/impi-2021.19.0.tune"),
+    ),
+    ("Open MPI 4.1.4", include_str!("tune/ompi-4.1.4.tune")),
+    ("Open MPI 5.0.11", include_str!("tune/ompi-5.0.11.tune")),
 ];
 
 /// The reference data (Debian's MPICH 4.0.2): the defaults before init and in unit tests.
@@ -258,10 +265,19 @@ mod library_tests {
     fn a_library_without_data_forwards_blocking_calls() {
         let t = for_library("MPICH Version:\t4.0.2\n");
         assert!(!t.native_only && t.rows() > 0, "{}", t.source);
-        let t = for_library("Intel(R) MPI Library 2021.19.0 for Linux* OS");
+        for v in [
+            "Intel(R) MPI Library 2021.19.0 for Linux* OS",
+            "MPICH Version:      5.0.2\n",
+            "Open MPI v4.1.4, package: Debian OpenMPI",
+            "Open MPI v5.0.11, package: Open MPI",
+        ] {
+            let t = for_library(v);
+            assert!(!t.native_only && t.rows() > 0, "{v}: {}", t.source);
+        }
+        let t = for_library("Intel(R) MPI Library 2021.20.0 for Linux* OS");
         assert!(t.native_only && t.rows() == 0);
         assert!(
-            t.source.contains("none for Intel MPI 2021.19.0"),
+            t.source.contains("none for Intel MPI 2021.20.0"),
             "{}",
             t.source
         );
