@@ -62,7 +62,16 @@ pub fn set_local(l: World) {
 /// (measured on 2 cores: mpi4py's test_cco_vec at 3 ranks takes 153 s when `auto` hands
 /// calls to the system MPI and 2.5 s on the shim's schedules, which yield while waiting).
 pub fn oversubscribed() -> bool {
-    LOCAL_SIZE.load(Ordering::Relaxed) > cpus()
+    LOCAL_SIZE.load(Ordering::Relaxed) > node_cpus()
+}
+
+/// Processors online on this node. Not [`cpus`]: a library that pins each rank to one core
+/// (Intel MPI does by default) leaves every process an affinity mask of one, which would
+/// make any node with two ranks look oversubscribed.
+pub fn node_cpus() -> i32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 { n as i32 } else { cpus() }
 }
 
 /// Processors this process may run on.
