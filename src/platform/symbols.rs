@@ -220,3 +220,20 @@ pub fn abi_version() -> Option<(core::ffi::c_int, core::ffi::c_int)> {
     };
     (rc == 0 && major >= 0).then_some((major, minor))
 }
+
+/// Whether the MPI library defines `PMPI_<name>` for table function `idx` (`name` is its
+/// `MPI_` name), looked up once. Open MPI 4.1 and 5.0 have none of the large-count `_c`
+/// functions (MPI-4.0): a `_c` collective must then run on a schedule, never natively.
+pub fn provides(idx: usize, name: &str) -> bool {
+    use std::sync::atomic::AtomicU8;
+    static KNOWN: [AtomicU8; N_FUNCS] = [const { AtomicU8::new(0) }; N_FUNCS];
+    match KNOWN[idx].load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let ok = CString::new(format!("P{name}")).is_ok_and(|c| !lookup(&c).is_null());
+            KNOWN[idx].store(if ok { 1 } else { 2 }, Ordering::Relaxed);
+            ok
+        }
+    }
+}

@@ -428,6 +428,11 @@ impl<'a> Ctx<'a> {
         commutative: bool,
         native_ok: bool,
     ) -> select::Choice {
+        // a large-count call the library lacks (Open MPI has no `_c` functions) cannot go native
+        let name = self.name();
+        let native_ok = native_ok
+            && (!name.ends_with("_c")
+                || crate::platform::symbols::provides(self.call.fid as usize, name));
         let ch = select::choose(
             coll,
             self.form(),
