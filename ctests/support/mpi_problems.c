@@ -1,0 +1,98 @@
+/* Reproductions of MPI libraries' own problems found by scripts/tests/matrix (README,
+ * "Problems of the system MPI the tests ran into"), without the shim. Each probe prints
+ * "ok" or "WRONG: ..." (or the job dies in it) and the exit status is the number of wrong
+ * probes.
+ * Build and run with one library's environment, e.g.
+ *   eval "$(scripts/tools/mpi-env ompi5)"; $MPICC -o /tmp/p ctests/support/mpi_problems.c && $MPIRUN -n 2 /tmp/p
+ * Usage: mpi_problems [probe ...]   (default: every probe) */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+static int rank;
+
+/* MPI_Pack of two MPI_C_DOUBLE_COMPLEX 24 bytes apart (an hvector) must give bytes 0-15
+ * and 24-39 of the buffer. */
+static int pack_hvector_complex(char *why) {
+    unsigned char src[48], out[32];
+    int pos = 0, bad = 0;
+    for (int i = 0; i < 48; i++) src[i] = (unsigned char)i;
+    MPI_Datatype t;
+    MPI_Type_create_hvector(2, 1, 24, MPI_C_DOUBLE_COMPLEX, &t);
+    MPI_Type_commit(&t);
+    MPI_Pack(src, 1, t, out, sizeof out, &pos, MPI_COMM_WORLD);
+    for (int i = 0; i < 32; i++) bad |= out[i] != (i < 16 ? i : i + 8);
+    if (bad) sprintf(why, "packed bytes 16-23 are source bytes %d-%d (the gap), want 24-31", out[16], out[23]);
+    MPI_Type_free(&t);
+    return bad;
+}
+
+/* MPI_Type_create_darray over an old type of size and extent 0 (an hindexed type of one
+ * empty block) is valid (MPI-4.1 §5.1.4 puts no bound on the old type). */
+static int darray_empty(char *why) {
+    int bl = 0, gs = 6, di = MPI_DISTRIBUTE_CYCLIC, da = 2, ps = 2;
+    MPI_Aint d = 0;
+    MPI_Datatype empty, t;
+    MPI_Type_create_hindexed(1, &bl, &d, MPI_DOUBLE, &empty);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rc = MPI_Type_create_darray(2, 0, 1, &gs, &di, &da, &ps, MPI_ORDER_C, empty, &t);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    if (rc == MPI_SUCCESS) MPI_Type_free(&t);
+    MPI_Type_free(&empty);
+    if (rc != MPI_SUCCESS) {
+        int len;
+        strcpy(why, "returned ");
+        MPI_Error_string(rc, why + strlen(why), &len);
+    }
+    return rc != MPI_SUCCESS;
+}
+
+/* MPI_Comm_free with an MPI_Iallreduce pending on the communicator: the free only marks it
+ * (MPI-4.1 §7.4.3), the reduction completes. 200 rounds. */
+static int iallreduce_comm_free(char *why) {
+    for (int round = 0; round < 200; round++) {
+        MPI_Comm c;
+        MPI_Request r;
+        int x = rank + round, sum = 0, size;
+        MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        MPI_Comm_size(c, &size);
+        MPI_Iallreduce(&x, &sum, 1, MPI_INT, MPI_SUM, c, &r);
+        MPI_Comm_free(&c);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+        if (sum != size * (size - 1) / 2 + size * round) {
+            sprintf(why, "round %d: sum %d", round, sum);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int (*run)(char *);
+} probes[] = {
+    {"pack_hvector_complex", pack_hvector_complex},
+    {"darray_empty", darray_empty},
+    {"iallreduce_comm_free", iallreduce_comm_free},
+};
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int wrong = 0, n = (int)(sizeof probes / sizeof probes[0]);
+    for (int i = 0; i < n; i++) {
+        int wanted = argc < 2;
+        for (int a = 1; a < argc; a++) wanted |= strcmp(argv[a], probes[i].name) == 0;
+        if (!wanted) continue;
+        char why[256] = "";
+        if (rank == 0) printf("%s: ", probes[i].name);  /* a crash shows where */
+        fflush(stdout);
+        int bad = probes[i].run(why), any;
+        MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (rank == 0) printf(!any ? "ok\n" : bad ? "WRONG: %s\n" : "WRONG on another rank\n", why);
+        fflush(stdout);
+        wrong += any;
+    }
+    MPI_Finalize();
+    return wrong;
+}
