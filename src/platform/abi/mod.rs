@@ -20,6 +20,10 @@ pub use ompi::*;
 mod standard;
 #[cfg(feature = "abi-std")]
 pub use standard::*;
+#[cfg(any(feature = "abi-ompi", feature = "abi-std"))]
+mod pointer;
+#[cfg(any(feature = "abi-ompi", feature = "abi-std"))]
+pub use pointer::*;
 
 #[cfg(any(
     all(feature = "abi-mpich", feature = "abi-ompi"),
