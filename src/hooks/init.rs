@@ -21,6 +21,7 @@ use crate::platform::abi::*;
 use crate::platform::api::pmpi;
 use crate::platform::config;
 use crate::platform::proc::{self, Census, cpus, local, world};
+use crate::services::coll::Coll;
 use crate::services::coll::select::{self, Forced};
 
 /// The thread level the application asked for and was told (MPI_Query_thread answers it).
@@ -259,7 +260,7 @@ fn disabled_init(mut loaded: config::Loaded, selection: u64, native: &dyn Fn() -
 }
 
 /// Everything after a successful `PMPI_Init*`.
-fn post_init(mut loaded: config::Loaded, forced: [Forced; 22], selection: u64) {
+fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selection: u64) {
     let (mut rank, mut size) = (0, 1);
     // SAFETY: MPI is initialized; out-pointers are valid locals.
     unsafe {

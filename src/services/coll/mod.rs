@@ -82,6 +82,11 @@ pub enum Coll {
     NeighborAlltoallw,
 }
 
+impl Coll {
+    /// How many collectives there are (the tables indexed by `Coll as usize - 1`).
+    pub const COUNT: usize = Coll::NeighborAlltoallw as usize;
+}
+
 /// How a collective call ended when the shim raised no error: who carried it out, and so
 /// what the call returns ([`Done::code`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,12 +9,13 @@
 
 use super::{Algo, COLLS, CollSpec, Forced, Param};
 use crate::platform::config::{self, ConfigError, parse_size};
+use crate::services::coll::Coll;
 
 /// The parsed variables.
 #[derive(Debug, Default)]
 pub struct Settings {
     /// Forced algorithms and parameters, by `Coll - 1`.
-    pub forced: [Forced; 22],
+    pub forced: [Forced; Coll::COUNT],
     pub errors: Vec<ConfigError>,
     pub warnings: Vec<String>,
 }
@@ -40,7 +41,7 @@ pub fn parse(vars: &[(String, String)]) -> Settings {
 
 /// A hash of everything that steers algorithm selection, which must be equal on every
 /// rank (else ranks could pick different algorithms and deadlock).
-pub fn fingerprint(forced: &[Forced; 22], c: &config::Config) -> u64 {
+pub fn fingerprint(forced: &[Forced; Coll::COUNT], c: &config::Config) -> u64 {
     config::fnv1a(format!("{:?}|{:?}|{}", forced, c.tuning_file, c.calibrate).as_bytes())
 }
 
@@ -63,7 +64,7 @@ fn coll_var(name: &str) -> Option<(&'static CollSpec, &'static str)> {
 }
 
 fn parse_one(
-    forced: &mut [Forced; 22],
+    forced: &mut [Forced; Coll::COUNT],
     spec: &CollSpec,
     what: &str,
     name: &str,

@@ -254,7 +254,7 @@ const fn spec(
 }
 
 /// The registry, indexed by `Coll as usize - 1`.
-pub static COLLS: [CollSpec; 22] = [
+pub static COLLS: [CollSpec; Coll::COUNT] = [
     spec(
         Coll::Barrier,
         "BARRIER",
@@ -531,7 +531,7 @@ impl Default for Forced {
 }
 
 /// Run-time overrides (algorithm + 1, 0 = none), set through the C API.
-static OVERRIDE: [AtomicU32; 22] = [const { AtomicU32::new(0) }; 22];
+static OVERRIDE: [AtomicU32; Coll::COUNT] = [const { AtomicU32::new(0) }; Coll::COUNT];
 
 /// Replaces the configured algorithm of a collective for the rest of the run (all ranks
 /// must do the same). `Algo::Auto` returns to automatic selection; `None` restores the
@@ -547,10 +547,10 @@ pub fn set_override(coll: Coll, algo: Option<Algo>) {
 }
 
 /// The forced choices of `SHIM_<COLL>_*` ([`env`]), handed over at init.
-static FORCED: OnceLock<[Forced; 22]> = OnceLock::new();
+static FORCED: OnceLock<[Forced; Coll::COUNT]> = OnceLock::new();
 
 /// Installs the forced choices parsed at init (first call wins).
-pub fn configure(forced: [Forced; 22]) {
+pub fn configure(forced: [Forced; Coll::COUNT]) {
     let _ = FORCED.set(forced);
 }
 
@@ -617,7 +617,7 @@ const BUCKETS: usize = 128;
 /// Automatic decisions per communicator size, cached: index (coll, form, commutative,
 /// native allowed, bucket), value `Choice::pack() + 1` (0 = not decided yet).
 type Table = &'static [AtomicU32];
-const TABLE_LEN: usize = 22 * 3 * 2 * 2 * BUCKETS;
+const TABLE_LEN: usize = Coll::COUNT * 3 * 2 * 2 * BUCKETS;
 /// Decision tables per communicator size: a direct slot for small sizes (one atomic load
 /// on the per-call path, which the native path's overhead budget needs), a map beyond.
 /// Tables live for the whole run (a few KiB per communicator size ever seen).
