@@ -581,13 +581,19 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
     l
 }
 
+/// The suffixes of the per-collective variables, `SHIM_<COLL>_<SUFFIX>` (one list, for this
+/// shape check and for the collective layer's parser).
+pub const COLL_VAR_SUFFIXES: [&str; 3] = ["ALGORITHM", "K", "SEGMENT"];
+
 /// Has the shape of a per-collective variable, `SHIM_<COLL>_ALGORITHM`, `_K` or
 /// `_SEGMENT`: the collective layer knows which collectives and parameters exist.
 pub fn is_coll_var(name: &str) -> bool {
     let rest = name.strip_prefix("SHIM_").unwrap_or("");
-    ["_ALGORITHM", "_K", "_SEGMENT"]
-        .iter()
-        .any(|w| rest.len() > w.len() && rest.ends_with(w))
+    COLL_VAR_SUFFIXES.iter().any(|w| {
+        rest.strip_suffix(w)
+            .and_then(|r| r.strip_suffix('_'))
+            .is_some_and(|coll| !coll.is_empty())
+    })
 }
 
 /// Fingerprint of the settings that lay the job out (which ranks take part at all, and

@@ -49,7 +49,7 @@ pub fn fingerprint(forced: &[Forced; Coll::COUNT], c: &config::Config) -> u64 {
 /// for a collective that has that parameter.
 fn coll_var(name: &str) -> Option<(&'static CollSpec, &'static str)> {
     let rest = name.strip_prefix("SHIM_")?;
-    for what in ["ALGORITHM", "K", "SEGMENT"] {
+    for what in config::COLL_VAR_SUFFIXES {
         if let Some(coll) = rest.strip_suffix(what).and_then(|r| r.strip_suffix('_')) {
             let spec = COLLS.iter().find(|c| c.env == coll)?;
             let ok = match what {
