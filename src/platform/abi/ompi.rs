@@ -386,7 +386,8 @@ pub mod large_count {
     /// calls the classic one (`int *len`), so registering it as it is would make it read an
     /// `MPI_Count` from the library's `int` (a garbage length). The library gets instead
     /// a trampoline of the classic prototype that widens the length and calls the user's
-    /// function (see [`user_fn_c`]). `MPI_ERR_INTERN` when every trampoline is taken.
+    /// function (see [`user_fn_c`]). `MPI_ERR_INTERN`, raised on the world's handler (no
+    /// object), when every trampoline is taken.
     ///
     /// # Safety
     /// `user_fn` must be an `MPI_User_function_c` (or NULL, which the library rejects);
@@ -398,7 +399,13 @@ pub mod large_count {
         } else {
             match user_fn_c::trampoline(user_fn) {
                 Some(t) => t as *mut c_void,
-                None => return MPI_ERR_INTERN,
+                None => {
+                    return crate::platform::errors::raise_no_object(
+                        MPI_ERR_INTERN,
+                        "MPI_Op_create_c",
+                        "no trampoline left for another large-count user function (128 at most)",
+                    );
+                }
             }
         };
         // SAFETY: a function of the classic prototype and the caller's out-pointer.
