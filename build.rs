@@ -297,10 +297,14 @@ fn bytes_expr(f: &Func) -> Option<String> {
     None
 }
 
-/// Large-count functions the shim calls internally whose classic form has a different
-/// shape (arrays, extra outputs): `crate::platform::abi::large_count` implements them on the classic
-/// calls for libraries without `_c` symbols.
-const HAND_WRITTEN_LARGE_COUNT: &[&str] = &["MPI_Type_get_envelope_c", "MPI_Type_create_struct_c"];
+/// Large-count functions whose classic form has a different shape (arrays, extra outputs, a
+/// user function of another prototype): `crate::platform::abi::large_count` implements them
+/// on the classic calls for libraries without `_c` symbols.
+const HAND_WRITTEN_LARGE_COUNT: &[&str] = &[
+    "MPI_Type_get_envelope_c",
+    "MPI_Type_create_struct_c",
+    "MPI_Op_create_c",
+];
 
 /// The body that runs a `_c` function through its classic form when the library lacks the
 /// large-count symbol: scalar counts are narrowed (`MPI_ERR_COUNT` if one does not fit in

@@ -383,6 +383,167 @@ static void t_neighbor(enum form f, MPI_Comm ring) {
         CHECK(recv[0] == left * 10 + 1 && recv[1] == right * 10, "neighbor_alltoallw %s", form_name[f]);
 }
 
+/* User operations (MPI-4.0 §6.9.5): MPI_Op_create's function gets an int length,
+ * MPI_Op_create_c's an MPI_Count one; each must see a length within the call's count
+ * (a library without large counts calls the classic prototype: the shim must adapt it). */
+static long g_uop_bad;
+static void uop_check(long len, MPI_Datatype dt) {
+    if (len < 0 || len > 3 || dt != MPI_INT) g_uop_bad = len ? len : -1;
+}
+static void uop_fn(void *in, void *io, int *len, MPI_Datatype *dt) {
+    uop_check(*len, *dt);
+    for (int i = 0; i < *len && !g_uop_bad; i++) ((int *)io)[i] += ((int *)in)[i] + 1;
+}
+static void uop_fn_c(void *in, void *io, MPI_Count *len, MPI_Datatype *dt) {
+    uop_check((long)*len, *dt);
+    for (MPI_Count i = 0; i < *len && !g_uop_bad; i++) ((int *)io)[i] += ((int *)in)[i] + 1;
+}
+
+/* Allreduce of 3 ints with a commutative, associative user op (a + b + 1: n values reduce
+ * to their sum + n - 1 in any order), then MPI_Reduce_local(_c). On an intercommunicator
+ * (`color` the group: even or odd world ranks) the result is the remote group's. */
+static void t_user_op(enum form f, MPI_Comm comm, int inter, int color) {
+    MPI_Op op;
+    int c = f >= BLK_C;
+    if (c) MPI_OK(MPI_Op_create_c(uop_fn_c, 1, &op));
+    else MPI_OK(MPI_Op_create(uop_fn, 1, &op));
+    int send[3], recv[3] = {-1, -1, -1}, n;
+    if (inter) MPI_Comm_remote_size(comm, &n);
+    else MPI_Comm_size(comm, &n);
+    for (int i = 0; i < 3; i++) send[i] = g_rank + i;
+    MPI_Request req;
+    g_uop_bad = 0;
+    DISPATCH(f, req, MPI_Allreduce(send, recv, 3, MPI_INT, op, comm),
+             MPI_Iallreduce(send, recv, 3, MPI_INT, op, comm, &req),
+             MPI_Allreduce_init(send, recv, 3, MPI_INT, op, comm, MPI_INFO_NULL, &req),
+             MPI_Allreduce_c(send, recv, 3, MPI_INT, op, comm),
+             MPI_Iallreduce_c(send, recv, 3, MPI_INT, op, comm, &req),
+             MPI_Allreduce_init_c(send, recv, 3, MPI_INT, op, comm, MPI_INFO_NULL, &req));
+    CHECK(!g_uop_bad, "user op %s (inter %d): called with length %ld", form_name[f], inter, g_uop_bad);
+    /* the world ranks of the n contributing processes: all, or the other parity */
+    int sum = 0;
+    for (int r = 0; r < n; r++) sum += inter ? 2 * r + (1 - color) : r;
+    for (int i = 0; i < 3; i++)
+        CHECK(recv[i] == sum + n * i + n - 1, "user op %s (inter %d): element %d = %d, want %d", form_name[f], inter, i,
+              recv[i], sum + n * i + n - 1);
+    if (f == BLK || f == BLK_C) {
+        int a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
+        if (c) MPI_OK(MPI_Reduce_local_c(a, b, 3, MPI_INT, op));
+        else MPI_OK(MPI_Reduce_local(a, b, 3, MPI_INT, op));
+        CHECK(!g_uop_bad && b[0] == 12 && b[1] == 23 && b[2] == 34, "reduce_local %s: %d %d %d (length %ld)",
+              form_name[f], b[0], b[1], b[2], g_uop_bad);
+    }
+    MPI_OK(MPI_Op_free(&op));
+}
+
+/* The v and w collectives on an intercommunicator (even and odd world ranks), MPI-4.0
+ * §6.2.2: every local process exchanges with the remote group; remote rank j is world
+ * rank 2j + (1 - color) and contributes j % 2 + 1 ints (Allgatherv, Gatherv, Scatterv). */
+static void t_inter(enum form f, MPI_Comm inter, int color) {
+    int lr, p, q;
+    MPI_Comm_rank(inter, &lr);
+    MPI_Comm_size(inter, &p);
+    MPI_Comm_remote_size(inter, &q);
+    int rc[64], rd[64], total = 0, ones[64], idx[64], bd[64];
+    MPI_Count crc[64], cones[64];
+    MPI_Aint crd[64], cidx[64], cbd[64];
+    MPI_Datatype ty[64];
+    for (int j = 0; j < q; j++) {
+        rc[j] = crc[j] = j % 2 + 1;
+        rd[j] = crd[j] = total;
+        total += j % 2 + 1;
+        ones[j] = cones[j] = 1;
+        idx[j] = cidx[j] = j;
+        bd[j] = cbd[j] = j * (int)sizeof(int);
+        ty[j] = MPI_INT;
+    }
+#define WORLD(j) (2 * (j) + (1 - color))
+    int me = lr % 2 + 1, send[64], recv[256];
+    MPI_Request req;
+    /* Allgatherv */
+    for (int k = 0; k < me; k++) send[k] = g_rank * 10 + k;
+    for (int k = 0; k < 256; k++) recv[k] = -1;
+    DISPATCH(f, req, MPI_Allgatherv(send, me, MPI_INT, recv, rc, rd, MPI_INT, inter),
+             MPI_Iallgatherv(send, me, MPI_INT, recv, rc, rd, MPI_INT, inter, &req),
+             MPI_Allgatherv_init(send, me, MPI_INT, recv, rc, rd, MPI_INT, inter, MPI_INFO_NULL, &req),
+             MPI_Allgatherv_c(send, me, MPI_INT, recv, crc, crd, MPI_INT, inter),
+             MPI_Iallgatherv_c(send, me, MPI_INT, recv, crc, crd, MPI_INT, inter, &req),
+             MPI_Allgatherv_init_c(send, me, MPI_INT, recv, crc, crd, MPI_INT, inter, MPI_INFO_NULL, &req));
+    for (int j = 0; j < q; j++)
+        for (int k = 0; k < rc[j]; k++)
+            CHECK(recv[rd[j] + k] == WORLD(j) * 10 + k, "inter allgatherv %s: from %d element %d = %d", form_name[f],
+                  j, k, recv[rd[j] + k]);
+    /* Gatherv to world rank 0 (local rank 0 of the even group), Scatterv from it */
+    int root = color == 0 ? (lr == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    for (int k = 0; k < 256; k++) recv[k] = -1;
+    DISPATCH(f, req, MPI_Gatherv(send, me, MPI_INT, recv, rc, rd, MPI_INT, root, inter),
+             MPI_Igatherv(send, me, MPI_INT, recv, rc, rd, MPI_INT, root, inter, &req),
+             MPI_Gatherv_init(send, me, MPI_INT, recv, rc, rd, MPI_INT, root, inter, MPI_INFO_NULL, &req),
+             MPI_Gatherv_c(send, me, MPI_INT, recv, crc, crd, MPI_INT, root, inter),
+             MPI_Igatherv_c(send, me, MPI_INT, recv, crc, crd, MPI_INT, root, inter, &req),
+             MPI_Gatherv_init_c(send, me, MPI_INT, recv, crc, crd, MPI_INT, root, inter, MPI_INFO_NULL, &req));
+    if (root == MPI_ROOT)
+        for (int j = 0; j < q; j++)
+            for (int k = 0; k < rc[j]; k++)
+                CHECK(recv[rd[j] + k] == WORLD(j) * 10 + k, "inter gatherv %s: from %d element %d = %d", form_name[f],
+                      j, k, recv[rd[j] + k]);
+    int big[256];
+    for (int j = 0; j < q; j++)
+        for (int k = 0; k < rc[j]; k++) big[rd[j] + k] = WORLD(j) * 10 + k;
+    for (int k = 0; k < 64; k++) recv[k] = -1;
+    DISPATCH(f, req, MPI_Scatterv(big, rc, rd, MPI_INT, recv, me, MPI_INT, root, inter),
+             MPI_Iscatterv(big, rc, rd, MPI_INT, recv, me, MPI_INT, root, inter, &req),
+             MPI_Scatterv_init(big, rc, rd, MPI_INT, recv, me, MPI_INT, root, inter, MPI_INFO_NULL, &req),
+             MPI_Scatterv_c(big, crc, crd, MPI_INT, recv, me, MPI_INT, root, inter),
+             MPI_Iscatterv_c(big, crc, crd, MPI_INT, recv, me, MPI_INT, root, inter, &req),
+             MPI_Scatterv_init_c(big, crc, crd, MPI_INT, recv, me, MPI_INT, root, inter, MPI_INFO_NULL, &req));
+    if (color == 1)
+        for (int k = 0; k < me; k++)
+            CHECK(recv[k] == g_rank * 10 + k, "inter scatterv %s: element %d = %d", form_name[f], k, recv[k]);
+    /* Alltoallv and Alltoallw: one int to each remote process, world rank * 100 + its rank */
+    for (int j = 0; j < q; j++) send[j] = g_rank * 100 + j;
+    for (int w = 0; w < 2; w++) {
+        for (int k = 0; k < 64; k++) recv[k] = -1;
+        if (!w) {
+            DISPATCH(f, req, MPI_Alltoallv(send, ones, idx, MPI_INT, recv, ones, idx, MPI_INT, inter),
+                     MPI_Ialltoallv(send, ones, idx, MPI_INT, recv, ones, idx, MPI_INT, inter, &req),
+                     MPI_Alltoallv_init(send, ones, idx, MPI_INT, recv, ones, idx, MPI_INT, inter, MPI_INFO_NULL, &req),
+                     MPI_Alltoallv_c(send, cones, cidx, MPI_INT, recv, cones, cidx, MPI_INT, inter),
+                     MPI_Ialltoallv_c(send, cones, cidx, MPI_INT, recv, cones, cidx, MPI_INT, inter, &req),
+                     MPI_Alltoallv_init_c(send, cones, cidx, MPI_INT, recv, cones, cidx, MPI_INT, inter, MPI_INFO_NULL,
+                                          &req));
+        } else {
+            DISPATCH(f, req, MPI_Alltoallw(send, ones, bd, ty, recv, ones, bd, ty, inter),
+                     MPI_Ialltoallw(send, ones, bd, ty, recv, ones, bd, ty, inter, &req),
+                     MPI_Alltoallw_init(send, ones, bd, ty, recv, ones, bd, ty, inter, MPI_INFO_NULL, &req),
+                     MPI_Alltoallw_c(send, cones, cbd, ty, recv, cones, cbd, ty, inter),
+                     MPI_Ialltoallw_c(send, cones, cbd, ty, recv, cones, cbd, ty, inter, &req),
+                     MPI_Alltoallw_init_c(send, cones, cbd, ty, recv, cones, cbd, ty, inter, MPI_INFO_NULL, &req));
+        }
+        for (int j = 0; j < q; j++)
+            CHECK(recv[j] == WORLD(j) * 100 + lr, "inter alltoall%c %s: from %d = %d", w ? 'w' : 'v', form_name[f], j,
+                  recv[j]);
+    }
+    /* Reduce_scatter (MPI-4.0 §6.10.1): the remote group's vectors of p * q ints, element k
+     * world rank + k, summed; q elements to each local process */
+    int lc[64];
+    MPI_Count clc[64];
+    for (int i = 0; i < p; i++) lc[i] = clc[i] = q;
+    for (int k = 0; k < p * q; k++) big[k] = g_rank + k;
+    for (int k = 0; k < 64; k++) recv[k] = -1;
+    DISPATCH(f, req, MPI_Reduce_scatter(big, recv, lc, MPI_INT, MPI_SUM, inter),
+             MPI_Ireduce_scatter(big, recv, lc, MPI_INT, MPI_SUM, inter, &req),
+             MPI_Reduce_scatter_init(big, recv, lc, MPI_INT, MPI_SUM, inter, MPI_INFO_NULL, &req),
+             MPI_Reduce_scatter_c(big, recv, clc, MPI_INT, MPI_SUM, inter),
+             MPI_Ireduce_scatter_c(big, recv, clc, MPI_INT, MPI_SUM, inter, &req),
+             MPI_Reduce_scatter_init_c(big, recv, clc, MPI_INT, MPI_SUM, inter, MPI_INFO_NULL, &req));
+    int s = 0;
+    for (int j = 0; j < q; j++) s += WORLD(j);
+    for (int k = 0; k < q; k++)
+        CHECK(recv[k] == s + q * (lr * q + k), "inter reduce_scatter %s: element %d = %d", form_name[f], k, recv[k]);
+#undef WORLD
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     CHECK(g_size <= 64, "at most 64 ranks");
@@ -408,8 +569,22 @@ int main(int argc, char **argv) {
         t_scan(f, 0);
         t_scan(f, 1);
         t_neighbor(f, ring);
+        t_user_op(f, MPI_COMM_WORLD, 0, 0);
     }
     MPI_Comm_free(&ring);
+    if (g_size >= 2 && g_size <= 64) {
+        /* even and odd world ranks; leaders world ranks 0 and 1 */
+        int color = g_rank % 2;
+        MPI_Comm local, inter;
+        MPI_OK(MPI_Comm_split(MPI_COMM_WORLD, color, g_rank, &local));
+        MPI_OK(MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, 1 - color, 11, &inter));
+        for (int f = 0; f < NFORMS; f++) {
+            t_inter(f, inter, color);
+            t_user_op(f, inter, 1, color);
+        }
+        MPI_OK(MPI_Comm_free(&inter));
+        MPI_OK(MPI_Comm_free(&local));
+    }
 
     /* Every exported collective entry point must have been intercepted. */
     const char *bases[] = {"Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",

@@ -67,6 +67,49 @@ static int iallreduce_comm_free(char *why) {
     return 0;
 }
 
+/* MPI_Scatterv on an intercommunicator of 1+1 processes: the root sends one
+ * vector(2, 2, 3) of MPI_INT (4 ints), the other side receives 2 of
+ * resized(indexed({1,1}, {-2,1}), lb -3, extent 6) of MPI_INT (4 ints, negative
+ * displacements): the same type signature (MPI-4.1 §6.6), so the call must succeed. */
+static int scatterv_inter_resized(char *why) {
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2) return 0;
+    MPI_Comm local, inter;
+    MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &local);
+    MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, 1 - rank, 7, &inter);
+    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+    MPI_Datatype vec, idx, rs;
+    MPI_Type_vector(2, 2, 3, MPI_INT, &vec);
+    MPI_Type_commit(&vec);
+    int bl[] = {1, 1}, d[] = {-2, 1};
+    MPI_Type_indexed(2, bl, d, MPI_INT, &idx);
+    MPI_Type_create_resized(idx, -3 * (MPI_Aint)sizeof(int), 6 * (MPI_Aint)sizeof(int), &rs);
+    MPI_Type_commit(&rs);
+    int sbuf[8] = {1, 2, 0, 3, 4, 0, 0, 0}, rbuf[32], one = 1, zero = 0, rc;
+    for (int i = 0; i < 32; i++) rbuf[i] = -1;
+    if (rank == 0)
+        rc = MPI_Scatterv(sbuf, &one, &zero, vec, NULL, 0, rs, MPI_ROOT, inter);
+    else /* the receive buffer starts 3 ints before rbuf + 8 (the type's lb) */
+        rc = MPI_Scatterv(NULL, NULL, NULL, vec, rbuf + 8, 2, rs, 0, inter);
+    int bad = rc != MPI_SUCCESS;
+    if (bad) {
+        int len;
+        strcpy(why, "returned ");
+        MPI_Error_string(rc, why + strlen(why), &len);
+    } else if (rank == 1 && (rbuf[6] != 1 || rbuf[9] != 2 || rbuf[12] != 3 || rbuf[15] != 4)) {
+        sprintf(why, "received %d %d %d %d, want 1 2 3 4", rbuf[6], rbuf[9], rbuf[12], rbuf[15]);
+        bad = 1;
+    }
+    if (bad && rank == 1) printf("(rank 1: %s) ", why); /* main prints rank 0's only */
+    MPI_Type_free(&vec);
+    MPI_Type_free(&idx);
+    MPI_Type_free(&rs);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&local);
+    return bad;
+}
+
 static const struct {
     const char *name;
     int (*run)(char *);
@@ -74,6 +117,7 @@ static const struct {
     {"pack_hvector_complex", pack_hvector_complex},
     {"darray_empty", darray_empty},
     {"iallreduce_comm_free", iallreduce_comm_free},
+    {"scatterv_inter_resized", scatterv_inter_resized},
 };
 
 int main(int argc, char **argv) {

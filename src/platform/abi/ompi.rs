@@ -381,6 +381,37 @@ pub mod large_count {
         }
     }
 
+    /// `MPI_Op_create_c` on `MPI_Op_create`. The user function has the large-count
+    /// prototype (`MPI_User_function_c`, MPI-4.0 §6.9.5: `MPI_Count *len`); the library
+    /// calls the classic one (`int *len`), so registering it as it is would make it read an
+    /// `MPI_Count` from the library's `int` (a garbage length). The library gets instead
+    /// a trampoline of the classic prototype that widens the length and calls the user's
+    /// function (see [`user_fn_c`]). `MPI_ERR_INTERN`, raised on the world's handler (no
+    /// object), when every trampoline is taken.
+    ///
+    /// # Safety
+    /// `user_fn` must be an `MPI_User_function_c` (or NULL, which the library rejects);
+    /// `op` must be valid.
+    pub unsafe fn PMPI_Op_create_c(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
+        let f = if user_fn.is_null() {
+            // the library reports the NULL function itself
+            core::ptr::null_mut()
+        } else {
+            match user_fn_c::trampoline(user_fn) {
+                Some(t) => t as *mut c_void,
+                None => {
+                    return crate::platform::errors::raise_no_object(
+                        MPI_ERR_INTERN,
+                        "MPI_Op_create_c",
+                        "no trampoline left for another large-count user function (128 at most)",
+                    );
+                }
+            }
+        };
+        // SAFETY: a function of the classic prototype and the caller's out-pointer.
+        unsafe { pmpi::PMPI_Op_create(f, commute, op) }
+    }
+
     /// `MPI_Type_create_struct_c` on `MPI_Type_create_struct` (block lengths must fit in
     /// an `int`).
     ///
@@ -414,5 +445,129 @@ pub mod large_count {
         let dp: Vec<MPI_Aint> = dp.to_vec();
         // SAFETY: arrays of n elements and the caller's type array and out-pointer.
         unsafe { pmpi::PMPI_Type_create_struct(n, bl.as_ptr(), dp.as_ptr(), types, newtype) }
+    }
+
+    /// Trampolines of the classic `MPI_User_function` prototype for the user functions of
+    /// `MPI_Op_create_c` (large counts): the library calls a user operation with no
+    /// argument that says which operation it is, so each distinct user function gets its
+    /// own trampoline, whose slot holds it. Slots are keyed by the function, not the
+    /// operation, and never released: a program has finitely many functions, and an
+    /// operation created again with the same function reuses its slot.
+    pub mod user_fn_c {
+        use core::sync::atomic::{AtomicPtr, Ordering};
+
+        use super::*;
+        use crate::platform::abi::MPI_User_function;
+
+        /// `MPI_User_function_c` (MPI-4.0 §6.9.5).
+        type UserFnC =
+            unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype);
+
+        /// Distinct large-count user functions a process can register.
+        pub const SLOTS: usize = 128;
+
+        static FNS: [AtomicPtr<c_void>; SLOTS] =
+            [const { AtomicPtr::new(core::ptr::null_mut()) }; SLOTS];
+
+        /// Trampoline `I`: widens the library's `int` length and calls slot `I`'s function.
+        unsafe extern "C" fn tramp<const I: usize>(
+            invec: *mut c_void,
+            inoutvec: *mut c_void,
+            len: *mut c_int,
+            datatype: *mut MPI_Datatype,
+        ) {
+            let f = FNS[I].load(Ordering::Acquire);
+            if f.is_null() || len.is_null() {
+                return;
+            }
+            // SAFETY: the library passes a valid length; slot I holds an
+            // `MPI_User_function_c` (set before the trampoline was handed out).
+            unsafe {
+                let mut n = *len as MPI_Count;
+                let f: UserFnC = core::mem::transmute::<*mut c_void, UserFnC>(f);
+                f(invec, inoutvec, &mut n, datatype);
+            }
+        }
+
+        macro_rules! table {
+            ($($i:literal)*) => { [$(tramp::<$i> as MPI_User_function),*] };
+        }
+        static TRAMPS: [MPI_User_function; SLOTS] = table!(
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59
+            60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87
+            88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111
+            112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127
+        );
+
+        /// The trampoline for user function `f` (its slot, or a free one); `None` when all
+        /// slots hold other functions.
+        pub fn trampoline(f: *mut c_void) -> Option<MPI_User_function> {
+            for (i, slot) in FNS.iter().enumerate() {
+                match slot.compare_exchange(
+                    core::ptr::null_mut(),
+                    f,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(TRAMPS[i]),
+                    Err(held) if held == f => return Some(TRAMPS[i]),
+                    Err(_) => {}
+                }
+            }
+            None
+        }
+
+        #[cfg(test)]
+        mod tests {
+            use super::*;
+
+            static SEEN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+
+            unsafe extern "C" fn add_c(
+                a: *mut c_void,
+                b: *mut c_void,
+                len: *mut MPI_Count,
+                _dt: *mut MPI_Datatype,
+            ) {
+                // SAFETY: the test passes arrays of `*len` i64.
+                unsafe {
+                    let (a, b) = (a as *const i64, b as *mut i64);
+                    for i in 0..*len as usize {
+                        *b.add(i) += *a.add(i);
+                    }
+                }
+                SEEN.store(len.cast(), Ordering::Relaxed);
+            }
+
+            #[test]
+            fn a_trampoline_widens_the_length_for_a_large_count_function() {
+                let f = add_c as *mut c_void;
+                let t = trampoline(f).expect("a free slot");
+                // the same function gets the same trampoline
+                assert_eq!(trampoline(f).map(|g| g as usize), Some(t as usize));
+                let a = [1i64, 2, 3];
+                let mut b = [10i64, 20, 30];
+                // an int length next to garbage: a callee reading 8 bytes would see it
+                #[repr(C)]
+                struct Len {
+                    n: c_int,
+                    junk: c_int,
+                }
+                let mut len = Len { n: 3, junk: -1 };
+                let mut dt: MPI_Datatype = unsafe { core::mem::zeroed() };
+                // SAFETY: arrays of 3 i64 and a valid length and datatype.
+                unsafe {
+                    t(
+                        a.as_ptr() as *mut c_void,
+                        b.as_mut_ptr().cast(),
+                        &mut len.n,
+                        &mut dt,
+                    )
+                };
+                assert_eq!(b, [11, 22, 33]);
+                assert!(!SEEN.load(Ordering::Relaxed).is_null());
+            }
+        }
     }
 }

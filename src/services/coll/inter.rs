@@ -6,7 +6,8 @@
 //! (its persistent Gather, Scatter and Allgather move the data of the `*_init` call, not of
 //! each `MPI_Start`; its `MPI_Ibcast` from the last rank of a group of two delivers
 //! nothing; its persistent `MPI_Reduce_scatter_block` reduces stale data: README,
-//! "Problems of the system MPI").
+//! "Problems of the system MPI"). The blocking large-count (`_c`) calls run here too when
+//! the library lacks them (Open MPI 4.1 and 5.0).
 //!
 //! Arguments are checked as on an intra-communicator, with the intercommunicator's rules:
 //! the root argument is `MPI_ROOT` at the root, `MPI_PROC_NULL` at the other processes of

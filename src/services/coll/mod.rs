@@ -6,8 +6,9 @@
 //! `*_init`, `_c`) into buffers, counts and datatypes, validates them, and hands a schedule
 //! builder from `algo` to [`Ctx::launch`], which runs the schedule according to the form: to
 //! completion (blocking), as a request (`I*`), or as an inactive persistent request
-//! (`*_init`). Blocking inter-communicator collectives are forwarded to the system MPI, the
-//! other forms run on the schedules of `inter`.
+//! (`*_init`). Blocking inter-communicator collectives are forwarded to the system MPI
+//! (unless it lacks their large-count `_c` function), the other forms run on the schedules
+//! of `inter`.
 //!
 //! A hook's body tells how the call ended with a `Result<Done, Raised>`: `Ok(`[`Done`]`)`
 //! when the shim raised no error, saying who did the work (a schedule of the shim, or the
@@ -157,13 +158,25 @@ impl<'a> Ctx<'a> {
         comm: MPI_Comm,
         native: &'a dyn Fn() -> c_int,
     ) -> Result<Ctx<'a>, c_int> {
+        let name = NAMES[call.fid as usize];
+        let has_native = native_exists(call.fid, name);
         let st = match crate::core::comm::get(comm) {
             Ok(s) => s,
-            Err(_) => return Err(native()),
+            Err(_) if has_native => return Err(native()),
+            // the library has no such function to report it: the shim does (an invalid
+            // communicator's error belongs to no object, so the world's handler runs)
+            Err(_) => {
+                return Err(crate::platform::errors::raise(
+                    comm,
+                    MPI_ERR_COMM,
+                    name,
+                    "the communicator is not valid",
+                ));
+            }
         };
-        // blocking calls on an intercommunicator are the system MPI's; the other forms run
-        // on the shim's schedules (see `inter`)
-        if st.inter && matches!(call.variant, Variant::Blocking) {
+        // blocking calls on an intercommunicator are the system MPI's; the other forms, and
+        // the large-count forms the library lacks, run on the shim's schedules (see `inter`)
+        if st.inter && matches!(call.variant, Variant::Blocking) && has_native {
             crate::platform::counters::note_path(call.fid, "forwarded", "inter-communicator");
             return Err(native());
         }
@@ -433,11 +446,7 @@ impl<'a> Ctx<'a> {
         commutative: bool,
         native_ok: bool,
     ) -> select::Choice {
-        // a large-count call the library lacks (Open MPI has no `_c` functions) cannot go native
-        let name = self.name();
-        let native_ok = native_ok
-            && (!name.ends_with("_c")
-                || crate::platform::symbols::provides(self.call.fid as usize, name));
+        let native_ok = native_ok && native_exists(self.call.fid, self.name());
         let ch = select::choose(
             coll,
             self.form(),
@@ -458,6 +467,14 @@ impl<'a> Ctx<'a> {
         crate::platform::counters::note_path(self.call.fid, "native", "system MPI");
         Done::Native((self.native)())
     }
+}
+
+/// Whether the system MPI has the function the application called: a large-count (`_c`)
+/// call the library lacks (Open MPI 4.1 and 5.0 have none) must never be handed to it,
+/// since the `PMPI_*_c` forwarders of the count-array forms have no classic equivalent to
+/// fall back on; the shim's schedules carry it out instead.
+fn native_exists(fid: Fid, name: &str) -> bool {
+    !name.ends_with("_c") || crate::platform::symbols::provides(fid as usize, name)
 }
 
 /// A cache key, or `None` when the call's datatypes or operation are not all predefined
