@@ -230,9 +230,6 @@ predefined_kinds! {
 ///
 /// # Safety
 /// `flag` must be valid (the MPI library passes its own out-pointer).
-// one copy: a small function may otherwise be instantiated in several codegen units, and
-// its address (which tests compare with what the shim passed) then depends on the caller
-#[inline(never)]
 pub unsafe extern "C" fn null_copy_attr(
     _old: MPI_Comm,
     _keyval: c_int,
