@@ -7,7 +7,8 @@
 ! MPI_STATUSES_IGNORE (waitall): results, and that the sentinels' own storage (with
 ! MPI_ERRCODES_IGNORE behind MPI_STATUSES_IGNORE) was not written as a status. The verdict
 ! is reduced without a sentinel. Compiled with -cpp; -DMPIFH: `include 'mpif.h'` instead of
-! `use mpi`. Prints "f_plain: OK (<n> ranks)".
+! `use mpi`; -DFORTRAN_TYPES: the type constructors from Fortran (Open MPI).
+! Prints "f_plain: OK (<n> ranks)".
 program f_plain
   use, intrinsic :: iso_c_binding, only: c_int, c_intptr_t, c_loc
 #ifdef MPIFH
@@ -17,8 +18,10 @@ program f_plain
   use mpi
   implicit none
 #endif
+#ifndef FORTRAN_TYPES
   ! MPICH's C handles are its Fortran ones; the C constructor keeps the MPI Fortran
-  ! library out of the link (libshim defines no Fortran type constructors)
+  ! library out of the link (the MPICH build of libshim defines no Fortran type
+  ! constructors; the Open MPI build does: -DFORTRAN_TYPES)
   interface
     integer(c_int) function type_create_hindexed(count, blens, disps, old, new) &
         bind(C, name='MPI_Type_create_hindexed')
@@ -32,10 +35,11 @@ program f_plain
       integer(c_int) :: t
     end function
   end interface
+#endif
   integer :: ierr, me, n, nxt, prv, i, bad, tot, st, req, reqs(2), y, z
   integer :: x(3), g(64), blen(1)
   integer, target :: a(4), b(4)
-  integer(c_intptr_t) :: disp(1)
+  integer(kind=MPI_ADDRESS_KIND) :: disp(1)
   call MPI_INIT(ierr)
   call MPI_COMM_RANK(MPI_COMM_WORLD, me, ierr)
   call MPI_COMM_SIZE(MPI_COMM_WORLD, n, ierr)
@@ -59,21 +63,32 @@ program f_plain
   do i = 1, n
     if (g(i) /= 10 * (i - 1)) call fail(3)
   end do
-  ! MPI_BOTTOM: a type holding the absolute address of the buffer
+  ! MPI_BOTTOM: a type holding the absolute address of the buffer (C_LOC is the address
+  ! MPI_GET_ADDRESS gives, which neither build of libshim defines in Fortran)
   blen(1) = 4
   a = (/ (100 * me + i, i = 1, 4) /)
   b = -1
   disp(1) = transfer(c_loc(a), disp(1))
+#ifdef FORTRAN_TYPES
+  call MPI_TYPE_CREATE_HINDEXED(1, blen, disp, MPI_INTEGER, st, ierr)
+  call MPI_TYPE_COMMIT(st, ierr)
+#else
   ierr = type_create_hindexed(1, blen, disp, MPI_INTEGER, st)
   ierr = type_commit(st)
+#endif
   call MPI_IRECV(b, 4, MPI_INTEGER, prv, 1, MPI_COMM_WORLD, req, ierr)
   call MPI_SEND(MPI_BOTTOM, 1, st, nxt, 1, MPI_COMM_WORLD, ierr)
   call MPI_WAIT(req, MPI_STATUS_IGNORE, ierr)
   call MPI_TYPE_FREE(st, ierr)
   if (any(b /= (/ (100 * prv + i, i = 1, 4) /))) call fail(4)
   disp(1) = transfer(c_loc(b), disp(1))
+#ifdef FORTRAN_TYPES
+  call MPI_TYPE_CREATE_HINDEXED(1, blen, disp, MPI_INTEGER, st, ierr)
+  call MPI_TYPE_COMMIT(st, ierr)
+#else
   ierr = type_create_hindexed(1, blen, disp, MPI_INTEGER, st)
   ierr = type_commit(st)
+#endif
   b = -1
   call MPI_IRECV(MPI_BOTTOM, 1, st, prv, 2, MPI_COMM_WORLD, req, ierr)
   call MPI_SEND(a, 4, MPI_INTEGER, nxt, 2, MPI_COMM_WORLD, ierr)
