@@ -93,7 +93,8 @@ fn library_names(explicit: Option<String>, secure: bool) -> Vec<String> {
     }
 }
 
-fn is_own_symbol(p: *mut c_void) -> bool {
+/// Whether `p` lies in libshim itself.
+pub(crate) fn is_own_symbol(p: *mut c_void) -> bool {
     // SAFETY: dladdr only reads loader metadata for the two addresses.
     unsafe {
         let mut a: libc::Dl_info = core::mem::zeroed();

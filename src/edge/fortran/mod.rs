@@ -41,8 +41,9 @@
 //! layout (`MPI_Status_f2c` is a copy). Sentinels: `MPI_BOTTOM`, `MPI_IN_PLACE` and
 //! `MPI_STATUS_IGNORE` are the members of the common block `/MPIPRIV1/`,
 //! `MPI_STATUSES_IGNORE` the first of `/MPIPRIV2/` (`mpif.h`); the executable holds the
-//! one copy of each (copy relocation), found with `dlsym(RTLD_DEFAULT)` and recognized by
-//! address. LOGICALs: `.TRUE.` is 1 and `.FALSE.` 0 for gfortran, the values MPICH's
+//! one copy of each, found with `dlsym(RTLD_DEFAULT)` and recognized by address. The
+//! executable exports it because `libmpichfort`, or libshim (`mpich.rs` defines the blocks
+//! for a program linked with a plain `-lshim`, which loses `libmpichfort`), defines it. LOGICALs: `.TRUE.` is 1 and `.FALSE.` 0 for gfortran, the values MPICH's
 //! configure found (it has no run-time variable for them).
 
 use core::ffi::{CStr, c_char, c_int, c_void};
@@ -361,15 +362,20 @@ pub(crate) fn system(name: &'static CStr) -> *mut c_void {
 }
 
 /// The program was linked without the MPI library's Fortran library (a linker with
-/// `--as-needed` drops it when libshim defines every name the program calls): the
-/// shim loaded it, but the `mpif.h` common blocks the program passes are then its own
-/// copies, unknown to any library, and the sentinels cannot be recognized by address.
+/// `--as-needed` drops it when libshim defines every name the program calls), so the
+/// shim loaded it. The shim defines the `mpif.h` common blocks too, so such a program
+/// exports its own copies and the sentinels are still recognized by address; only a
+/// program whose copies stayed private (linked against a libshim without those
+/// definitions) passes addresses that no library knows.
 static LOST: AtomicBool = AtomicBool::new(false);
 
-/// After `MPI_INIT`: says so, once, on rank 0.
+/// After `MPI_INIT`: says so, once, on rank 0, when the sentinels cannot be recognized.
 fn warn_if_lost() {
-    if LOST.load(Ordering::Relaxed) && crate::platform::proc::world().rank == 0 {
-        tracing::warn!(target: "shim::fortran", "this Fortran program was linked without the MPI library's Fortran library ({}; dropped by the linker's --as-needed): MPI_IN_PLACE, MPI_BOTTOM and MPI_STATUS(ES)_IGNORE are not recognized. Link with $(pkg-config --libs shim), or put -Wl,--no-as-needed before -lshim (README, \"Ways in\")", FORTRAN_LIBRARIES[0].to_string_lossy());
+    if LOST.load(Ordering::Relaxed)
+        && sentinels_are_own()
+        && crate::platform::proc::world().rank == 0
+    {
+        tracing::warn!(target: "shim::fortran", "this Fortran program was linked without the MPI library's Fortran library ({}) and does not export its mpif.h common blocks: MPI_IN_PLACE, MPI_BOTTOM and MPI_STATUS(ES)_IGNORE are not recognized. Relink it against this libshim, or with $(pkg-config --libs shim) or -Wl,--no-as-needed before -lshim (README, \"Ways in\")", FORTRAN_LIBRARIES[0].to_string_lossy());
     }
 }
 

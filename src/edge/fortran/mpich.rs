@@ -149,6 +149,43 @@ pub(crate) unsafe fn init_thread(
     crate::platform::guard::guard("MPI_INIT_THREAD", || unsafe { f(required, provided, ierr) });
 }
 
+/// Defines the common blocks of MPICH's `mpif.h` in the shim too, with the sizes of
+/// `libmpichfort`'s definitions. Why: a program linked with a plain `-lshim`, whose every
+/// MPI Fortran symbol the shim defines, loses `libmpichfort` under `--as-needed`; its
+/// common blocks would then be private to the executable, and the shim (`sentinels`) and
+/// `libmpichfort` (loaded by the shim for `pmpi_init_`) would not know the addresses the
+/// program passes as `MPI_IN_PLACE` etc. A definition in a library the program links
+/// makes the linker export the executable's copy, which every library then binds to.
+/// In a process without the executable's copies (a C program) these are the ones all
+/// Fortran code shares, as `libmpichfort`'s own would be.
+macro_rules! sentinel_commons {
+    ($($name:ident: [$t:ty; $n:literal];)*) => {$(
+        #[unsafe(no_mangle)]
+        #[allow(non_upper_case_globals)]
+        pub static mut $name: [$t; $n] = [0; $n];
+    )*};
+}
+
+sentinel_commons! {
+    // MPI_BOTTOM, MPI_IN_PLACE, MPI_STATUS_IGNORE(5)
+    mpipriv1_: [MPI_Fint; 7];
+    // MPI_STATUSES_IGNORE(5,1), MPI_ERRCODES_IGNORE(1)
+    mpipriv2_: [MPI_Fint; 6];
+    // MPI_ARGVS_NULL(1,1), MPI_ARGV_NULL(1) (CHARACTER*1)
+    mpiprivc_: [u8; 2];
+    // MPI_UNWEIGHTED
+    mpifcmb5_: [MPI_Fint; 1];
+    // MPI_WEIGHTS_EMPTY
+    mpifcmb9_: [MPI_Fint; 1];
+}
+
+/// Whether the sentinels found are the shim's own copies of the common blocks while the
+/// program passes its own (a program linked against a shim without these definitions,
+/// whose copies the linker did not export): then they cannot be recognized.
+pub(super) fn sentinels_are_own() -> bool {
+    crate::platform::symbols::is_own_symbol(global(c"mpipriv1_"))
+}
+
 /// The C value of a predefined attribute keyval, for comparisons: MPICH's C keyvals are
 /// odd and its Fortran constants the next even number (`mpi.h`: `MPI_TAG_UB 0x64400001`,
 /// `mpif.h`: `MPI_TAG_UB=1681915906`; `MPI_WIN_CREATE_FLAVOR` 0x66000007 and 1711276040),

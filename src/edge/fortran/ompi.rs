@@ -140,6 +140,12 @@ pub fn sentinels() -> Sentinels {
     })
 }
 
+/// Whether the sentinels found are the shim's own copies of the common blocks (see
+/// `super::LOST`): the program's copies were not exported, so they cannot be recognized.
+pub(super) fn sentinels_are_own() -> bool {
+    crate::platform::symbols::is_own_symbol(global(c"mpi_fortran_in_place_"))
+}
+
 /// A Fortran weights array as the C binding's (`MPI_UNWEIGHTED`, `MPI_WEIGHTS_EMPTY`).
 pub fn weights(p: *mut c_int) -> *mut c_int {
     let s = sentinels();
