@@ -230,9 +230,6 @@ predefined_kinds! {
 ///
 /// # Safety
 /// `flag` must be valid (the MPI library passes its own out-pointer).
-// One copy: a small function may otherwise be copied into each codegen unit that takes
-// its address, and the copies' addresses differ (the tests compare it).
-#[inline(never)]
 pub unsafe extern "C" fn null_copy_attr(
     _old: MPI_Comm,
     _keyval: c_int,
