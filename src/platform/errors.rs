@@ -217,7 +217,11 @@ fn probe_swallowing(probe: MPI_Comm, rec: MPI_Errhandler) -> bool {
     let seen = SWALLOWED.replace(MPI_SUCCESS);
     WORLD_RAISED.set(MPI_SUCCESS);
     let swallows = rc == MPI_SUCCESS && seen != MPI_SUCCESS;
-    tracing::debug!(target: "shim::errors", "a user-defined handler's code is {}", if swallows { "dropped by the system MPI (MPI_SUCCESS returned): the shim returns it" } else { "returned" });
+    tracing::debug!(
+        target: "shim::errors",
+        "the system MPI {} the code a user-defined handler was passed",
+        if swallows { "drops (the shim returns it)" } else { "returns" }
+    );
     swallows
 }
 
@@ -470,5 +474,41 @@ pub fn inherit(parent: MPI_Comm, newcomm: *mut MPI_Comm, rc: c_int) {
             pmpi::PMPI_Errhandler_free(&mut app);
         }
         pmpi::PMPI_Errhandler_free(&mut now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A library that drops the code after a user-defined handler (MPICH 5.0.2): the code
+    /// the recorder kept is what the call returns, once.
+    #[test]
+    fn a_dropped_code_comes_back_once() {
+        let mut code: c_int = 0x2a00_0005;
+        // SAFETY: a valid pointer to the error code, as the system MPI passes.
+        unsafe { record(core::ptr::null_mut(), &mut code) };
+        assert_eq!(take_swallowed(MPI_SUCCESS), code);
+        assert_eq!(
+            take_swallowed(MPI_SUCCESS),
+            MPI_SUCCESS,
+            "not for the next call"
+        );
+        // a call that returned its own code keeps it, and the kept one does not linger
+        // SAFETY: as above.
+        unsafe { record(core::ptr::null_mut(), &mut code) };
+        assert_eq!(take_swallowed(7), 7);
+        assert_eq!(take_swallowed(MPI_SUCCESS), MPI_SUCCESS);
+    }
+
+    /// A library that returns the code (the probe found no dropping): results unchanged.
+    #[test]
+    fn a_returned_code_is_left_alone() {
+        assert!(!SWALLOWS.load(Ordering::Relaxed));
+        let mut code: c_int = 0x2a00_0005;
+        // SAFETY: as above.
+        unsafe { record(core::ptr::null_mut(), &mut code) };
+        assert_eq!(unswallow(MPI_SUCCESS), MPI_SUCCESS);
+        assert_eq!(unswallow(code), code);
     }
 }
