@@ -501,11 +501,27 @@ fn main() {
             )
             .unwrap();
         }
+        // an `int` result is an error code: one the library passed to the shim's handler
+        // on the world and then dropped comes back (src/platform/errors.rs, `unswallow`);
+        // `MPI_*_call_errhandler` returns MPI_SUCCESS when the handler returns (MPI-4.0
+        // §9.3.1), so there the code only must not linger
+        let call = if ret != "c_int" {
+            format!("unsafe {{ fn__({}) }}", names.join(", "))
+        } else if f.name.ends_with("_call_errhandler") {
+            format!(
+                "let rc__ = unsafe {{ fn__({}) }};\n        crate::platform::errors::forget_swallowed();\n        rc__",
+                names.join(", ")
+            )
+        } else {
+            format!(
+                "crate::platform::errors::unswallow(unsafe {{ fn__({}) }})",
+                names.join(", ")
+            )
+        };
         writeln!(
             o,
-            "        // SAFETY: the symbol was looked up by its exact name and the table gives its C prototype.\n        let fn__: unsafe extern \"C\" fn({}) -> {ret} = unsafe {{ core::mem::transmute::<*mut c_void, _>(sym__) }};\n        unsafe {{ fn__({}) }}\n    }}",
+            "        // SAFETY: the symbol was looked up by its exact name and the table gives its C prototype.\n        let fn__: unsafe extern \"C\" fn({}) -> {ret} = unsafe {{ core::mem::transmute::<*mut c_void, _>(sym__) }};\n        {call}\n    }}",
             tys.join(", "),
-            names.join(", ")
         )
         .unwrap();
     }

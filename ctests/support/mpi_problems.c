@@ -110,6 +110,28 @@ static int scatterv_inter_resized(char *why) {
     return bad;
 }
 
+/* A user-defined handler that returns: the call returns the code the handler was passed
+ * (MPI-4.0 §9.3.1: "the error code to be returned by the MPI routine that raised the
+ * error"). An attribute query with MPI_KEYVAL_INVALID on a private communicator. */
+static int handler_code_seen;
+static void keep_code(MPI_Comm *c, int *code, ...) { (void)c, handler_code_seen = *code; }
+static int handler_return_code(char *why) {
+    MPI_Comm c;
+    MPI_Errhandler h;
+    MPI_Comm_dup(MPI_COMM_SELF, &c);
+    MPI_Comm_create_errhandler(keep_code, &h);
+    MPI_Comm_set_errhandler(c, h);
+    void *v;
+    int flag, rc;
+    handler_code_seen = MPI_SUCCESS;
+    rc = MPI_Comm_get_attr(c, MPI_KEYVAL_INVALID, &v, &flag);
+    int bad = handler_code_seen != MPI_SUCCESS && rc != handler_code_seen;
+    if (bad) sprintf(why, "the handler got code %d, the call returned %d", handler_code_seen, rc);
+    MPI_Comm_free(&c);
+    MPI_Errhandler_free(&h);
+    return bad;
+}
+
 static const struct {
     const char *name;
     int (*run)(char *);
@@ -118,6 +140,7 @@ static const struct {
     {"darray_empty", darray_empty},
     {"iallreduce_comm_free", iallreduce_comm_free},
     {"scatterv_inter_resized", scatterv_inter_resized},
+    {"handler_return_code", handler_return_code},
 };
 
 int main(int argc, char **argv) {

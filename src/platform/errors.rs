@@ -19,6 +19,16 @@
 //! point whose call failed then raises the error where the system MPI would have raised it
 //! on the world ([`checked`]): on the keeper's handler, invoked on `MPI_COMM_WORLD`.
 //! Communicators made from `MPI_COMM_WORLD` inherit the application's handler ([`inherit`]).
+//!
+//! **A library that drops the code.** MPI-4.0 §9.3.1: the code a user-defined handler is
+//! passed is "the error code to be returned by the MPI routine that raised the error".
+//! MPICH 5.0.2 returns `MPI_SUCCESS` instead once a user-defined handler has returned
+//! (any communicator, whatever the handler does with the code; MPICH 4.0.2 returns the
+//! code). The shim's recorder is such a handler, so there every error the library raised
+//! on the real world, the shim's own argument checks included (a datatype's size, whether
+//! a communicator is valid), would read as success. Init finds out with one failing call
+//! ([`probe_swallowing`]); on such a library the recorder (and the ghosts' trampoline) keep
+//! the code and every `PMPI_*` call that returned `MPI_SUCCESS` returns it ([`unswallow`]).
 
 use core::cell::Cell;
 use core::ffi::c_int;
@@ -37,6 +47,9 @@ static USER_WORLD: AtomicI64 = AtomicI64::new(0);
 static TRAMPOLINE: AtomicI64 = AtomicI64::new(0);
 /// The application's world handler is `MPI_ERRORS_RETURN` (nothing to raise).
 static WORLD_RETURNS: AtomicBool = AtomicBool::new(false);
+/// The system MPI returns `MPI_SUCCESS` from a call whose error a user-defined handler
+/// took (see the module comment): the shim's handlers keep the code for [`unswallow`].
+static SWALLOWS: AtomicBool = AtomicBool::new(false);
 
 /// The handler the real world gets instead of `MPI_ERRORS_RETURN` (0 until created): it
 /// records each error the system MPI raises on the world and returns, so that an entry
@@ -51,6 +64,37 @@ thread_local! {
     static RAISED: Cell<c_int> = const { Cell::new(MPI_SUCCESS) };
     /// The last error code the system MPI raised on the real world (see [`RECORDER`]).
     static WORLD_RAISED: Cell<c_int> = const { Cell::new(MPI_SUCCESS) };
+    /// The code a handler of the shim's was passed during the `PMPI_*` call in progress,
+    /// for [`unswallow`] (MPI_SUCCESS: none).
+    static SWALLOWED: Cell<c_int> = const { Cell::new(MPI_SUCCESS) };
+}
+
+/// The result of every `PMPI_*` call that returns an error code (generated forwarders):
+/// on a library that drops the code after a user-defined handler (see the module comment),
+/// a call that returned `MPI_SUCCESS` although it passed a code to one of the shim's
+/// handlers returns that code, as `MPI_ERRORS_RETURN` would have made it.
+#[inline(always)]
+pub fn unswallow(rc: c_int) -> c_int {
+    if SWALLOWS.load(Ordering::Relaxed) {
+        take_swallowed(rc)
+    } else {
+        rc
+    }
+}
+
+#[inline(never)]
+fn take_swallowed(rc: c_int) -> c_int {
+    let code = SWALLOWED.replace(MPI_SUCCESS);
+    if rc == MPI_SUCCESS { code } else { rc }
+}
+
+/// After `PMPI_*_call_errhandler`, which returns `MPI_SUCCESS` when the handler returns
+/// (MPI-4.0 §9.3.1): a code the shim's handler kept must not reach the next call.
+#[inline(always)]
+pub fn forget_swallowed() {
+    if SWALLOWS.load(Ordering::Relaxed) {
+        SWALLOWED.set(MPI_SUCCESS);
+    }
 }
 
 /// The real world's handler: records the code and returns (MPI-4.0 §9.3.1: a user
@@ -58,7 +102,9 @@ thread_local! {
 unsafe extern "C" fn record(_comm: *mut MPI_Comm, code: *mut c_int) {
     if !code.is_null() {
         // SAFETY: the system MPI passes a pointer to the error code.
-        WORLD_RAISED.set(unsafe { *code });
+        let code = unsafe { *code };
+        WORLD_RAISED.set(code);
+        SWALLOWED.set(code);
     }
 }
 
@@ -73,6 +119,7 @@ unsafe extern "C" fn user_world_handler(_comm: *mut MPI_Comm, code: *mut c_int) 
     // the entry point must not raise it a second time (`after_failure`)
     RAISED.set(code);
     raise_on_world(code, "");
+    SWALLOWED.set(code);
 }
 
 /// Is `c` the application's `MPI_COMM_WORLD` (the real one, or the user world it maps to)?
@@ -111,12 +158,7 @@ pub fn init_world(user_world: Option<MPI_Comm>) {
         if pmpi::PMPI_Comm_dup(MPI_COMM_SELF(), &mut k) != MPI_SUCCESS {
             return;
         }
-        pmpi::PMPI_Comm_get_errhandler(MPI_COMM_WORLD(), &mut h);
-        pmpi::PMPI_Comm_set_errhandler(k, h);
-        pmpi::PMPI_Errhandler_free(&mut h);
     }
-    KEEPER.store(k as i64, Ordering::Release);
-    refresh_world_returns();
     let mut rec: MPI_Errhandler = MPI_ERRHANDLER_NULL();
     // SAFETY: a handler function of the standard's C signature (the variadic tail is
     // unused); valid out-pointer.
@@ -124,7 +166,16 @@ pub fn init_world(user_world: Option<MPI_Comm>) {
         == MPI_SUCCESS
     {
         RECORDER.store(rec as i64, Ordering::Release);
+        SWALLOWS.store(probe_swallowing(k, rec), Ordering::Release);
     }
+    // SAFETY: the keeper is ours; valid out-pointer.
+    unsafe {
+        pmpi::PMPI_Comm_get_errhandler(MPI_COMM_WORLD(), &mut h);
+        pmpi::PMPI_Comm_set_errhandler(k, h);
+        pmpi::PMPI_Errhandler_free(&mut h);
+    }
+    KEEPER.store(k as i64, Ordering::Release);
+    refresh_world_returns();
     if let Some(uw) = user_world {
         let mut t: MPI_Errhandler = MPI_ERRHANDLER_NULL();
         // SAFETY: as above; the user world is valid.
@@ -143,6 +194,35 @@ pub fn init_world(user_world: Option<MPI_Comm>) {
     // SAFETY: a valid handler on the predefined communicator.
     unsafe { pmpi::PMPI_Comm_set_errhandler(MPI_COMM_WORLD(), quiet()) };
     VIRTUAL.store(true, Ordering::Release);
+}
+
+/// Whether the system MPI drops the code after a user-defined handler returns (see the
+/// module comment): one call that fails on `probe` (a private communicator, which gets the
+/// recorder `rec`), an attribute query with `MPI_KEYVAL_INVALID` (MPI_ERR_KEYVAL, raised
+/// on the communicator). A library that raises nothing there is taken to keep the code.
+fn probe_swallowing(probe: MPI_Comm, rec: MPI_Errhandler) -> bool {
+    let mut val: *mut core::ffi::c_void = core::ptr::null_mut();
+    let mut flag: c_int = 0;
+    SWALLOWED.set(MPI_SUCCESS);
+    // SAFETY: the communicator is ours and valid; valid out-pointers.
+    let rc = unsafe {
+        pmpi::PMPI_Comm_set_errhandler(probe, rec);
+        pmpi::PMPI_Comm_get_attr(
+            probe,
+            MPI_KEYVAL_INVALID,
+            (&mut val as *mut *mut core::ffi::c_void).cast(),
+            &mut flag,
+        )
+    };
+    let seen = SWALLOWED.replace(MPI_SUCCESS);
+    WORLD_RAISED.set(MPI_SUCCESS);
+    let swallows = rc == MPI_SUCCESS && seen != MPI_SUCCESS;
+    tracing::debug!(
+        target: "shim::errors",
+        "the system MPI {} the code a user-defined handler was passed",
+        if swallows { "drops (the shim returns it)" } else { "returns" }
+    );
+    swallows
 }
 
 /// At finalize (while MPI works): the world gets the application's handler back and the
@@ -394,5 +474,41 @@ pub fn inherit(parent: MPI_Comm, newcomm: *mut MPI_Comm, rc: c_int) {
             pmpi::PMPI_Errhandler_free(&mut app);
         }
         pmpi::PMPI_Errhandler_free(&mut now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A library that drops the code after a user-defined handler (MPICH 5.0.2): the code
+    /// the recorder kept is what the call returns, once.
+    #[test]
+    fn a_dropped_code_comes_back_once() {
+        let mut code: c_int = 0x2a00_0005;
+        // SAFETY: a valid pointer to the error code, as the system MPI passes.
+        unsafe { record(core::ptr::null_mut(), &mut code) };
+        assert_eq!(take_swallowed(MPI_SUCCESS), code);
+        assert_eq!(
+            take_swallowed(MPI_SUCCESS),
+            MPI_SUCCESS,
+            "not for the next call"
+        );
+        // a call that returned its own code keeps it, and the kept one does not linger
+        // SAFETY: as above.
+        unsafe { record(core::ptr::null_mut(), &mut code) };
+        assert_eq!(take_swallowed(7), 7);
+        assert_eq!(take_swallowed(MPI_SUCCESS), MPI_SUCCESS);
+    }
+
+    /// A library that returns the code (the probe found no dropping): results unchanged.
+    #[test]
+    fn a_returned_code_is_left_alone() {
+        assert!(!SWALLOWS.load(Ordering::Relaxed));
+        let mut code: c_int = 0x2a00_0005;
+        // SAFETY: as above.
+        unsafe { record(core::ptr::null_mut(), &mut code) };
+        assert_eq!(unswallow(MPI_SUCCESS), MPI_SUCCESS);
+        assert_eq!(unswallow(code), code);
     }
 }
