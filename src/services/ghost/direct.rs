@@ -134,6 +134,16 @@ fn scratch(bytes: usize) -> Vec<u128> {
     vec![0u128; bytes.div_ceil(16).max(1)]
 }
 
+/// The bytes that `n` consecutive elements of a type span from the buffer's start: `n`
+/// extents, or more if the type's data reaches past its extent.
+fn scratch_bytes(ei: &TypeInfo, n: i64) -> usize {
+    if n <= 0 {
+        return 0;
+    }
+    let (lo, hi) = span(ei, n);
+    (hi.max(n * ei.extent) - lo.min(0)).max(0) as usize
+}
+
 /// `MPI_Put` (and `MPI_Rput`'s work): origin elements into the target's layout.
 ///
 /// # Safety
@@ -329,9 +339,11 @@ unsafe fn apply(
             return d.fail(c, what, "the operation is not defined for the datatype");
         }
     }
-    let Some(es) = dtype::size_of(elem).filter(|&s| s > 0) else {
-        return d.fail(MPI_ERR_TYPE, what, "an empty element type");
+    let ei = match dtype::info(elem) {
+        Ok(i) if i.size > 0 => i,
+        _ => return d.fail(MPI_ERR_TYPE, what, "an empty element type"),
     };
+    let es = ei.size as usize;
     let tsize = match dtype::info(tt) {
         Ok(i) => i.size * tc,
         Err(c) => return d.fail(c, what, "invalid target datatype"),
@@ -359,7 +371,10 @@ unsafe fn apply(
             );
         }
     }
-    let bytes = n as usize * es;
+    // The scratch buffers hold n elements laid out by the element's extent, as the copies
+    // and the reduction below walk them: a pair type's size is not its extent (MPI-4.0
+    // §6.9.4, MPI_SHORT_INT: 6 bytes of data in 8), and sizing them by size overran them.
+    let bytes = scratch_bytes(&ei, n);
     let mut a = scratch(bytes);
     let ap = a.as_mut_ptr().cast::<c_void>();
     if !no_op {
