@@ -469,7 +469,6 @@ static void many_case(int id, int nwin) {
     h_end(id);
 }
 
-
 /* The pair types (MPI-4.0 §6.9.4: MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_2INT,
  * MPI_SHORT_INT, MPI_LONG_DOUBLE_INT) in every accumulate-type operation on an
  * MPI_Win_allocate window (the flavor ghosts serve): MAXLOC, MINLOC, REPLACE and NO_OP,
@@ -479,7 +478,7 @@ static void many_case(int id, int nwin) {
  * the other corrupts memory. The data covers each MINLOC/MAXLOC rule (§6.9.4): origin
  * value larger, smaller, equal with a lower and with a higher index (a tie keeps the
  * smaller index); the slot's elements past the operation must stay untouched; 5 elements
- * and 1000 (an implementation may cut those in pieces). Full level: type x form x sync
+ * and 1000. Full level: type x form x sync
  * (lock_all, lock, fence); reduced: see main. */
 #define PCNT 5     /* elements of most operations: each MINLOC/MAXLOC rule, an odd count */
 #define PBIG 1000  /* elements of the large ones (an implementation may cut these in pieces) */
