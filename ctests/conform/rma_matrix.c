@@ -469,6 +469,213 @@ static void many_case(int id, int nwin) {
     h_end(id);
 }
 
+/* The pair types (MPI-4.0 §6.9.4: MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_2INT,
+ * MPI_SHORT_INT, MPI_LONG_DOUBLE_INT) in every accumulate-type operation on an
+ * MPI_Win_allocate window (the flavor ghosts serve): MAXLOC, MINLOC, REPLACE and NO_OP,
+ * the last also with the empty origin forms (NULL, count 0, MPI_DATATYPE_NULL: ignored,
+ * §12.3.4). Their size is not their extent (MPI_SHORT_INT: 6 and 8; MPI_LONG_DOUBLE_INT:
+ * 20 and 32 on x86-64), so an implementation that sizes a buffer by one and walks it by
+ * the other corrupts memory. The data covers each MINLOC/MAXLOC rule (§6.9.4): origin
+ * value larger, smaller, equal with a lower and with a higher index (a tie keeps the
+ * smaller index); the slot's elements past the operation must stay untouched; 5 elements
+ * and 1000. Full level: type x form x sync
+ * (lock_all, lock, fence); reduced: see main. */
+#define PCNT 5     /* elements of most operations: each MINLOC/MAXLOC rule, an odd count */
+#define PBIG 1000  /* elements of the large ones (an implementation may cut these in pieces) */
+#define PAFTER 3   /* elements of a slot past the operation's, which must stay untouched */
+enum { P_FLOAT_INT, P_DOUBLE_INT, P_LONG_INT, P_2INT, P_SHORT_INT, P_LONG_DOUBLE_INT, NPTYPE };
+static const char *ptype_name[] = {"MPI_FLOAT_INT", "MPI_DOUBLE_INT", "MPI_LONG_INT", "MPI_2INT",
+                                   "MPI_SHORT_INT", "MPI_LONG_DOUBLE_INT"};
+typedef struct { float v; int i; } p_fi;
+typedef struct { double v; int i; } p_di;
+typedef struct { long v; int i; } p_li;
+typedef struct { int v; int i; } p_ii;
+typedef struct { short v; int i; } p_si;
+typedef struct { long double v; int i; } p_ldi;
+static MPI_Datatype ptype(int t) {
+    const MPI_Datatype ts[] = {MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_2INT, MPI_SHORT_INT,
+                               MPI_LONG_DOUBLE_INT};
+    return ts[t];
+}
+static size_t pext(int t) {
+    const size_t e[] = {sizeof(p_fi), sizeof(p_di), sizeof(p_li), sizeof(p_ii), sizeof(p_si), sizeof(p_ldi)};
+    return e[t];
+}
+static void pset(int t, void *base, int k, long v, int i) {
+    switch (t) {
+#define PS(T, ty) case T: ((ty *)base)[k].v = v, ((ty *)base)[k].i = i; break;
+    PS(P_FLOAT_INT, p_fi) PS(P_DOUBLE_INT, p_di) PS(P_LONG_INT, p_li) PS(P_2INT, p_ii)
+    PS(P_SHORT_INT, p_si) PS(P_LONG_DOUBLE_INT, p_ldi)
+#undef PS
+    }
+}
+static long pget(int t, const void *base, int k, int *i) {
+    switch (t) {
+#define PG(T, ty) case T: *i = ((const ty *)base)[k].i; return (long)((const ty *)base)[k].v;
+    PG(P_FLOAT_INT, p_fi) PG(P_DOUBLE_INT, p_di) PG(P_LONG_INT, p_li) PG(P_2INT, p_ii)
+    PG(P_SHORT_INT, p_si) PG(P_LONG_DOUBLE_INT, p_ldi)
+#undef PG
+    }
+    return 0;
+}
+
+enum { Q_ACC, Q_GACC, Q_FAO, Q_RACC, Q_RGACC };
+typedef struct {
+    int call;   /* Q_* */
+    int op;     /* 0 MAXLOC, 1 MINLOC, 2 REPLACE, 3 NO_OP */
+    int empty;  /* NO_OP's origin: 0 the data, 1 NULL/0/MPI_DATATYPE_NULL, 2 NULL (count 0, the
+                 * type), 3 the data with count 0 and MPI_DATATYPE_NULL */
+    int count;  /* elements moved (Fetch_and_op: 1) */
+    const char *name;
+} pform_t;
+static const pform_t pforms[] = {
+    {Q_ACC, 0, 0, PCNT, "MPI_Accumulate(MAXLOC)"},
+    {Q_ACC, 1, 0, PCNT, "MPI_Accumulate(MINLOC)"},
+    {Q_ACC, 2, 0, PCNT, "MPI_Accumulate(REPLACE)"},
+    {Q_GACC, 0, 0, PCNT, "MPI_Get_accumulate(MAXLOC)"},
+    {Q_GACC, 1, 0, PCNT, "MPI_Get_accumulate(MINLOC)"},
+    {Q_GACC, 2, 0, PCNT, "MPI_Get_accumulate(REPLACE)"},
+    {Q_GACC, 3, 0, PCNT, "MPI_Get_accumulate(NO_OP)"},
+    {Q_GACC, 3, 1, PCNT, "MPI_Get_accumulate(NO_OP, NULL, 0, MPI_DATATYPE_NULL)"},
+    {Q_GACC, 3, 2, PCNT, "MPI_Get_accumulate(NO_OP, NULL, 0, the type)"},
+    {Q_GACC, 3, 3, PCNT, "MPI_Get_accumulate(NO_OP, buffer, 0, MPI_DATATYPE_NULL)"},
+    {Q_FAO, 0, 0, 1, "MPI_Fetch_and_op(MAXLOC)"},
+    {Q_FAO, 1, 0, 1, "MPI_Fetch_and_op(MINLOC)"},
+    {Q_FAO, 2, 0, 1, "MPI_Fetch_and_op(REPLACE)"},
+    {Q_FAO, 3, 0, 1, "MPI_Fetch_and_op(NO_OP)"},
+    {Q_FAO, 3, 2, 1, "MPI_Fetch_and_op(NO_OP, NULL)"},
+    {Q_RACC, 1, 0, PCNT, "MPI_Raccumulate(MINLOC)"},
+    {Q_RGACC, 0, 0, PCNT, "MPI_Rget_accumulate(MAXLOC)"},
+    {Q_RGACC, 3, 1, PCNT, "MPI_Rget_accumulate(NO_OP, NULL, 0, MPI_DATATYPE_NULL)"},
+    {Q_ACC, 0, 0, PBIG, "MPI_Accumulate(MAXLOC) x1000"},
+    {Q_ACC, 2, 0, PBIG, "MPI_Accumulate(REPLACE) x1000"},
+    {Q_GACC, 1, 0, PBIG, "MPI_Get_accumulate(MINLOC) x1000"},
+    {Q_GACC, 3, 1, PBIG, "MPI_Get_accumulate(NO_OP, NULL, 0, MPI_DATATYPE_NULL) x1000"},
+};
+#define NPFORM ((int)(sizeof pforms / sizeof pforms[0]))
+enum { PS_LOCKALL, PS_LOCK, PS_FENCE, NPSYNC };
+static const char *psync_name[] = {"lock_all", "lock(SHARED)", "fence"};
+
+/* Element k of process p's slot for origin o: the initial (value, index) and what o sends
+ * (rule k % 4: larger, smaller, equal with a lower index, equal with a higher one). */
+static long pinit(int p, int o, int k, int *i) { *i = 50 + k; return 100 + 10 * k + 3 * p + o; }
+static long pdata(int p, int o, int k, int *i) {
+    int ti;
+    long tv = pinit(p, o, k, &ti);
+    switch (k % 4) {
+    case 0: *i = 7 + k; return tv + 3;
+    case 1: *i = 9 + k; return tv - 3;
+    case 2: *i = ti - 20; return tv;
+    default: *i = ti + 20; return tv;
+    }
+}
+/* target = origin op target (MPI-4.0 §6.9.4: MAXLOC/MINLOC, ties keep the smaller index) */
+static long pcombine(int op, long tv, int ti, long ov, int oi, int *ri) {
+    switch (op) {
+    case 0: case 1: {
+        int o_wins = op == 0 ? ov > tv : ov < tv;
+        if (ov == tv) { *ri = oi < ti ? oi : ti; return tv; }
+        *ri = o_wins ? oi : ti;
+        return o_wins ? ov : tv;
+    }
+    case 2: *ri = oi; return ov;
+    default: *ri = ti; return tv;
+    }
+}
+
+static void pair_case(int id, int t, int f, int s) {
+    const pform_t *pf = &pforms[f];
+    if (!h_begin(id, "pair types: MPI_Win_allocate %s %s %s", psync_name[s], pf->name, ptype_name[t])) return;
+    int n = h_size, me = h_rank, to = (me + 1) % n, from = (me + n - 1) % n;
+    size_t es = pext(t);
+    MPI_Datatype dt = ptype(t);
+    MPI_Op ops[] = {MPI_MAXLOC, MPI_MINLOC, MPI_REPLACE, MPI_NO_OP};
+    MPI_Op op = ops[pf->op];
+    int cnt = pf->count, slotn = cnt + PAFTER;
+    /* Fetch_and_op: one element, the rule rotating with the type and the form */
+    int k0 = cnt == 1 ? (t + f) % 4 : 0;
+    void *mem = NULL;
+    MPI_Win win;
+    MPI_Win_allocate((MPI_Aint)(n * slotn * es), (int)es, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, me, 0, win);
+    memset(mem, 0, n * slotn * es);
+    for (int o = 0; o < n; o++)
+        for (int k = 0; k < slotn; k++) {
+            int i;
+            long v = pinit(me, o, k, &i);
+            pset(t, (char *)mem + o * slotn * es, k, v, i);
+        }
+    MPI_Win_unlock(me, win);
+    PMPI_Barrier(h_comm);
+    /* origin and result buffers from the heap, sized exactly (a tool sees an overrun) */
+    void *obuf = calloc(cnt, es), *rbuf = calloc(cnt, es);
+    for (int c = 0; c < cnt; c++) {
+        int i;
+        long v = pdata(to, me, k0 + c, &i);
+        pset(t, obuf, c, v, i);
+        pset(t, rbuf, c, -1, -1);
+    }
+    MPI_Aint disp = (MPI_Aint)me * slotn + k0;
+    const void *o = pf->empty == 1 || pf->empty == 2 ? NULL : obuf;
+    int ocnt = pf->empty ? 0 : cnt;
+    MPI_Datatype ot = pf->empty == 1 || pf->empty == 3 ? MPI_DATATYPE_NULL : dt;
+    int rc = MPI_SUCCESS, r2;
+    switch (s) {
+    case PS_LOCKALL: RC(MPI_Win_lock_all(0, win)); break;
+    case PS_LOCK: RC(MPI_Win_lock(MPI_LOCK_SHARED, to, 0, win)); break;
+    default: RC(MPI_Win_fence(0, win));
+    }
+    MPI_Request q = MPI_REQUEST_NULL;
+    switch (pf->call) {
+    case Q_ACC: RC(MPI_Accumulate(o, ocnt, ot, to, disp, cnt, dt, op, win)); break;
+    case Q_GACC: RC(MPI_Get_accumulate(o, ocnt, ot, rbuf, cnt, dt, to, disp, cnt, dt, op, win)); break;
+    case Q_FAO: RC(MPI_Fetch_and_op(o, rbuf, dt, to, disp, op, win)); break;
+    case Q_RACC:
+        if (s == PS_FENCE) RC(MPI_Accumulate(o, ocnt, ot, to, disp, cnt, dt, op, win));
+        else RC(MPI_Raccumulate(o, ocnt, ot, to, disp, cnt, dt, op, win, &q));
+        break;
+    case Q_RGACC:
+        if (s == PS_FENCE) RC(MPI_Get_accumulate(o, ocnt, ot, rbuf, cnt, dt, to, disp, cnt, dt, op, win));
+        else RC(MPI_Rget_accumulate(o, ocnt, ot, rbuf, cnt, dt, to, disp, cnt, dt, op, win, &q));
+        break;
+    }
+    if (q != MPI_REQUEST_NULL) RC(MPI_Wait(&q, MPI_STATUS_IGNORE));
+    switch (s) {
+    case PS_LOCKALL: RC(MPI_Win_unlock_all(win)); break;
+    case PS_LOCK: RC(MPI_Win_unlock(to, win)); break;
+    default: RC(MPI_Win_fence(0, win));
+    }
+    H_CHECK(id, rc == MPI_SUCCESS, "an RMA call returned %d", rc);
+    PMPI_Barrier(h_comm);
+    int fetches = pf->call == Q_GACC || pf->call == Q_FAO || pf->call == Q_RGACC;
+    for (int c = 0; fetches && c < cnt; c++) {
+        int gi, wi;
+        long got = pget(t, rbuf, c, &gi), want = pinit(to, me, k0 + c, &wi);
+        if (got != want || gi != wi)
+            h_fail(id, "result[%d] = (%ld, %d), want (%ld, %d)", c, got, gi, want, wi);
+    }
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, me, 0, win);
+    const char *slot = (const char *)mem + (size_t)from * slotn * es;
+    for (int k = 0; k < slotn; k++) {
+        int gi, ti, oi, wi;
+        long got = pget(t, slot, k, &gi), tv = pinit(me, from, k, &ti), want = tv;
+        wi = ti;
+        if (k >= k0 && k < k0 + cnt) {
+            long ov = pdata(me, from, k, &oi);
+            want = pcombine(pf->op, tv, ti, ov, oi, &wi);
+        }
+        if (got != want || gi != wi)
+            h_fail(id, "target element %d of origin %d's slot = (%ld, %d), want (%ld, %d)", k, from, got, gi,
+                   want, wi);
+    }
+    MPI_Win_unlock(me, win);
+    PMPI_Barrier(h_comm);
+    free(obuf), free(rbuf);
+    MPI_Win_free(&win);
+    h_end(id);
+}
+
 int main(int argc, char **argv) {
     h_init(&argc, &argv);
     int id = 0, k = 0;
@@ -494,6 +701,17 @@ int main(int argc, char **argv) {
     id = 100200;
     for (int w = 0; w < NWIN; w++) win_case(id++, w);
     many_case(100300, 70);
+    /* the pair types, numbered type x form x sync at every level. Reduced: one sync per
+     * (type, form), and beyond 2 processes, where MPICH's RMA crawls on 2 oversubscribed
+     * cores, only one type per form (the type rotating) */
+    id = 100400;
+    for (int t = 0; t < NPTYPE; t++)
+        for (int f = 0; f < NPFORM; f++)
+            for (int s = 0; s < NPSYNC; s++) {
+                int take = h_full || (s == (t + f) % NPSYNC && (h_size <= 2 || t == f % NPTYPE));
+                if (take) pair_case(id, t, f, s);
+                id++;
+            }
     h_finish();
     return 0;
 }

@@ -134,6 +134,14 @@ fn scratch(bytes: usize) -> Vec<u128> {
     vec![0u128; bytes.div_ceil(16).max(1)]
 }
 
+/// The bytes that `n` consecutive elements of a type take from the buffer's start: `n`
+/// whole extents (the reduction kernels view an element as a C struct of the extent's
+/// size), or the span of their data if longer (MPI-4.0 §5.1.8).
+fn scratch_bytes(ei: &TypeInfo, n: i64) -> usize {
+    let n = n.max(0);
+    (ei.true_lb.max(0) + ei.span(n).max(n * ei.extent)).max(0) as usize
+}
+
 /// `MPI_Put` (and `MPI_Rput`'s work): origin elements into the target's layout.
 ///
 /// # Safety
@@ -329,9 +337,11 @@ unsafe fn apply(
             return d.fail(c, what, "the operation is not defined for the datatype");
         }
     }
-    let Some(es) = dtype::size_of(elem).filter(|&s| s > 0) else {
-        return d.fail(MPI_ERR_TYPE, what, "an empty element type");
+    let ei = match dtype::info(elem) {
+        Ok(i) if i.size > 0 => i,
+        _ => return d.fail(MPI_ERR_TYPE, what, "an empty element type"),
     };
+    let es = ei.size as usize;
     let tsize = match dtype::info(tt) {
         Ok(i) => i.size * tc,
         Err(c) => return d.fail(c, what, "invalid target datatype"),
@@ -359,7 +369,10 @@ unsafe fn apply(
             );
         }
     }
-    let bytes = n as usize * es;
+    // The scratch buffers hold n elements laid out by the element's extent, as the copies
+    // and the reduction below walk them: a pair type's size is not its extent (MPI-4.0
+    // §6.9.4, MPI_SHORT_INT: 6 bytes of data in 8), and sizing them by size overran them.
+    let bytes = scratch_bytes(&ei, n);
     let mut a = scratch(bytes);
     let ap = a.as_mut_ptr().cast::<c_void>();
     if !no_op {
@@ -498,6 +511,33 @@ pub unsafe fn completed(rc: c_int, req: *mut MPI_Request) -> c_int {
 mod tests {
     use super::*;
     use crate::platform::mpi::fake;
+
+    #[test]
+    fn scratch_buffers_span_extents_not_sizes() {
+        // (type, size, extent, true extent, elements, bytes): the pair types' size is not
+        // their extent (MPICH on x86-64), a buffer of n * size bytes was overrun
+        let cases = [
+            ("MPI_INT", 4, 4, 4, 3, 12),
+            ("MPI_FLOAT_INT", 8, 8, 8, 5, 40),
+            ("MPI_SHORT_INT", 6, 8, 8, 5, 40),
+            ("MPI_DOUBLE_INT", 12, 16, 12, 5, 80),
+            ("MPI_LONG_INT", 12, 16, 12, 1, 16),
+            ("MPI_LONG_DOUBLE_INT", 20, 32, 20, 1000, 32000),
+            ("MPI_LONG_DOUBLE_INT", 20, 32, 20, 0, 0),
+        ];
+        for (name, size, extent, true_extent, n, bytes) in cases {
+            let ei = TypeInfo {
+                size,
+                lb: 0,
+                extent,
+                true_lb: 0,
+                true_extent,
+                contiguous: size == extent,
+            };
+            assert_eq!(scratch_bytes(&ei, n), bytes, "{name} x{n}");
+            assert!(scratch_bytes(&ei, n) as i64 >= n * size, "{name} x{n}");
+        }
+    }
 
     #[test]
     fn a_failed_operation_returns_its_code_and_starts_no_request() {
