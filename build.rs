@@ -274,6 +274,42 @@ fn coll_arg(p: &Param) -> (String, String) {
 }
 
 /// Picks (count, datatype) parameters for the byte counter of generated pass-throughs.
+/// Calls that hand datatype handles to the program (constructors, `MPI_Type_get_contents`,
+/// `MPI_File_get_view`): after success the shim forgets them as freed values
+/// (`crate::core::retain::types_handed_out`), since the system MPI reuses a freed handle
+/// for its next type. Statements for the generated entry point, none for other calls.
+fn handed_out_types(f: &Func) -> Vec<String> {
+    if !(f.category == "dtype" || f.category == "file")
+        || f.name == "MPI_Type_free"
+        || f.name == "MPI_Type_commit"
+    {
+        return Vec::new();
+    }
+    f.params
+        .iter()
+        // MPI_Type_struct's array_of_types is an input, non-const in its old binding
+        .filter(|p| p.rtype == "*mut MPI_Datatype" && p.name != "array_of_types")
+        .map(|p| {
+            let n = if p.name == "array_of_datatypes" {
+                assert!(
+                    f.params.iter().any(|q| q.name == "max_datatypes"),
+                    "{}: an array of datatypes without max_datatypes",
+                    f.name
+                );
+                "max_datatypes as i64"
+            } else {
+                "1"
+            };
+            // get_contents returns new references to existing types, the others new types
+            let fresh = !f.name.starts_with("MPI_Type_get_contents");
+            format!(
+                "crate::core::retain::types_handed_out({}, {n}, {fresh});",
+                p.name
+            )
+        })
+        .collect()
+}
+
 fn bytes_expr(f: &Func) -> Option<String> {
     const PAIRS: &[(&str, &str)] = &[
         ("count", "datatype"),
@@ -562,11 +598,21 @@ fn main() {
                 let bytes = bytes_expr(f)
                     .map(|e| format!("if crate::platform::counters::enabled() {{ {e}; }} "))
                     .unwrap_or_default();
-                writeln!(
-                    o,
-                    "        crate::edge::entry::run({fid}, move || {{ {bytes}native() }})"
-                )
-                .unwrap();
+                let handed = handed_out_types(f);
+                if handed.is_empty() {
+                    writeln!(
+                        o,
+                        "        crate::edge::entry::run({fid}, move || {{ {bytes}native() }})"
+                    )
+                    .unwrap();
+                } else {
+                    writeln!(
+                        o,
+                        "        crate::edge::entry::run({fid}, move || {{ {bytes}let rc = native(); if rc == MPI_SUCCESS {{ // SAFETY: the system MPI wrote the handles it returns there.\n unsafe {{ {} }} }} rc }})",
+                        handed.join(" ")
+                    )
+                    .unwrap();
+                }
             }
             "coll" => {
                 let base = coll_base(f, &blocking);
