@@ -320,6 +320,15 @@ pub fn is_freed_type(dt: MPI_Datatype) -> bool {
     !is_predefined_datatype(dt) && dt != MPI_DATATYPE_NULL() && freed(Kind::Datatype, dt as usize)
 }
 
+/// Whether any of these datatype arguments is a handle the application freed (one load
+/// per argument while nothing of that slot is recorded).
+#[inline]
+pub fn any_freed_type(types: &[MPI_Datatype]) -> bool {
+    types
+        .iter()
+        .any(|&t| slot(Kind::Datatype, t as usize).load(Ordering::Relaxed) != 0 && is_freed_type(t))
+}
+
 /// Whether the application freed this operation handle.
 pub fn is_freed_op(op: MPI_Op) -> bool {
     !is_builtin_op(op) && op != MPI_OP_NULL() && freed(Kind::Op, op as usize)
