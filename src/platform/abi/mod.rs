@@ -230,9 +230,6 @@ predefined_kinds! {
 ///
 /// # Safety
 /// `flag` must be valid (the MPI library passes its own out-pointer).
-// One copy: a small function may be copied into every codegen unit that uses it, and the
-// copies' addresses differ (the unit tests compare the address passed to the library).
-#[inline(never)]
 pub unsafe extern "C" fn null_copy_attr(
     _old: MPI_Comm,
     _keyval: c_int,
