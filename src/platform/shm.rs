@@ -34,44 +34,21 @@ impl Segment {
     /// Creates and maps a new segment of `len` bytes (zero-filled) under a fresh unguessable
     /// name, returned with it. `prefix` names the owner in `/dev/shm` listings.
     pub fn create(prefix: &str, len: usize) -> io::Result<(Segment, String)> {
-        if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty segment"));
-        }
         let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
         // a collision of 128 random bits means the random source is broken: give up soon
         for _ in 0..4 {
             let name = format!("/{prefix}-{}-{:032x}", std::process::id(), random_u128()?);
-            let c = CString::new(name.clone()).map_err(io::Error::other)?;
-            // SAFETY: a valid NUL-terminated name.
-            let fd = unsafe {
-                libc::shm_open(
-                    c.as_ptr(),
-                    libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
-                    0o600,
-                )
-            };
-            if fd < 0 {
-                last = io::Error::last_os_error();
-                if last.kind() == io::ErrorKind::AlreadyExists {
-                    continue;
-                }
-                return Err(last);
+            match create_named(&name, len) {
+                Ok(seg) => return Ok((seg, name)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+                Err(e) => return Err(e),
             }
-            let r = reserve(fd, len).and_then(|()| map(fd, len));
-            // SAFETY: our descriptor; the mapping (if any) keeps the memory.
-            unsafe { libc::close(fd) };
-            return match r {
-                Ok(base) => Ok((Segment { base, len }, name)),
-                Err(e) => {
-                    let _ = unlink(&name);
-                    Err(e)
-                }
-            };
         }
         Err(last)
     }
 
-    /// Maps the segment another process created under `name`; its size must be `len`.
+    /// Maps the first `len` bytes of the segment another process created under `name`
+    /// (it must have at least that many).
     pub fn open(name: &str, len: usize) -> io::Result<Segment> {
         let c = CString::new(name).map_err(io::Error::other)?;
         // SAFETY: a valid NUL-terminated name.
@@ -83,7 +60,7 @@ impl Segment {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         let r = if unsafe { libc::fstat(fd, &mut st) } != 0 {
             Err(io::Error::last_os_error())
-        } else if st.st_size as u64 != len as u64 {
+        } else if (st.st_size as u64) < len as u64 {
             Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("segment {name} has {} bytes, expected {len}", st.st_size),
@@ -94,6 +71,13 @@ impl Segment {
         // SAFETY: our descriptor.
         unsafe { libc::close(fd) };
         r.map(|base| Segment { base, len })
+    }
+
+    /// Gives up ownership of the mapping: the caller unmaps it with [`unmap`].
+    pub fn into_raw(self) -> *mut u8 {
+        let p = self.base.as_ptr();
+        std::mem::forget(self);
+        p
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -114,6 +98,46 @@ impl Drop for Segment {
         // SAFETY: our own mapping, no longer referenced (the owner drops it last).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
+}
+
+/// Creates and maps a segment of `len` bytes (zero-filled) under `name`, exclusively: an
+/// existing object of that name is an error (`AlreadyExists`), never reused. A segment that
+/// cannot be sized or mapped is unlinked again.
+pub fn create_named(name: &str, len: usize) -> io::Result<Segment> {
+    if len == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty segment"));
+    }
+    let c = CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: a valid NUL-terminated name.
+    let fd = unsafe {
+        libc::shm_open(
+            c.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let r = reserve(fd, len).and_then(|()| map(fd, len));
+    // SAFETY: our descriptor; the mapping (if any) keeps the memory.
+    unsafe { libc::close(fd) };
+    match r {
+        Ok(base) => Ok(Segment { base, len }),
+        Err(e) => {
+            let _ = unlink(name);
+            Err(e)
+        }
+    }
+}
+
+/// Unmaps a mapping given up by [`Segment::into_raw`].
+///
+/// # Safety
+/// `ptr` and `len` are those of one such mapping, which nothing uses any more.
+pub unsafe fn unmap(ptr: *mut u8, len: usize) {
+    // SAFETY: as the caller guarantees.
+    unsafe { libc::munmap(ptr.cast(), len) };
 }
 
 /// Removes a segment's name (its memory stays while mapped).
@@ -322,10 +346,14 @@ mod tests {
     }
 
     #[test]
-    fn opening_with_the_wrong_size_or_an_unknown_name_fails() {
+    fn opening_too_much_or_an_unknown_name_and_creating_an_existing_one_fail() {
         let (_a, name) = Segment::create("shimtest", 4096).unwrap();
         let e = Segment::open(&name, 8192).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        // a prefix of it maps
+        assert_eq!(Segment::open(&name, 100).unwrap().len(), 100);
+        let e = create_named(&name, 4096).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "never reused");
         unlink(&name).unwrap();
         assert!(Segment::open("/shimtest-none-0", 4096).is_err());
         assert!(Segment::create("shimtest", 0).is_err());

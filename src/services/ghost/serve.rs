@@ -14,6 +14,7 @@ use super::common::{self, CMD_TAG, Cmd, Layout, REPLY_TAG, WORDS, name_of};
 use crate::platform::abi::*;
 use crate::platform::api::pmpi;
 use crate::platform::mpi::{comm, p2p};
+use crate::platform::shm::{self, Segment};
 
 /// A ghost's nap between polls when its node has more processes than cores (microseconds).
 const GHOST_NAP_US: u64 = 20;
@@ -66,7 +67,7 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
     common::close_global_ghost();
     for (_, (ptr, len)) in maps.drain() {
         // SAFETY: mappings made by `attach`; the windows they were attached to are freed.
-        unsafe { libc::munmap(ptr, len.max(1)) };
+        unsafe { shm::unmap(ptr.cast(), len.max(1)) };
     }
     // SAFETY: the ghost's last MPI call; nothing of the application runs here.
     unsafe {
@@ -108,7 +109,7 @@ fn serve_command(
             if let Some((ptr, len)) = maps.remove(&(from, addr)) {
                 common::detach(ptr);
                 // SAFETY: the mapping made by `attach`, no longer attached anywhere.
-                unsafe { libc::munmap(ptr, len.max(1)) };
+                unsafe { shm::unmap(ptr.cast(), len.max(1)) };
             }
         }
         Some(Cmd::Finalize) => *finalized += 1,
@@ -121,30 +122,9 @@ fn serve_command(
 
 /// Maps a user's shared-memory object.
 fn attach(name: &str, len: usize) -> Result<*mut libc::c_void, String> {
-    let cname = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
-    // SAFETY: a NUL-terminated name; the descriptor is closed after mapping.
-    unsafe {
-        let fd = libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0o600);
-        if fd < 0 {
-            return Err(format!(
-                "shm_open({name}): {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len.max(1),
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        );
-        libc::close(fd);
-        if p == libc::MAP_FAILED {
-            return Err(format!("mmap({name}): {}", std::io::Error::last_os_error()));
-        }
-        Ok(p)
-    }
+    Segment::open(name, len.max(1))
+        .map(|seg| seg.into_raw().cast())
+        .map_err(|e| format!("cannot map {name}: {e}"))
 }
 
 /// `struct sched_attr` (linux/sched/types.h, SCHED_ATTR_SIZE_VER1).

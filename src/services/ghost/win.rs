@@ -33,6 +33,7 @@ use super::common::{Cmd, Handled, Layout, command, global, layout};
 use crate::platform::abi::*;
 use crate::platform::config::GhostBalance;
 use crate::platform::mpi::{coll, comm, dtype, p2p, rma};
+use crate::platform::shm;
 
 /// RMA operations this process redirected to ghosts.
 pub static REDIRECTED: AtomicU64 = AtomicU64::new(0);
@@ -390,7 +391,6 @@ pub fn allocate(
     let nonce = object_nonce().unwrap_or_else(|e| object_failed(&e));
     let name = object_name(std::process::id() as i64, obj as i64, nonce);
     let base = create_object(&name, map_len).unwrap_or_else(|e| object_failed(&e));
-    let cname = std::ffi::CString::new(name.clone()).expect("no NUL");
     let uw_rank = crate::platform::proc::world().rank as usize;
     let my_ghosts = &lay.node_ghosts[lay.user_node[uw_rank]];
     let g = lay.ghosts;
@@ -414,8 +414,8 @@ pub fn allocate(
         rec[HEAD + j] = command(lay, gh, Cmd::Attach, &[map_len as i64], Some(&name))[0];
     }
     if !may_direct {
-        // SAFETY: the name of the object created above (the ghosts have it mapped).
-        unsafe { libc::shm_unlink(cname.as_ptr()) };
+        // the ghosts have it mapped
+        let _ = shm::unlink(&name);
     }
     let mut all = vec![0i64; (HEAD + g) * n as usize];
     // collective calls over the window's communicator in the same order on every rank
@@ -465,13 +465,12 @@ pub fn allocate(
             .collect();
         // collective over the window's duplicate; then nobody opens the object
         let _ = coll::barrier(ctl);
-        // SAFETY: the name of the object created above.
-        unsafe { libc::shm_unlink(cname.as_ptr()) };
+        let _ = shm::unlink(&name);
         Some(peers)
     } else {
         if may_direct {
-            // SAFETY: as above, when another rank chose not to go direct.
-            unsafe { libc::shm_unlink(cname.as_ptr()) };
+            // another rank chose not to go direct
+            let _ = shm::unlink(&name);
         }
         None
     };
@@ -543,45 +542,9 @@ fn object_nonce() -> Result<u64, String> {
 /// existing object of that name is an error, never reused), sized `len` bytes and mapped
 /// read-write. An object created here and then not usable is unlinked again.
 fn create_object(name: &str, len: usize) -> Result<*mut c_void, String> {
-    let cname = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
-    let failed = |what: &str, e: std::io::Error| {
-        format!("cannot create the node-shared memory object /dev/shm{name} ({what}: {e})")
-    };
-    // SAFETY: a NUL-terminated name; the descriptor is closed after mapping, and the
-    // object is unlinked if it cannot be sized or mapped.
-    unsafe {
-        let fd = libc::shm_open(
-            cname.as_ptr(),
-            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-            0o600,
-        );
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(failed("shm_open with O_CREAT|O_EXCL, mode 0600", e));
-        }
-        let p = if libc::ftruncate(fd, len as libc::off_t) != 0 {
-            Err(failed("ftruncate", std::io::Error::last_os_error()))
-        } else {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                Err(failed("mmap", std::io::Error::last_os_error()))
-            } else {
-                Ok(p)
-            }
-        };
-        libc::close(fd);
-        if p.is_err() {
-            libc::shm_unlink(cname.as_ptr());
-        }
-        p
-    }
+    shm::create_named(name, len)
+        .map(|seg| seg.into_raw().cast())
+        .map_err(|e| format!("cannot create the node-shared memory object /dev/shm{name} ({e})"))
 }
 
 /// A window's shared memory cannot be set up: `MPI_Win_allocate` is collective and the
@@ -598,34 +561,13 @@ fn object_failed(msg: &str) -> ! {
 /// Maps another user's window object (direct windows); aborts the job if it cannot (the
 /// collective allocation cannot fail on one rank alone).
 fn map_object(name: &str, len: usize) -> *mut u8 {
-    let cname = std::ffi::CString::new(name).expect("no NUL");
-    // SAFETY: an existing object of at least `len` bytes (its owner sized it), mapped
-    // read-write and shared.
-    unsafe {
-        let fd = libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0);
-        let p = if fd < 0 {
-            libc::MAP_FAILED
-        } else {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        let e = std::io::Error::last_os_error();
-        if fd >= 0 {
-            libc::close(fd);
-        }
-        if p == libc::MAP_FAILED {
+    shm::Segment::open(name, len)
+        .map(shm::Segment::into_raw)
+        .unwrap_or_else(|e| {
             object_failed(&format!(
                 "cannot map another rank's node-shared memory object /dev/shm{name}: {e}"
-            ));
-        }
-        p.cast()
-    }
+            ))
+        })
 }
 
 /// `MPI_Win_free` of a ghost-served window.
@@ -671,9 +613,9 @@ impl UserWin {
             .map_or(MPI_SUCCESS, |e| e.code());
         // SAFETY: this window's mappings, no longer reachable through MPI.
         unsafe {
-            libc::munmap(w.base, w.map_len);
+            shm::unmap(w.base.cast(), w.map_len);
             for p in w.direct.iter().flatten().filter(|p| p.mapped) {
-                libc::munmap(p.base.cast(), p.map_len);
+                shm::unmap(p.base.cast(), p.map_len);
             }
         }
         let _ = comm::free(&mut w.ctl);
