@@ -90,6 +90,31 @@ pub struct CommState {
 }
 
 impl CommState {
+    /// The state of `user`, with no shadow yet and a schedule cache of `cache` entries.
+    fn new(
+        user: MPI_Comm,
+        rank: c_int,
+        size: c_int,
+        inter: bool,
+        remote_size: c_int,
+        cache: usize,
+    ) -> CommState {
+        CommState {
+            user,
+            rank,
+            size,
+            inter,
+            remote_size,
+            shadow: AtomicHandle::new(MPI_COMM_NULL()),
+            dup: Mutex::new(None),
+            seq: AtomicU32::new(0),
+            bseq: AtomicU32::new(0),
+            pseq: AtomicU32::new(0),
+            topo: OnceLock::new(),
+            cache: Mutex::new(Cache::new(cache)),
+        }
+    }
+
     /// Starts the shadow's duplication if it has not been started (see the module
     /// comment): called when a schedule is launched on the communicator.
     pub fn ensure_shadow(&self) {
@@ -395,20 +420,14 @@ fn lookup(comm: MPI_Comm) -> Result<Arc<CommState>, c_int> {
     if inter {
         remote_size = mpi_comm::remote_size(comm).unwrap_or(remote_size);
     }
-    let state = Arc::new(CommState {
-        user: comm,
+    let state = Arc::new(CommState::new(
+        comm,
         rank,
         size,
         inter,
         remote_size,
-        shadow: AtomicHandle::new(MPI_COMM_NULL()),
-        dup: Mutex::new(None),
-        seq: AtomicU32::new(0),
-        bseq: AtomicU32::new(0),
-        pseq: AtomicU32::new(0),
-        topo: OnceLock::new(),
-        cache: Mutex::new(Cache::new(SCHED_CACHE.load(Ordering::Relaxed))),
-    });
+        SCHED_CACHE.load(Ordering::Relaxed),
+    ));
     {
         let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|w| w.strong_count() > 0);
@@ -860,20 +879,7 @@ mod tests {
         };
         assert_eq!((rc, flag), (MPI_SUCCESS, 0));
         // the delete function releases the one strong count the attribute holds
-        let state = Arc::new(CommState {
-            user: MPI_COMM_WORLD(),
-            rank: 0,
-            size: 1,
-            inter: false,
-            remote_size: 1,
-            shadow: AtomicHandle::new(MPI_COMM_NULL()),
-            dup: Mutex::new(None),
-            seq: AtomicU32::new(0),
-            bseq: AtomicU32::new(0),
-            pseq: AtomicU32::new(0),
-            topo: OnceLock::new(),
-            cache: Mutex::new(Cache::new(1)),
-        });
+        let state = Arc::new(CommState::new(MPI_COMM_WORLD(), 0, 1, false, 1, 1));
         let weak = Arc::downgrade(&state);
         let raw = Arc::into_raw(state) as *mut c_void;
         let generation = GENERATION.load(Ordering::Acquire);
