@@ -497,20 +497,7 @@ mod tests {
 
     /// A state of `user` made directly, without MPI calls (rank 0 of 2).
     fn state(user: i64) -> CommState {
-        CommState {
-            user: user as MPI_Comm,
-            rank: 0,
-            size: 2,
-            inter: false,
-            remote_size: 2,
-            shadow: AtomicHandle::new(MPI_COMM_NULL()),
-            dup: Mutex::new(None),
-            seq: AtomicU32::new(0),
-            bseq: AtomicU32::new(0),
-            pseq: AtomicU32::new(0),
-            topo: OnceLock::new(),
-            cache: Mutex::new(Cache::new(4)),
-        }
+        CommState::new(user as MPI_Comm, 0, 2, false, 2, 4)
     }
 
     fn args_of(name: &str) -> Vec<Vec<i64>> {

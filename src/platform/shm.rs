@@ -197,10 +197,16 @@ fn map(fd: i32, len: usize) -> io::Result<NonNull<u8>> {
 
 fn random_u128() -> io::Result<u128> {
     let mut b = [0u8; 16];
+    random_bytes(&mut b)?;
+    Ok(u128::from_ne_bytes(b))
+}
+
+/// Fills `buf` from the kernel's random source (`getrandom`), retrying after signals.
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
-    while got < b.len() {
-        // SAFETY: writes at most the rest of `b`.
-        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+    while got < buf.len() {
+        // SAFETY: writes at most the rest of `buf`.
+        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -210,7 +216,7 @@ fn random_u128() -> io::Result<u128> {
         }
         got += n as usize;
     }
-    Ok(u128::from_ne_bytes(b))
+    Ok(())
 }
 
 /// The largest byte count one `process_vm_*` call moves per iovec element: the kernel caps a

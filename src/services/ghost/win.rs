@@ -520,21 +520,9 @@ fn object_name(pid: i64, obj: i64, nonce: u64) -> String {
 /// 64 random bits for an object name, from getrandom(2).
 fn object_nonce() -> Result<u64, String> {
     let mut b = [0u8; 8];
-    let mut got = 0;
-    while got < b.len() {
-        // SAFETY: writes at most the remaining bytes of `b`.
-        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(format!(
-                "cannot draw a random name for the node-shared memory object (getrandom: {e})"
-            ));
-        }
-        got += n as usize;
-    }
+    shm::random_bytes(&mut b).map_err(|e| {
+        format!("cannot draw a random name for the node-shared memory object (getrandom: {e})")
+    })?;
     Ok(u64::from_ne_bytes(b))
 }
 
