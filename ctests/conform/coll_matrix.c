@@ -40,6 +40,8 @@
  * completed nonblocking requests set to MPI_REQUEST_NULL, completed persistent requests
  * left allocated and inactive; a user op called with the datatype the call passed.
  *
+ * CONFORM_WARMUP=1: a barrier on each case's fresh communicator before the case.
+ *
  * Build: mpicc -O1 -g -Wall -o coll_matrix coll_matrix.c -ldl -lm
  */
 #include "harness.h"
@@ -1497,7 +1499,11 @@ static char g_algs[NCOLL][24][40];
 static int g_nalgs[NCOLL];
 static unsigned g_algctr[NCOLL];
 
+static int g_warmup; /* CONFORM_WARMUP */
+
 static void algos_init(void) {
+    const char *w = getenv("CONFORM_WARMUP");
+    g_warmup = w && *w && strcmp(w, "0");
     const char *m = getenv("CONFORM_ALGOS");
     if (m && !strcmp(m, "cycle")) g_algmode = A_CYCLE;
     else if (m && !strcmp(m, "all")) g_algmode = A_ALL;
@@ -1566,6 +1572,10 @@ static void run_once(int id, const Case *cs, const char *algo) {
     /* every run on a fresh dup, so that a message a broken case leaves behind cannot be
      * matched in a later case (FR_COMM frees it right after the call) */
     MPI_Comm_dup(ci->c, &x->comm);
+    /* CONFORM_WARMUP: one barrier on the fresh communicator first, so that a shim that
+     * sets a communicator up at its first blocking collective (its shared-memory segment,
+     * SHIM_SHM_AFTER=0) runs the case's non-blocking and persistent forms on it too */
+    if (g_warmup) MPI_Barrier(x->comm);
     x->op = MPI_OP_NULL;
     if (d->kind == K_RED) {
         const RRow *r = &rrows[cs->row];

@@ -109,6 +109,7 @@ def plan(level):
     shim = {"LD_PRELOAD": LIB}
     # one ghost per node: the program sees n processes, n + 1 are launched
     ghost = dict(shim, SHIM_GHOSTS="1")
+    shm = dict(shim, SHIM_TRANSPORT="shm", SHIM_SHM_AFTER="0", SHIM_SHM_DEPTH="2", CONFORM_WARMUP="1")
     runs = []
     full = level == "full"
     table = {"CONFORM_LEVEL": "full"} if full else {}
@@ -119,6 +120,11 @@ def plan(level):
             runs.append(("coll_matrix", n, "native", dict(lvl)))
         runs.append(("coll_matrix", n, "shim", dict(shim, **lvl)))
         runs.append(("coll_matrix", n, "shim-cycle", dict(shim, CONFORM_ALGOS="cycle", **lvl)))
+        # the node transport from each communicator's first collective, its regions reused
+        # every other instance
+        runs.append(("coll_matrix", n, "shim-shm", dict(shm, **lvl)))
+        if n in (2, 3) or full:
+            runs.append(("coll_matrix", n, "shim-shm-thread", dict(shm, SHIM_PROGRESS="thread", **lvl)))
         if n in (2, 3) or full:
             runs.append(("coll_matrix", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread", **lvl)))
         if n <= 2 or full:

@@ -87,6 +87,20 @@ pub struct CommState {
     pseq: AtomicU32,
     topo: OnceLock<Result<Neighbors, c_int>>,
     pub cache: Mutex<Cache>,
+    /// The shared-memory segment, once set up (see [`NodeState`]).
+    pub node: Mutex<NodeState>,
+    /// Non-blocking collectives started that could use shared memory (the instance
+    /// numbers of the segment's non-blocking channel, from `Node::nb_from` on).
+    pub nb_eligible: AtomicU32,
+}
+
+/// Where a communicator stands with its shared-memory segment.
+pub enum NodeState {
+    /// Blocking collectives that could have used it so far (set up at a configured count).
+    Counting(u32),
+    Ready(Arc<crate::core::transport::node::Node>),
+    /// Not possible (ranks on several nodes, no shared memory) or not wanted.
+    Off,
 }
 
 impl CommState {
@@ -112,6 +126,8 @@ impl CommState {
             pseq: AtomicU32::new(0),
             topo: OnceLock::new(),
             cache: Mutex::new(Cache::new(cache)),
+            node: Mutex::new(NodeState::Counting(0)),
+            nb_eligible: AtomicU32::new(0),
         }
     }
 

@@ -36,6 +36,11 @@ use crate::platform::api::Fid;
 
 /// A persistent collective: its schedule, bound buffers and tag, and the current run.
 pub struct Persistent {
+    /// The communicator's shared-memory segment and the request's own channel there, for
+    /// a shared-memory schedule.
+    pub shm: Option<(Arc<crate::core::transport::node::Node>, u32)>,
+    /// Starts so far (the instances of its channel).
+    pub starts: u32,
     pub sched: Arc<Schedule>,
     pub comm: Arc<CommState>,
     pub tag: c_int,
@@ -275,13 +280,17 @@ pub(crate) fn start(h: MPI_Request) -> c_int {
         if p.active.is_some() {
             return MPI_ERR_REQUEST;
         }
-        let run = Run::new(
+        let mut run = Run::new(
             Arc::clone(&p.sched),
             Arc::clone(&p.comm),
             p.tag,
             p.send as *const _,
             p.recv as *mut _,
         );
+        if let Some((node, ch)) = &p.shm {
+            run = run.in_shm(Arc::clone(node), node.place(*ch, p.starts));
+            p.starts = p.starts.wrapping_add(1);
+        }
         let cell = RunCell::new(run);
         p.active = Some(Arc::clone(&cell));
         crate::platform::counters::note_path(fid, "schedule", p.path);

@@ -263,7 +263,10 @@ pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &(impl Fn() -> c_int +
         let me = c.me();
         let k = key(Coll::Barrier, &ch, 0, 0, MPI_OP_NULL(), &[], Vec::new());
         c.launch(k, core::ptr::null(), core::ptr::null_mut(), || {
-            Ok(algo::barrier::build(&ch, me))
+            Ok(match ch.algo {
+                Algo::Shm => algo::shm::barrier(c.slots(), me),
+                _ => algo::barrier::build(&ch, me),
+            })
         })
     })
 }
@@ -303,7 +306,10 @@ pub unsafe fn bcast(
             vec![count],
         );
         c.launch(k, core::ptr::null(), buffer, || {
-            Ok(algo::bcast::build(&ch, me, data, &ti, root))
+            Ok(match ch.algo {
+                Algo::Shm => algo::shm::bcast(c.slots(), me, data, count * ti.size, root),
+                _ => algo::bcast::build(&ch, me, data, &ti, root),
+            })
         })
     })
 }
@@ -381,6 +387,9 @@ fn gather_common(
     let me = c.me();
     let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
+        if ch.algo == Algo::Shm {
+            return Ok(algo::shm::gather(c.slots(), me, send, &rblocks, root));
+        }
         Ok(algo::rooted::gather(
             &ch,
             me,
@@ -554,6 +563,16 @@ fn scatter_common(
     let me = c.me();
     let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
+        if ch.algo == Algo::Shm {
+            return Ok(algo::shm::scatter(
+                c.slots(),
+                me,
+                &sblocks,
+                recv,
+                root,
+                block,
+            ));
+        }
         Ok(algo::rooted::scatter(
             &ch,
             me,
@@ -716,7 +735,10 @@ fn allgather_common(
     let me = c.me();
     let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::allgather::build(&ch, me, send, &rblocks))
+        Ok(match ch.algo {
+            Algo::Shm => algo::shm::allgather(c.slots(), me, send, &rblocks, avg),
+            _ => algo::allgather::build(&ch, me, send, &rblocks),
+        })
     })
 }
 
@@ -881,9 +903,10 @@ fn alltoall_common(
     let me = c.me();
     let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::alltoall::build(
-            &ch, me, &sblocks, &rblocks, inplace, regular,
-        ))
+        Ok(match ch.algo {
+            Algo::Shm => algo::shm::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes),
+            _ => algo::alltoall::build(&ch, me, &sblocks, &rblocks, inplace, regular),
+        })
     })
 }
 
@@ -1132,7 +1155,10 @@ pub unsafe fn reduce(
             vec![count],
         );
         c.launch(k, sendbuf, recvbuf, || {
-            Ok(algo::reduce::reduce(&ch, me, &r, inplace, root))
+            Ok(match ch.algo {
+                Algo::Shm => algo::shm::reduce(c.slots(), me, &r, inplace, root),
+                _ => algo::reduce::reduce(&ch, me, &r, inplace, root),
+            })
         })
     })
 }
@@ -1174,7 +1200,10 @@ pub unsafe fn allreduce(
             vec![count],
         );
         c.launch(k, sendbuf, recvbuf, || {
-            Ok(algo::reduce::allreduce(&ch, me, &r, inplace))
+            Ok(match ch.algo {
+                Algo::Shm => algo::shm::allreduce(c.slots(), me, &r, inplace),
+                _ => algo::reduce::allreduce(&ch, me, &r, inplace),
+            })
         })
     })
 }
@@ -1208,7 +1237,10 @@ fn reduce_scatter_common(
     let me = c.me();
     let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], counts.clone());
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::reduce_scatter::build(&ch, me, &r, &counts, inplace))
+        Ok(match ch.algo {
+            Algo::Shm => algo::shm::reduce_scatter_block(c.slots(), me, &r, inplace),
+            _ => algo::reduce_scatter::build(&ch, me, &r, &counts, inplace),
+        })
     })
 }
 
@@ -1302,7 +1334,10 @@ fn scan_common(
     let exclusive = coll == Coll::Exscan;
     let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], vec![count]);
     c.launch(k, sendbuf, recvbuf, || {
-        Ok(algo::scan::build(&ch, me, &r, inplace, exclusive))
+        Ok(match ch.algo {
+            Algo::Shm => algo::shm::scan(c.slots(), me, &r, inplace, exclusive),
+            _ => algo::scan::build(&ch, me, &r, inplace, exclusive),
+        })
     })
 }
 

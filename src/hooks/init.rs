@@ -295,6 +295,7 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selectio
         rank: lr as i32,
         size: ls as i32,
     });
+    proc::set_one_node(ls == size as usize);
     if rank == 0 {
         for w in &loaded.warnings {
             tracing::warn!(target: "shim::config", "{w}");
@@ -311,6 +312,7 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selectio
     let cfg = loaded.config;
     let _ = STATS.set(cfg.stats);
     crate::services::coll::select::configure(forced);
+    crate::services::coll::configure_transport(cfg.transport, cfg.shm);
     crate::core::comm::configure(cfg.sched_cache);
     crate::core::sched::configure(cfg.progress_min_bytes);
     crate::core::dtype::pool::configure(cfg.pack_threads, cfg.pack_min_bytes);

@@ -149,6 +149,36 @@ pub static VARS: &[VarSpec] = &[
         doc: "Built schedules cached per communicator (keyed by collective, counts, datatypes, operation, root, in-place); only calls with predefined datatypes and operations are cached.",
     },
     VarSpec {
+        name: "SHIM_SHM_AFTER",
+        default: "4",
+        allowed: "0 to 1000000",
+        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (one `MPI_Comm_split_type` and two small allgathers at that call): short-lived communicators cost nothing. Until then, and on communicators whose ranks are not all on one node, collectives take the point-to-point path. Non-blocking and persistent collectives use the segment once it exists.",
+    },
+    VarSpec {
+        name: "SHIM_SHM_CHANNELS",
+        default: "4",
+        allowed: "0 to 64",
+        doc: "Persistent collectives per communicator that get their own shared-memory channel (the first ones initialized; the others use point-to-point).",
+    },
+    VarSpec {
+        name: "SHIM_SHM_DEPTH",
+        default: "4",
+        allowed: "1 to 64",
+        doc: "Collectives of one channel (blocking, non-blocking, each persistent one) that may be in flight at once in shared memory before a later one waits for every rank to be done with the earliest.",
+    },
+    VarSpec {
+        name: "SHIM_SHM_SLOT",
+        default: "16K",
+        allowed: "a size in bytes from 64 to 16M, with an optional K or M suffix (rounded up to 64)",
+        doc: "Bytes each rank has in shared memory per collective in flight: the largest contribution (a rank's data, or all its blocks for Scatter, Alltoall and Gather at the root) that the shared-memory algorithms take. The segment of a communicator of n ranks holds (2 + SHIM_SHM_CHANNELS) x SHIM_SHM_DEPTH x n slots.",
+    },
+    VarSpec {
+        name: "SHIM_TRANSPORT",
+        default: "auto",
+        allowed: "auto, pmpi, shm",
+        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT` (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, the same as `shm` (where shared memory cannot work, a one-line warning and `pmpi`).",
+    },
+    VarSpec {
         name: "SHIM_TUNING_FILE",
         default: "(built-in)",
         allowed: "the path of a regular file of at most 4 MiB in the tuning format (as written by `scripts/tools/shim-tune`)",
@@ -225,6 +255,37 @@ pub struct Config {
     /// `SHIM_PACK_THREADS` (None: processors per rank of the node).
     pub pack_threads: Option<u32>,
     pub pack_min_bytes: u64,
+    /// `SHIM_TRANSPORT` and the `SHIM_SHM_*` sizes.
+    pub transport: Transport,
+    pub shm: ShmConfig,
+}
+
+/// `SHIM_TRANSPORT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Auto,
+    Pmpi,
+    Shm,
+}
+
+/// `SHIM_SHM_*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    pub after: u32,
+    pub channels: u32,
+    pub depth: u32,
+    pub slot: u64,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        ShmConfig {
+            after: 4,
+            channels: 4,
+            depth: 4,
+            slot: 16 * 1024,
+        }
+    }
 }
 
 impl Default for Config {
@@ -250,6 +311,8 @@ impl Default for Config {
             ranks_per_node: None,
             pack_threads: None,
             pack_min_bytes: 256 * 1024,
+            transport: Transport::Auto,
+            shm: ShmConfig::default(),
         }
     }
 }
@@ -562,6 +625,38 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
         match parse_size(&v) {
             Some(n) => c.pack_min_bytes = n,
             None => l.errors.push(error("SHIM_PACK_MIN_BYTES", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_TRANSPORT") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "auto" => c.transport = Transport::Auto,
+            "pmpi" => c.transport = Transport::Pmpi,
+            "shm" => c.transport = Transport::Shm,
+            _ => l.errors.push(error("SHIM_TRANSPORT", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_SHM_AFTER") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n <= 1_000_000 => c.shm.after = n,
+            _ => l.errors.push(error("SHIM_SHM_AFTER", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_SHM_CHANNELS") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n <= 64 => c.shm.channels = n,
+            _ => l.errors.push(error("SHIM_SHM_CHANNELS", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_SHM_DEPTH") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if (1..=64).contains(&n) => c.shm.depth = n,
+            _ => l.errors.push(error("SHIM_SHM_DEPTH", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_SHM_SLOT") {
+        match parse_size(&v) {
+            Some(n) if (64..=16 << 20).contains(&n) => c.shm.slot = n.div_ceil(64) * 64,
+            _ => l.errors.push(error("SHIM_SHM_SLOT", &v)),
         }
     }
     if let Some(v) = get("SHIM_RANKS_PER_NODE") {

@@ -57,6 +57,18 @@ pub fn set_local(l: World) {
     LOCAL_SIZE.store(l.size, Ordering::Relaxed);
 }
 
+static ONE_NODE: AtomicBool = AtomicBool::new(false);
+
+/// Whether the whole job runs on one node (every communicator's ranks then share it).
+pub fn one_node() -> bool {
+    ONE_NODE.load(Ordering::Relaxed)
+}
+
+/// Records whether the job is on one node (from the census at init).
+pub fn set_one_node(b: bool) {
+    ONE_NODE.store(b, Ordering::Relaxed);
+}
+
 /// More ranks on this node than processors. MPICH's own collectives then busy-poll
 /// without yielding, so a waiting rank burns the time slice the rank it waits for needs
 /// (measured on 2 cores: mpi4py's test_cco_vec at 3 ranks takes 153 s when `auto` hands

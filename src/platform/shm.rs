@@ -56,21 +56,43 @@ impl Segment {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a zeroed stat is a valid out-value; our descriptor.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let r = if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            Err(io::Error::last_os_error())
-        } else if (st.st_size as u64) < len as u64 {
-            Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("segment {name} has {} bytes, expected {len}", st.st_size),
-            ))
-        } else {
-            map(fd, len)
-        };
-        // SAFETY: our descriptor.
-        unsafe { libc::close(fd) };
-        r.map(|base| Segment { base, len })
+        map_existing(fd, len, name)
+    }
+
+    /// Creates and maps a new anonymous segment of `len` bytes (zero-filled): a `memfd`,
+    /// which has no name anywhere, so no crash at any moment can leave it behind. Peers map
+    /// it through the returned descriptor ([`Segment::open_peer`]); the creator closes the
+    /// descriptor once they have (the mappings keep the memory).
+    pub fn create_anonymous(tag: &str, len: usize) -> io::Result<(Segment, std::os::fd::OwnedFd)> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty segment"));
+        }
+        let c = CString::new(tag).map_err(io::Error::other)?;
+        // SAFETY: a valid NUL-terminated name (a label for /proc listings only).
+        let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        reserve(fd.as_raw_fd(), len)?;
+        let base = map(fd.as_raw_fd(), len)?;
+        Ok((Segment { base, len }, fd))
+    }
+
+    /// Maps the first `len` bytes of the anonymous segment that process `pid` holds open as
+    /// descriptor `fd` (through `/proc/<pid>/fd/<fd>`, which the kernel allows under the
+    /// same ptrace rule as CMA).
+    pub fn open_peer(pid: libc::pid_t, fd: i32, len: usize) -> io::Result<Segment> {
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let c = CString::new(path.as_str()).map_err(io::Error::other)?;
+        // SAFETY: a valid NUL-terminated path.
+        let f = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if f < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        map_existing(f, len, &path)
     }
 
     /// Gives up ownership of the mapping: the caller unmaps it with [`unmap`].
@@ -160,6 +182,26 @@ pub fn shm_free_bytes() -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Maps the first `len` bytes of an existing object opened as `fd` (closed here), which must
+/// have at least that many.
+fn map_existing(fd: i32, len: usize, what: &str) -> io::Result<Segment> {
+    // SAFETY: a zeroed stat is a valid out-value; our descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let r = if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        Err(io::Error::last_os_error())
+    } else if (st.st_size as u64) < len as u64 {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("segment {what} has {} bytes, expected {len}", st.st_size),
+        ))
+    } else {
+        map(fd, len)
+    };
+    // SAFETY: our descriptor; the mapping keeps the memory.
+    unsafe { libc::close(fd) };
+    r.map(|base| Segment { base, len })
 }
 
 fn reserve(fd: i32, len: usize) -> io::Result<()> {

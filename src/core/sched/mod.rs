@@ -50,6 +50,9 @@ pub enum Base {
     Send = 0,
     Recv = 1,
     Scratch = 2,
+    /// The run's region of its communicator's shared-memory segment
+    /// (`core::transport::node`): rank r's data slot starts at `r * cell + node::DATA`.
+    Shm = 3,
 }
 
 /// A byte address relative to a base (may be negative: a datatype's lower bound).
@@ -75,6 +78,12 @@ impl Addr {
     pub const fn scratch(off: i64) -> Addr {
         Addr {
             base: Base::Scratch,
+            off: off as isize,
+        }
+    }
+    pub const fn shm(off: i64) -> Addr {
+        Addr {
+            base: Base::Shm,
             off: off as isize,
         }
     }
@@ -128,7 +137,27 @@ pub enum Action {
         op: MPI_Op,
     },
     Nop,
+    /// Shared memory: publishes this rank's flag at `phase` (1 to `node::PHASES - 1`) of the
+    /// run's instance (what it wrote before is then visible to the ranks that watch it).
+    Post {
+        phase: u8,
+    },
+    /// Shared memory: waits until rank `peer`'s flag (every other rank's, with
+    /// [`ALL_PEERS`]) reaches `phase` of the run's instance.
+    Watch {
+        peer: c_int,
+        phase: u8,
+    },
+    /// Shared memory: waits until every rank is done with the previous instance that used
+    /// the run's region; every shared-memory action depends on it.
+    Claim,
+    /// Shared memory: tells the other ranks that this rank is done with the region (its
+    /// slot may be overwritten, its reads are over).
+    Release,
 }
+
+/// `Action::Watch` of every rank but this one.
+pub const ALL_PEERS: c_int = -1;
 
 /// Index of an action in its schedule (a vertex of the DAG): what builders return for
 /// each action they add and take as dependencies.
@@ -153,6 +182,9 @@ pub struct Schedule {
     pub ntags: c_int,
     /// Name of the algorithm, for `SHIM_STATS`.
     pub algorithm: &'static str,
+    /// Whether its actions use the communicator's shared-memory segment (a run then needs
+    /// its place there, `run::Run::in_shm`).
+    pub shm: bool,
     /// The blocks of each composite datatype (see [`Builder::blocks`]).
     pub composites: Vec<Vec<Part>>,
     /// The MPI datatypes made from `composites`, created on first use.
@@ -216,6 +248,8 @@ impl Schedule {
                     }
                     true
                 }
+                // a shared-memory wait: someone must poll the flag
+                Action::Watch { .. } => return true,
                 _ => false,
             };
             if msg || after_msg[v] {
@@ -385,6 +419,18 @@ impl Builder {
     pub fn nop(&mut self, deps: &[ActionId]) -> ActionId {
         self.push(Action::Nop, deps)
     }
+    pub fn post(&mut self, phase: u8, deps: &[ActionId]) -> ActionId {
+        self.push(Action::Post { phase }, deps)
+    }
+    pub fn watch(&mut self, peer: c_int, phase: u8, deps: &[ActionId]) -> ActionId {
+        self.push(Action::Watch { peer, phase }, deps)
+    }
+    pub fn claim(&mut self) -> ActionId {
+        self.push(Action::Claim, &[])
+    }
+    pub fn release(&mut self, deps: &[ActionId]) -> ActionId {
+        self.push(Action::Release, deps)
+    }
 
     /// Reserves `bytes` of scratch (64-byte aligned) and returns its offset.
     pub fn scratch(&mut self, bytes: i64) -> i64 {
@@ -510,6 +556,7 @@ impl Builder {
         }
         let retained = retain_objects(&self.actions, &self.composites);
         Schedule {
+            shm: self.actions.iter().any(|a| matches!(a, Action::Claim)),
             _retained: retained,
             actions: self.actions,
             indeg,
@@ -549,7 +596,11 @@ fn retain_objects(
                 add(dt);
                 ops.push(op);
             }
-            Action::Nop => {}
+            Action::Nop
+            | Action::Post { .. }
+            | Action::Watch { .. }
+            | Action::Claim
+            | Action::Release => {}
         }
     }
     types.sort_unstable();

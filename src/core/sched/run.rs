@@ -13,8 +13,9 @@ use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use super::{Action, ActionId, Addr, Data, Schedule};
+use super::{ALL_PEERS, Action, ActionId, Addr, Data, Schedule};
 use crate::core::comm::CommState;
+use crate::core::transport::node::{Node, Place, phase_value};
 use crate::platform::abi::*;
 use crate::platform::mpi::{comm as mpi_comm, p2p};
 
@@ -41,8 +42,13 @@ pub struct Run {
     sched: Arc<Schedule>,
     comm: Arc<CommState>,
     tag: c_int,
-    bases: [usize; 3],
+    bases: [usize; 4],
     _scratch: Box<[MaybeUninit<Line>]>,
+    /// The communicator's shared-memory segment and this instance's place in it, for a
+    /// schedule with shared-memory actions.
+    shm: Option<(Arc<Node>, Place)>,
+    /// Shared-memory waits (`Watch`, `Claim`) not yet satisfied.
+    watches: Vec<ActionId>,
     remaining: Vec<u32>,
     state: Vec<u8>,
     ready: VecDeque<ActionId>,
@@ -84,7 +90,12 @@ impl Run {
         let lines = sched.scratch.div_ceil(64);
         let mut scratch: Box<[MaybeUninit<Line>]> = Box::new_uninit_slice(lines);
         let n = sched.len();
-        let bases = [send as usize, recv as usize, scratch.as_mut_ptr() as usize];
+        let bases = [
+            send as usize,
+            recv as usize,
+            scratch.as_mut_ptr() as usize,
+            0,
+        ];
         Run {
             remaining: sched.indeg.clone(),
             state: vec![WAITING; n],
@@ -104,7 +115,17 @@ impl Run {
             tag,
             bases,
             _scratch: scratch,
+            shm: None,
+            watches: Vec::new(),
         }
+    }
+
+    /// Gives a shared-memory schedule's run its place in the communicator's segment (the
+    /// next instance of its channel, taken in the order every rank starts them).
+    pub fn in_shm(mut self, node: Arc<Node>, place: Place) -> Run {
+        self.bases[3] = place.region as usize;
+        self.shm = Some((node, place));
+        self
     }
 
     pub fn schedule(&self) -> &Arc<Schedule> {
@@ -150,7 +171,9 @@ impl Run {
                     return true;
                 }
             }
-            if self.reqs.is_empty() || !self.test() {
+            let watched = !self.watches.is_empty() && self.check_watches();
+            let tested = !self.reqs.is_empty() && self.test();
+            if !watched && !tested {
                 break;
             }
             if self.error != MPI_SUCCESS {
@@ -243,7 +266,84 @@ impl Run {
                 self.local_done(v, rc);
             }
             Action::Nop => self.local_done(v, MPI_SUCCESS),
+            Action::Post { phase } => {
+                let Some((node, place)) = &self.shm else {
+                    return self.no_segment();
+                };
+                node.flag(place.region, node.rank)
+                    .publish(phase_value(place.instance, phase as u32));
+                self.local_done(v, MPI_SUCCESS);
+            }
+            Action::Release => {
+                let Some((node, place)) = &self.shm else {
+                    return self.no_segment();
+                };
+                node.ack(place.region, node.rank)
+                    .publish(place.instance.wrapping_add(1));
+                self.local_done(v, MPI_SUCCESS);
+            }
+            Action::Watch { .. } | Action::Claim => {
+                if self.shm.is_none() {
+                    return self.no_segment();
+                }
+                if self.satisfied(v) {
+                    self.complete(v);
+                } else {
+                    self.state[v as usize] = POSTED;
+                    self.watches.push(v);
+                }
+            }
         }
+    }
+
+    /// A shared-memory action in a run without a segment: the shim's own error.
+    fn no_segment(&mut self) {
+        self.error = MPI_ERR_INTERN;
+    }
+
+    /// Whether a shared-memory wait is over.
+    fn satisfied(&self, v: ActionId) -> bool {
+        let Some((node, place)) = &self.shm else {
+            return false;
+        };
+        let me = node.rank;
+        let ranks = node.geo.ranks;
+        match self.sched.actions[v as usize] {
+            Action::Watch { peer, phase } => {
+                let target = phase_value(place.instance, phase as u32);
+                if peer == ALL_PEERS {
+                    (0..ranks)
+                        .filter(|&r| r != me)
+                        .all(|r| node.flag(place.region, r).is_reached(target))
+                } else {
+                    node.flag(place.region, peer as u32).is_reached(target)
+                }
+            }
+            Action::Claim => {
+                // every rank acknowledged the instance `depth` before this one (the first
+                // `depth` instances find the zeroed segment: the difference wraps to >= 0)
+                let target = place.instance.wrapping_add(1).wrapping_sub(node.geo.depth);
+                (0..ranks).all(|r| node.ack(place.region, r).is_reached(target))
+            }
+            _ => true,
+        }
+    }
+
+    /// Completes the satisfied shared-memory waits; true if any was.
+    fn check_watches(&mut self) -> bool {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.watches.len() {
+            let v = self.watches[i];
+            if self.satisfied(v) {
+                self.watches.swap_remove(i);
+                self.complete(v);
+                any = true;
+            } else {
+                i += 1;
+            }
+        }
+        any
     }
 
     /// Posts a message; a non-contiguous one of at least `SHIM_PACK_MIN_BYTES` travels as
@@ -403,9 +503,141 @@ impl Run {
             std::mem::forget(p);
         }
         self.ready.clear();
+        self.watches.clear();
+        if let Some((node, place)) = &self.shm {
+            // the other ranks must not wait for this one forever: its flag jumps past
+            // every phase and it lets the region go (their results are then undefined, as
+            // after any failed collective)
+            node.flag(place.region, node.rank).publish(phase_value(
+                place.instance,
+                crate::core::transport::node::PHASES - 1,
+            ));
+            node.ack(place.region, node.rank)
+                .publish(place.instance.wrapping_add(1));
+        }
         self.finished = true;
         tracing::debug!(target: "shim::sched", "{} failed with MPI error {}", self.sched.algorithm, self.error);
     }
+}
+
+/// Runs a shared-memory schedule of a blocking collective to completion on the calling
+/// thread, without a `Run`: its actions one after another in the order built (a topological
+/// order in which every `Post` comes before the waits of the same schedule, so no rank
+/// waits for something it has yet to do itself). Only schedules without messages and
+/// scratch qualify ([`inline_ok`]). Waits share the cores (`transport::flag::wait`) and
+/// call `progress` now and then (the caller's: it advances the other outstanding
+/// schedules). Returns the MPI error code.
+pub fn run_inline(
+    sched: &Schedule,
+    node: &Node,
+    place: Place,
+    send: *const c_void,
+    recv: *mut c_void,
+    progress: fn(),
+) -> c_int {
+    use crate::core::transport::flag;
+    let bases = [send as usize, recv as usize, 0, place.region as usize];
+    let addr = |a: Addr| bases[a.base as usize].wrapping_add_signed(a.off) as *mut c_void;
+    let policy = wait_policy();
+    let poll = || -> Result<(), ()> {
+        progress();
+        Ok(())
+    };
+    let me = node.rank;
+    let mut truncated = MPI_SUCCESS;
+    for a in &sched.actions {
+        let rc = match *a {
+            // SAFETY: as for `Run::execute`'s Copy and Reduce.
+            Action::Copy { src, dst } => unsafe {
+                crate::core::dtype::copy(
+                    addr(src.addr),
+                    src.count,
+                    src.dt,
+                    addr(dst.addr),
+                    dst.count,
+                    dst.dt,
+                )
+            },
+            // SAFETY: as above.
+            Action::Reduce {
+                src,
+                dst,
+                count,
+                dt,
+                op,
+            } => unsafe { crate::core::ops::reduce_local(addr(src), addr(dst), count, dt, op) },
+            Action::Post { phase } => {
+                node.flag(place.region, me)
+                    .publish(phase_value(place.instance, phase as u32));
+                MPI_SUCCESS
+            }
+            Action::Release => {
+                node.ack(place.region, me)
+                    .publish(place.instance.wrapping_add(1));
+                MPI_SUCCESS
+            }
+            Action::Watch { peer, phase } => {
+                let target = phase_value(place.instance, phase as u32);
+                for r in 0..node.geo.ranks {
+                    if r != me && (peer == ALL_PEERS || peer as u32 == r) {
+                        let _ = flag::wait(node.flag(place.region, r), target, &policy, poll);
+                    }
+                }
+                MPI_SUCCESS
+            }
+            Action::Claim => {
+                let target = place.instance.wrapping_add(1).wrapping_sub(node.geo.depth);
+                for r in 0..node.geo.ranks {
+                    let _ = flag::wait(node.ack(place.region, r), target, &policy, poll);
+                }
+                MPI_SUCCESS
+            }
+            Action::Nop => MPI_SUCCESS,
+            // not in a schedule `inline_ok` accepts
+            Action::Send { .. } | Action::Recv { .. } => MPI_ERR_INTERN,
+        };
+        if rc != MPI_SUCCESS {
+            let class = mpi_comm::error_class(rc).unwrap_or(rc);
+            if class == MPI_ERR_TRUNCATE {
+                if truncated == MPI_SUCCESS {
+                    truncated = rc;
+                }
+                continue;
+            }
+            // as `Run::fail`: the others must not wait for this rank
+            node.flag(place.region, me).publish(phase_value(
+                place.instance,
+                crate::core::transport::node::PHASES - 1,
+            ));
+            node.ack(place.region, me)
+                .publish(place.instance.wrapping_add(1));
+            return rc;
+        }
+    }
+    truncated
+}
+
+/// How a blocking shared-memory collective waits: spinning first where every rank has a
+/// processor, yielding almost at once where ranks outnumber them (the rank waited for
+/// needs this processor).
+fn wait_policy() -> crate::core::transport::flag::WaitPolicy {
+    let mut p = crate::core::transport::flag::WaitPolicy::default();
+    if crate::platform::proc::oversubscribed() {
+        p.spins = 16;
+        p.yields = 20_000;
+        p.poll_every = 16;
+    }
+    p
+}
+
+/// Whether [`run_inline`] can carry a schedule: shared memory only, no scratch.
+pub fn inline_ok(sched: &Schedule) -> bool {
+    sched.shm
+        && sched.scratch == 0
+        && !sched
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Send { .. } | Action::Recv { .. }))
 }
 
 #[cfg(test)]

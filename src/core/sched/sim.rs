@@ -126,6 +126,7 @@ fn buf<'a>(
         Base::Send => &mut bufs[rank].send,
         Base::Recv => &mut bufs[rank].recv,
         Base::Scratch => &mut st[rank].scratch,
+        Base::Shm => unreachable!("shared-memory schedules are not simulated"),
     }
 }
 
@@ -275,7 +276,11 @@ pub fn check_races(s: &Schedule) -> Result<(), String> {
                 add(&Data::new(src, count, dt), v, false)?;
                 add(&Data::new(dst, count, dt), v, true)?;
             }
-            Action::Nop => {}
+            Action::Nop
+            | Action::Post { .. }
+            | Action::Watch { .. }
+            | Action::Claim
+            | Action::Release => {}
         }
     }
     // ancestors as bit sets: the builder only lets an action depend on earlier ones
@@ -449,6 +454,12 @@ pub fn simulate(
                         complete(&mut st, rank, v);
                     }
                     Action::Nop => complete(&mut st, rank, v),
+                    Action::Post { .. }
+                    | Action::Watch { .. }
+                    | Action::Claim
+                    | Action::Release => {
+                        return Err("shared-memory schedules are not simulated".into());
+                    }
                 }
             }
         }

@@ -5,3 +5,4 @@
 //! over the segments, CMA and futexes of `platform::shm`.
 
 pub mod flag;
+pub mod node;

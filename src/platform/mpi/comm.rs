@@ -398,3 +398,15 @@ pub fn info_get(info: MPI_Info, key: &core::ffi::CStr, value: &mut [u8]) -> MpiR
     })?;
     Ok(flag != 0)
 }
+
+/// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`: the processes of `comm` that share this
+/// one's node.
+pub fn split_type_shared(comm: MPI_Comm) -> MpiResult<MPI_Comm> {
+    fake_first!("comm_split_type", [comm], |v: Vec<i64>| v[0] as MPI_Comm);
+    let mut c = MPI_COMM_NULL();
+    // SAFETY: a valid out-pointer; MPI reports a bad handle as an error.
+    check(unsafe {
+        pmpi::PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL(), &mut c)
+    })?;
+    Ok(c)
+}

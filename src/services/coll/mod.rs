@@ -21,20 +21,22 @@ pub mod inter;
 
 pub mod select;
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use core::ffi::{c_int, c_void};
 use std::fmt::Display;
 use std::sync::Arc;
 
-use crate::core::comm::CommState;
+use crate::core::comm::{CommState, NodeState};
 use crate::core::dtype::TypeInfo;
 use crate::core::progress::{self, RunCell};
 use crate::core::request::{self, Persistent};
 use crate::core::sched::Schedule;
 use crate::core::sched::cache::Key;
 use crate::core::sched::run::Run;
+use crate::core::transport::node::{self, Node, Place};
 use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
+use crate::platform::config::{ShmConfig, Transport};
 use crate::platform::memo;
 
 /// Which form of a collective the application called.
@@ -139,6 +141,22 @@ pub fn return_code(outcome: Result<Done, Raised>) -> c_int {
     }
 }
 
+/// `SHIM_TRANSPORT` and `SHIM_SHM_*`, handed over at init.
+static TRANSPORT: std::sync::OnceLock<(Transport, ShmConfig)> = std::sync::OnceLock::new();
+
+/// Installs `SHIM_TRANSPORT` and the `SHIM_SHM_*` settings as read at init.
+pub fn configure_transport(t: Transport, shm: ShmConfig) {
+    let _ = TRANSPORT.set((t, shm));
+}
+
+/// A call's place in its communicator's shared-memory segment.
+enum Ticket {
+    /// A blocking or non-blocking collective: its instance of the channel.
+    Place(Arc<Node>, Place),
+    /// A persistent collective: a channel of its own (its starts are its instances).
+    Channel(Arc<Node>, u32),
+}
+
 /// A validated call on an intra-communicator, ready to launch.
 pub struct Ctx<'a> {
     pub call: Call,
@@ -147,6 +165,14 @@ pub struct Ctx<'a> {
     native: &'a dyn Fn() -> c_int,
     /// A forced `native` runs a schedule instead (see `select::choose`).
     fallback: Cell<bool>,
+    /// Whether the shared-memory decision was made (once per call: it takes an instance).
+    shm_decided: Cell<bool>,
+    ticket: RefCell<Option<Ticket>>,
+    /// The call could use shared memory once the segment exists: its verdict must not be
+    /// remembered (`memo`), or the ranks would stop counting alike.
+    no_memo: Cell<bool>,
+    /// A reduction's datatype and count (`Ctx::reduction`), for its footprint.
+    red: Cell<Option<(TypeInfo, i64)>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -186,6 +212,10 @@ impl<'a> Ctx<'a> {
             st,
             native,
             fallback: Cell::new(false),
+            shm_decided: Cell::new(false),
+            ticket: RefCell::new(None),
+            no_memo: Cell::new(false),
+            red: Cell::new(None),
         })
     }
 
@@ -267,6 +297,7 @@ impl<'a> Ctx<'a> {
         let ti = self.type_info(dt, "datatype")?;
         self.check_op(op, dt)?;
         crate::platform::counters::note_bytes((count * ti.size) as u64);
+        self.red.set(Some((ti, count)));
         Ok(algo::Reduction {
             count,
             dt,
@@ -355,6 +386,23 @@ impl<'a> Ctx<'a> {
         match self.call.variant {
             Variant::Blocking => {
                 crate::platform::counters::note_path(self.call.fid, "schedule", path);
+                if crate::core::sched::run::inline_ok(&sched) {
+                    if let Some(Ticket::Place(node, place)) = self.ticket.borrow_mut().take() {
+                        let rc = crate::core::sched::run::run_inline(
+                            &sched,
+                            &node,
+                            place,
+                            send,
+                            recv,
+                            progress::progress_all,
+                        );
+                        if rc != MPI_SUCCESS {
+                            return self.fail(rc, "a step of the collective failed");
+                        }
+                        return Ok(Done::Scheduled);
+                    }
+                }
+                let shm = sched.shm;
                 let mut run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -362,6 +410,9 @@ impl<'a> Ctx<'a> {
                     send,
                     recv,
                 );
+                if shm {
+                    run = self.bind(run);
+                }
                 let rc = progress::run_blocking(&mut run);
                 if rc != MPI_SUCCESS {
                     return self.fail(rc, "a message of the collective failed");
@@ -373,13 +424,17 @@ impl<'a> Ctx<'a> {
                     return self.fail(MPI_ERR_ARG, "the request argument is NULL");
                 }
                 crate::platform::counters::note_path(self.call.fid, "schedule", path);
-                let run = Run::new(
+                let shm = sched.shm;
+                let mut run = Run::new(
                     sched,
                     Arc::clone(&self.st),
                     self.st.next_tag(false),
                     send,
                     recv,
                 );
+                if shm {
+                    run = self.bind(run);
+                }
                 let cell = RunCell::new(run);
                 progress::submit(&cell);
                 // SAFETY: a non-NULL request pointer from the application.
@@ -400,7 +455,13 @@ impl<'a> Ctx<'a> {
                 // the initialization is ordered like a collective (its starts need not
                 // be), so the shadow's duplication starts here
                 self.st.ensure_shadow();
+                let shm = match self.ticket.borrow_mut().take() {
+                    Some(Ticket::Channel(node, ch)) if sched.shm => Some((node, ch)),
+                    _ => None,
+                };
                 let p = Persistent {
+                    shm,
+                    starts: 0,
                     sched,
                     comm: Arc::clone(&self.st),
                     tag: self.st.next_persistent_tag(),
@@ -412,6 +473,153 @@ impl<'a> Ctx<'a> {
                 // SAFETY: a non-NULL request pointer from the application.
                 unsafe { *req = request::insert_persistent(p, self.comm, self.call.fid) };
                 Ok(Done::Scheduled)
+            }
+        }
+    }
+
+    /// Where the ranks' slots lie in a region of the segment this call got
+    /// ([`Self::shm_decide`]); only asked for shared-memory calls.
+    pub fn slots(&self) -> algo::shm::Slots {
+        let cell = match &*self.ticket.borrow() {
+            Some(Ticket::Place(n, _)) | Some(Ticket::Channel(n, _)) => n.geo.cell() as i64,
+            None => 0,
+        };
+        algo::shm::Slots {
+            cell,
+            data: node::DATA as i64,
+        }
+    }
+
+    /// Gives a shared-memory run its place (taken by [`Self::shm_decide`]).
+    fn bind(&self, run: Run) -> Run {
+        match self.ticket.borrow_mut().take() {
+            Some(Ticket::Place(node, place)) => run.in_shm(node, place),
+            // not reached: a shared-memory schedule is built only after a ticket; its
+            // shared-memory actions then fail with MPI_ERR_INTERN
+            _ => run,
+        }
+    }
+
+    /// The bytes of a rank's slot the call's shared-memory algorithm needs (`bytes`: the
+    /// size the call decides by).
+    fn footprint(&self, coll: Coll, bytes: i64) -> i64 {
+        let n = self.size() as i64;
+        let span = |count: i64| self.red.get().map_or(i64::MAX, |(ti, _)| ti.span(count));
+        let count = self.red.get().map_or(0, |(_, c)| c);
+        match coll {
+            Coll::Barrier => 0,
+            Coll::Scatter | Coll::Alltoall => bytes.saturating_mul(n),
+            Coll::Reduce | Coll::Allreduce | Coll::Scan | Coll::Exscan => span(count),
+            Coll::ReduceScatterBlock => span(count.saturating_mul(n)),
+            _ => bytes,
+        }
+    }
+
+    /// Whether this call runs on the communicator's shared-memory segment: the
+    /// configuration allows it (`SHIM_TRANSPORT`, `SHIM_<COLL>_ALGORITHM`), its data fits a
+    /// slot, and the segment exists; for a non-blocking call, also that its instance is one
+    /// every rank runs in shared memory. The segment is set up here, at the
+    /// `SHIM_SHM_AFTER`-th blocking call that could use it. Every input is the same on
+    /// every rank (sizes the standard makes equal, counts of calls every rank makes in the
+    /// same order), so all ranks decide alike. Decided once per call.
+    fn shm_decide(&self, coll: Coll, footprint: i64) -> bool {
+        if self.shm_decided.replace(true) {
+            return self.ticket.borrow().is_some();
+        }
+        let Some(&(transport, cfg)) = TRANSPORT.get() else {
+            return false;
+        };
+        if transport == Transport::Pmpi
+            || self.size() < 2
+            || self.st.inter
+            || select::shm_allowed(coll).is_none()
+            || footprint > cfg.slot as i64
+        {
+            return false;
+        }
+        let form = self.form();
+        let mut g = self.st.node.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*g, NodeState::Off) {
+            return false;
+        }
+        let nb = (form == select::Form::Nonblocking).then(|| {
+            self.st
+                .nb_eligible
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        });
+        if let NodeState::Counting(n) = &mut *g {
+            self.no_memo.set(true);
+            if form != select::Form::Blocking {
+                return false;
+            }
+            if *n < cfg.after {
+                *n += 1;
+                return false;
+            }
+            *g = match self.setup_node(&cfg) {
+                Some(node) => NodeState::Ready(Arc::new(node)),
+                None => NodeState::Off,
+            };
+            // verdicts remembered before may now differ
+            memo::invalidate();
+        }
+        let NodeState::Ready(node) = &*g else {
+            return false;
+        };
+        let node = Arc::clone(node);
+        drop(g);
+        let ticket = match (form, nb) {
+            (select::Form::Blocking, _) => {
+                let place = node.next(node::BLOCKING);
+                Ticket::Place(node, place)
+            }
+            (select::Form::Nonblocking, Some(i)) => {
+                if i.wrapping_sub(node.nb_from) as i32 >= 0 {
+                    let place = node.place(node::NONBLOCKING, i.wrapping_sub(node.nb_from));
+                    Ticket::Place(node, place)
+                } else {
+                    return false;
+                }
+            }
+            (select::Form::Persistent, _) => match node.persistent_channel() {
+                Some(ch) => Ticket::Channel(node, ch),
+                None => return false,
+            },
+            _ => return false,
+        };
+        *self.ticket.borrow_mut() = Some(ticket);
+        true
+    }
+
+    /// Sets the segment up (every rank of the communicator is in this call): `None` where
+    /// shared memory cannot serve it, with a one-line warning when something failed.
+    fn setup_node(&self, cfg: &ShmConfig) -> Option<Node> {
+        self.st.ensure_shadow();
+        progress::wait_until(|| self.st.shadow_ready());
+        let nb = self
+            .st
+            .nb_eligible
+            .load(std::sync::atomic::Ordering::Relaxed);
+        match Node::setup(
+            self.st.shadow(),
+            self.size(),
+            cfg.channels,
+            cfg.depth,
+            cfg.slot as usize,
+            nb,
+        ) {
+            Ok(Some(n)) => Some(n),
+            Ok(None) => {
+                tracing::info!(target: "shim::shm", "a communicator spans several nodes: point-to-point");
+                None
+            }
+            Err(e) => {
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if self.rank() == 0 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(target: "shim::shm", "no shared memory for collectives ({e}): point-to-point");
+                }
+                None
             }
         }
     }
@@ -446,6 +654,9 @@ impl<'a> Ctx<'a> {
         commutative: bool,
         native_ok: bool,
     ) -> select::Choice {
+        if self.shm_decide(coll, self.footprint(coll, bytes)) {
+            return select::Choice::new(select::Algo::Shm);
+        }
         let native_ok = native_ok && native_exists(self.call.fid, self.name());
         let ch = select::choose(
             coll,
@@ -463,7 +674,9 @@ impl<'a> Ctx<'a> {
 
     /// Runs the system MPI's own implementation (the `native` algorithm).
     pub fn native(&self) -> Done {
-        memo::note_native();
+        if !self.no_memo.get() {
+            memo::note_native();
+        }
         crate::platform::counters::note_path(self.call.fid, "native", "system MPI");
         Done::Native((self.native)())
     }

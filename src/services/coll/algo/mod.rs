@@ -18,6 +18,7 @@ pub mod reduce;
 pub mod reduce_scatter;
 pub mod rooted;
 pub mod scan;
+pub mod shm;
 
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::{ActionId, Addr, Builder, Data};

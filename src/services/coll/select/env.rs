@@ -42,7 +42,13 @@ pub fn parse(vars: &[(String, String)]) -> Settings {
 /// A hash of everything that steers algorithm selection, which must be equal on every
 /// rank (else ranks could pick different algorithms and deadlock).
 pub fn fingerprint(forced: &[Forced; Coll::COUNT], c: &config::Config) -> u64 {
-    config::fnv1a(format!("{:?}|{:?}|{}", forced, c.tuning_file, c.calibrate).as_bytes())
+    config::fnv1a(
+        format!(
+            "{:?}|{:?}|{}|{:?}|{:?}",
+            forced, c.tuning_file, c.calibrate, c.transport, c.shm
+        )
+        .as_bytes(),
+    )
 }
 
 /// Which per-collective variable a name is: `SHIM_<COLL>_ALGORITHM`, `_K` or `_SEGMENT`

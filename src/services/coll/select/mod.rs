@@ -52,6 +52,9 @@ pub enum Algo {
     KShift,
     Hypercube,
     SingleRound,
+    /// The shared-memory algorithms (`algo::shm`), where the communicator has a node
+    /// segment and the data fits (`SHIM_TRANSPORT`).
+    Shm,
 }
 
 /// Every algorithm, in `repr` order.
@@ -79,6 +82,7 @@ pub const ALL_ALGOS: &[Algo] = &[
     Algo::KShift,
     Algo::Hypercube,
     Algo::SingleRound,
+    Algo::Shm,
 ];
 
 impl Algo {
@@ -107,6 +111,7 @@ impl Algo {
             Algo::KShift => "kshift",
             Algo::Hypercube => "hypercube",
             Algo::SingleRound => "single-round",
+            Algo::Shm => "shm",
         }
     }
 
@@ -166,6 +171,7 @@ const BARRIER_ALGOS: &[Algo] = &[
     Algo::Dissemination,
     Algo::NwayDissemination,
     Algo::RecursiveDoubling,
+    Algo::Shm,
 ];
 const BCAST_ALGOS: &[Algo] = &[
     Algo::Native,
@@ -174,9 +180,11 @@ const BCAST_ALGOS: &[Algo] = &[
     Algo::Knomial,
     Algo::Pipeline,
     Algo::ScatterAllgather,
+    Algo::Shm,
 ];
-const ROOTED_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Binomial];
-const ALLGATHER_ALGOS: &[Algo] = &[
+const ROOTED_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Binomial, Algo::Shm];
+const ROOTED_V_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Binomial];
+const ALLGATHERV_ALGOS: &[Algo] = &[
     Algo::Native,
     Algo::Ring,
     Algo::RecursiveDoubling,
@@ -187,7 +195,25 @@ const ALLGATHER_ALGOS: &[Algo] = &[
     Algo::KShift,
     Algo::Hypercube,
 ];
-const ALLTOALL_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Pairwise, Algo::Bruck];
+const ALLGATHER_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::Ring,
+    Algo::RecursiveDoubling,
+    Algo::Bruck,
+    Algo::Mesh,
+    Algo::Prefix,
+    Algo::KPrefix,
+    Algo::KShift,
+    Algo::Hypercube,
+    Algo::Shm,
+];
+const ALLTOALL_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::Linear,
+    Algo::Pairwise,
+    Algo::Bruck,
+    Algo::Shm,
+];
 const ALLTOALLV_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Pairwise];
 const REDUCE_ALGOS: &[Algo] = &[
     Algo::Native,
@@ -195,6 +221,7 @@ const REDUCE_ALGOS: &[Algo] = &[
     Algo::Knomial,
     Algo::Rabenseifner,
     Algo::Pipeline,
+    Algo::Shm,
 ];
 const ALLREDUCE_ALGOS: &[Algo] = &[
     Algo::Native,
@@ -203,6 +230,7 @@ const ALLREDUCE_ALGOS: &[Algo] = &[
     Algo::Rabenseifner,
     Algo::Ring,
     Algo::ReduceBcast,
+    Algo::Shm,
 ];
 const REDSCAT_ALGOS: &[Algo] = &[
     Algo::Native,
@@ -211,7 +239,20 @@ const REDSCAT_ALGOS: &[Algo] = &[
     Algo::Pairwise,
     Algo::ReduceScatterv,
 ];
-const SCAN_ALGOS: &[Algo] = &[Algo::Native, Algo::RecursiveDoubling, Algo::Pipeline];
+const REDSCAT_BLOCK_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::Ring,
+    Algo::RecursiveHalving,
+    Algo::Pairwise,
+    Algo::ReduceScatterv,
+    Algo::Shm,
+];
+const SCAN_ALGOS: &[Algo] = &[
+    Algo::Native,
+    Algo::RecursiveDoubling,
+    Algo::Pipeline,
+    Algo::Shm,
+];
 const NEIGHBOR_ALGOS: &[Algo] = &[Algo::Native, Algo::SingleRound];
 
 const SEGMENT: Param = Param {
@@ -286,7 +327,7 @@ pub static COLLS: [CollSpec; Coll::COUNT] = [
         Coll::Gatherv,
         "GATHERV",
         "MPI_Gatherv",
-        ROOTED_ALGOS,
+        ROOTED_V_ALGOS,
         None,
         None,
         false,
@@ -304,7 +345,7 @@ pub static COLLS: [CollSpec; Coll::COUNT] = [
         Coll::Scatterv,
         "SCATTERV",
         "MPI_Scatterv",
-        ROOTED_ALGOS,
+        ROOTED_V_ALGOS,
         None,
         None,
         false,
@@ -327,7 +368,7 @@ pub static COLLS: [CollSpec; Coll::COUNT] = [
         Coll::Allgatherv,
         "ALLGATHERV",
         "MPI_Allgatherv",
-        ALLGATHER_ALGOS,
+        ALLGATHERV_ALGOS,
         Some(Param {
             default: 0,
             min: 0,
@@ -400,7 +441,7 @@ pub static COLLS: [CollSpec; Coll::COUNT] = [
         Coll::ReduceScatterBlock,
         "REDUCE_SCATTER_BLOCK",
         "MPI_Reduce_scatter_block",
-        REDSCAT_ALGOS,
+        REDSCAT_BLOCK_ALGOS,
         None,
         None,
         true,
@@ -565,6 +606,20 @@ fn forced(coll: Coll) -> Forced {
     f
 }
 
+/// Whether the configuration lets `coll` run its shared-memory algorithm: `Some(true)` when
+/// `SHIM_<COLL>_ALGORITHM=shm` forces it, `Some(false)` under `auto`, `None` when another
+/// algorithm is forced or the collective has none.
+pub fn shm_allowed(coll: Coll) -> Option<bool> {
+    if !spec_of(coll).algos.contains(&Algo::Shm) {
+        return None;
+    }
+    match forced(coll).algo {
+        Algo::Shm => Some(true),
+        Algo::Auto => Some(false),
+        _ => None,
+    }
+}
+
 /// The parameters a forced or automatic choice runs with.
 fn params(coll: Coll, f: &Forced) -> (u32, i64) {
     let s = spec_of(coll);
@@ -697,7 +752,12 @@ pub fn choose(
     native_ok: bool,
 ) -> Choice {
     let native_ok = native_ok && native_trusted(coll);
-    let f = forced(coll);
+    let mut f = forced(coll);
+    if f.algo == Algo::Shm {
+        // the shared-memory path is decided by the caller (`shm_allowed`); where it does
+        // not apply, the automatic choice
+        f.algo = Algo::Auto;
+    }
     let (k, seg) = params(coll, &f);
     let fallback = f.algo == Algo::Native && (!native_ok || form == Form::Persistent);
     if f.algo != Algo::Auto && !fallback {

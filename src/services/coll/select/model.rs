@@ -135,6 +135,9 @@ pub struct Cost {
 pub fn applicable(coll: Coll, algo: Algo, p: i32, commutative: bool, k: u32) -> bool {
     let pof2 = p > 0 && (p & (p - 1)) == 0;
     match (coll, algo) {
+        // decided outside the model: where a node segment exists and the data fits
+        // (`Ctx::choose_with`)
+        (_, Algo::Shm) => false,
         (Coll::Allreduce, Algo::Ring | Algo::NwayDissemination) => commutative,
         (
             Coll::ReduceScatter | Coll::ReduceScatterBlock,

@@ -1,0 +1,307 @@
+//! Layer: services. May use: core, platform.
+//!
+//! The shared-memory algorithms (`SHIM_TRANSPORT`, `core::transport::node`): copy in, copy
+//! out. Each rank writes its contribution into its own slot of the collective's region and
+//! publishes its flag; the ranks that need it wait for the flag and read the slot directly
+//! (one copy in, one copy out, no message matching, no library in the path). A schedule
+//! starts by claiming the region (every rank is done with the instance that used it
+//! before) and ends by releasing it.
+//!
+//! Contributions travel as packed bytes (`MPI_PACKED`, which matches any type signature of
+//! the same size, MPI-4.0 §5.2.1), so ranks may describe the same data with different
+//! datatypes; a reduction's operands keep the datatype's layout, which the standard makes
+//! the same on every rank. Reductions combine in rank order, `x0 op (x1 op (... op
+//! xn-1))`, so non-commutative operations are right and every rank gets the same bits.
+
+use super::{Block, Rank, Reduction};
+use crate::core::sched::{ALL_PEERS, ActionId, Addr, Builder, Data, Schedule};
+use crate::platform::abi::MPI_PACKED;
+
+/// Where the ranks' slots lie in a region: rank r's at `r * cell + data`.
+#[derive(Clone, Copy, Debug)]
+pub struct Slots {
+    pub cell: i64,
+    pub data: i64,
+}
+
+impl Slots {
+    /// Rank `r`'s slot, `off` bytes in.
+    fn at(&self, r: i32, off: i64) -> Addr {
+        Addr::shm(r as i64 * self.cell + self.data + off)
+    }
+
+    /// `bytes` packed bytes in rank `r`'s slot, `off` bytes in.
+    fn packed(&self, r: i32, off: i64, bytes: i64) -> Data {
+        Data::new(self.at(r, off), bytes, MPI_PACKED())
+    }
+
+    /// `count` elements of a reduction's datatype in rank `r`'s slot, `first` elements in
+    /// (the slot holds the datatype's true extent from its start).
+    fn typed(&self, r: i32, red: &Reduction, first: i64, count: i64) -> Data {
+        let off = first * red.ti.extent - red.ti.true_lb;
+        Data::new(self.at(r, off), count, red.dt)
+    }
+}
+
+/// The flag phase at which a rank's slot holds its contribution.
+const PUT: u8 = 1;
+
+/// Barrier: every rank publishes its flag and waits for all the others'.
+pub fn barrier(_sl: Slots, _me: Rank) -> Schedule {
+    let mut b = Builder::new("shm:flags");
+    let c = b.claim();
+    let p = b.post(PUT, &[c]);
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    b.release(&[w]);
+    b.finish()
+}
+
+/// Bcast of `data` (`bytes` bytes of signature) from `root`.
+pub fn bcast(sl: Slots, me: Rank, data: Data, bytes: i64, root: i32) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    if me.rank == root {
+        let cp = b.copy(data, sl.packed(root, 0, bytes), &[c]);
+        let p = b.post(PUT, &[cp]);
+        b.release(&[p]);
+    } else {
+        let w = b.watch(root, PUT, &[c]);
+        let cp = b.copy(sl.packed(root, 0, bytes), data, &[w]);
+        b.release(&[cp]);
+    }
+    b.finish()
+}
+
+/// Gather: `send` is this rank's block (`None`: in place at the root), `recv` the root's
+/// blocks.
+pub fn gather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], root: i32) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    if me.rank != root {
+        let mut deps = vec![c];
+        if let Some(s) = send {
+            deps = vec![b.copy(s.data, sl.packed(me.rank, 0, s.bytes), &[c])];
+        }
+        let p = b.post(PUT, &deps);
+        b.release(&[p]);
+        return b.finish();
+    }
+    let mut done = Vec::new();
+    if let Some(s) = send {
+        done.push(b.copy(s.data, recv[root as usize].data, &[c]));
+    }
+    let w = b.watch(ALL_PEERS, PUT, &[c]);
+    for (r, blk) in recv.iter().enumerate() {
+        if r as i32 != root {
+            done.push(b.copy(sl.packed(r as i32, 0, blk.bytes), blk.data, &[w]));
+        }
+    }
+    done.push(w);
+    b.release(&done);
+    b.finish()
+}
+
+/// Scatter: `send` is the root's blocks (all of `block` bytes), `recv` this rank's block
+/// (`None`: in place at the root).
+pub fn scatter(
+    sl: Slots,
+    me: Rank,
+    send: &[Block],
+    recv: Option<Block>,
+    root: i32,
+    block: i64,
+) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    if me.rank == root {
+        let mut copies = vec![c];
+        for (r, blk) in send.iter().enumerate() {
+            if r as i32 != root {
+                copies.push(b.copy(blk.data, sl.packed(root, r as i64 * block, block), &[c]));
+            }
+        }
+        let p = b.post(PUT, &copies);
+        let mut done = vec![p];
+        if let Some(rv) = recv {
+            done.push(b.copy(send[root as usize].data, rv.data, &[c]));
+        }
+        b.release(&done);
+    } else {
+        let w = b.watch(root, PUT, &[c]);
+        let mut done = vec![w];
+        if let Some(rv) = recv {
+            done.push(b.copy(
+                sl.packed(root, me.rank as i64 * block, block),
+                rv.data,
+                &[w],
+            ));
+        }
+        b.release(&done);
+    }
+    b.finish()
+}
+
+/// Allgather: `send` is this rank's block (`None`: in place, it is `recv[me]`), `recv` the
+/// blocks of every rank (all of `block` bytes).
+pub fn allgather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], block: i64) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    let mine = send.map_or(recv[me.rank as usize].data, |s| s.data);
+    let cp = b.copy(mine, sl.packed(me.rank, 0, block), &[c]);
+    let p = b.post(PUT, &[cp]);
+    let mut done = vec![p];
+    if let Some(s) = send {
+        done.push(b.copy(s.data, recv[me.rank as usize].data, &[c]));
+    }
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    done.push(w);
+    for (r, blk) in recv.iter().enumerate() {
+        if r as i32 != me.rank {
+            done.push(b.copy(sl.packed(r as i32, 0, block), blk.data, &[w]));
+        }
+    }
+    b.release(&done);
+    b.finish()
+}
+
+/// Alltoall: `send` holds the blocks for every rank (in place: `recv` does), each of
+/// `block` bytes; this rank's slot holds them all, rank r reads its own from each slot.
+pub fn alltoall(
+    sl: Slots,
+    me: Rank,
+    send: &[Block],
+    recv: &[Block],
+    inplace: bool,
+    block: i64,
+) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    let src = if inplace { recv } else { send };
+    let copies: Vec<ActionId> = src
+        .iter()
+        .enumerate()
+        .map(|(r, blk)| b.copy(blk.data, sl.packed(me.rank, r as i64 * block, block), &[c]))
+        .collect();
+    let mut deps = copies.clone();
+    deps.push(c);
+    let p = b.post(PUT, &deps);
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let mut done = vec![w];
+    for (r, blk) in recv.iter().enumerate() {
+        let from = sl.packed(r as i32, me.rank as i64 * block, block);
+        done.push(b.copy(from, blk.data, &[w]));
+    }
+    b.release(&done);
+    b.finish()
+}
+
+/// Writes this rank's reduction operand (`count` elements at `src`) into its slot and
+/// publishes it; returns the post.
+fn put_operand(
+    b: &mut Builder,
+    sl: Slots,
+    me: Rank,
+    red: &Reduction,
+    src: Addr,
+    count: i64,
+    c: ActionId,
+) -> ActionId {
+    let cp = b.copy(
+        Data::new(src, count, red.dt),
+        sl.typed(me.rank, red, 0, count),
+        &[c],
+    );
+    b.post(PUT, &[cp])
+}
+
+/// `dst = x[from] op ... op x[to - 1]`, each operand being `count` elements `first`
+/// elements into a rank's slot, combined in rank order; `after` are the dependencies of
+/// the first step. Returns the last action (`None` for an empty range).
+fn combine(
+    b: &mut Builder,
+    sl: Slots,
+    red: &Reduction,
+    ranks: core::ops::Range<i32>,
+    first: i64,
+    dst: Addr,
+    after: &[ActionId],
+) -> Option<ActionId> {
+    let count = red.count;
+    let mut last = None;
+    for r in ranks.rev() {
+        let src = sl.typed(r, red, first, count);
+        let deps: Vec<ActionId> = match last {
+            Some(l) => vec![l],
+            None => after.to_vec(),
+        };
+        last = Some(match last {
+            None => b.copy(src, red.data(dst), &deps),
+            Some(_) => b.reduce(src.addr, dst, count, red.dt, red.op, &deps),
+        });
+    }
+    last
+}
+
+/// The address of this rank's operand: the receive buffer in place, else the send buffer.
+fn operand(inplace: bool) -> Addr {
+    if inplace {
+        Addr::recv(0)
+    } else {
+        Addr::send(0)
+    }
+}
+
+/// Allreduce: every rank combines every slot.
+pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let last = combine(&mut b, sl, red, 0..me.size, 0, Addr::recv(0), &[w]);
+    b.release(&[last.unwrap_or(w)]);
+    b.finish()
+}
+
+/// Reduce: the root combines every slot.
+pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
+    if me.rank != root {
+        b.release(&[p]);
+        return b.finish();
+    }
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let last = combine(&mut b, sl, red, 0..me.size, 0, Addr::recv(0), &[w]);
+    b.release(&[last.unwrap_or(w)]);
+    b.finish()
+}
+
+/// Reduce_scatter_block: every rank's operand is `size` blocks of `red.count` elements;
+/// rank r combines block r of every slot into its receive buffer.
+pub fn reduce_scatter_block(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    let total = red.count * me.size as i64;
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), total, c);
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let first = me.rank as i64 * red.count;
+    let last = combine(&mut b, sl, red, 0..me.size, first, Addr::recv(0), &[w]);
+    b.release(&[last.unwrap_or(w)]);
+    b.finish()
+}
+
+/// Scan (`exclusive`: Exscan): rank r combines the slots of ranks 0..=r (0..r).
+pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
+    let upto = if exclusive { me.rank } else { me.rank + 1 };
+    let mut waits = vec![p];
+    for r in 0..me.rank {
+        waits.push(b.watch(r, PUT, &[p]));
+    }
+    let last = combine(&mut b, sl, red, 0..upto, 0, Addr::recv(0), &waits);
+    b.release(&[last.unwrap_or(p)]);
+    b.finish()
+}
