@@ -152,7 +152,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_SHM_AFTER",
         default: "4",
         allowed: "0 to 1000000",
-        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (one `MPI_Comm_split_type` and two small allgathers at that call): short-lived communicators cost nothing. Until then, and on communicators whose ranks are not all on one node, collectives take the point-to-point path. Non-blocking and persistent collectives use the segment once it exists.",
+        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (two small allgathers on the communicator's private duplicate at that call, and an `MPI_Comm_split_type` first when the job spans several nodes): short-lived communicators cost nothing. Until then, and on communicators whose ranks are not all on one node, collectives take the point-to-point path. Non-blocking and persistent collectives use the segment once it exists.",
     },
     VarSpec {
         name: "SHIM_SHM_CHANNELS",
@@ -170,7 +170,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_SHM_SLOT",
         default: "16K",
         allowed: "a size in bytes from 64 to 16M, with an optional K or M suffix (rounded up to 64)",
-        doc: "Bytes each rank has in shared memory per collective in flight: the largest contribution (a rank's data, or all its blocks for Scatter, Alltoall and Gather at the root) that the shared-memory algorithms take. The segment of a communicator of n ranks holds (2 + SHIM_SHM_CHANNELS) x SHIM_SHM_DEPTH x n slots.",
+        doc: "Bytes each rank has in shared memory per collective in flight: the largest contribution (a rank's data; all its blocks for Alltoall and for Scatter at the root; a reduction's operand by its true extent) that the shared-memory algorithms take. The segment of a communicator of n ranks holds (2 + SHIM_SHM_CHANNELS) x SHIM_SHM_DEPTH x n slots.",
     },
     VarSpec {
         name: "SHIM_TRANSPORT",

@@ -57,7 +57,7 @@ impl Geometry {
     }
 
     /// Bytes of the whole segment.
-    pub fn len(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.region(self.channels, 0)
     }
 }
@@ -120,7 +120,7 @@ impl Node {
             depth,
             slot,
         };
-        let len = geo.len();
+        let len = geo.bytes();
         let mut created: Option<Segment> = None;
         let mut fd_kept: Option<std::os::fd::OwnedFd> = None;
         let mut mine = [-1i64; 4];
@@ -164,7 +164,7 @@ impl Node {
         let Some(seg) = created else {
             return Ok(None);
         };
-        if oks.iter().any(|&o| o == 0) {
+        if oks.contains(&0) {
             return Err("a rank could not map the node segment (see SHIM_LOG=info)".into());
         }
         Ok(Some(Node {
