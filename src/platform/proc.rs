@@ -74,7 +74,10 @@ pub fn set_one_node(b: bool) {
 /// (measured on 2 cores: mpi4py's test_cco_vec at 3 ranks takes 153 s when `auto` hands
 /// calls to the system MPI and 2.5 s on the shim's schedules, which yield while waiting).
 pub fn oversubscribed() -> bool {
-    LOCAL_SIZE.load(Ordering::Relaxed) > node_cpus()
+    // the processor count once: `sysconf` reads sysfs on every call (microseconds), and
+    // this is asked on every blocking shared-memory collective
+    static CPUS: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    LOCAL_SIZE.load(Ordering::Relaxed) > *CPUS.get_or_init(node_cpus)
 }
 
 /// Processors online on this node. Not [`cpus`]: a library that pins each rank to one core

@@ -175,6 +175,27 @@ pub struct Ctx<'a> {
     red: Cell<Option<(TypeInfo, i64)>>,
 }
 
+impl Drop for Ctx<'_> {
+    /// A call that took its instance of a shared-memory channel and then stopped (an error
+    /// found after the decision) still passes through its region, claiming and releasing it,
+    /// or the instance `depth` later would wait for its acknowledgement forever.
+    fn drop(&mut self) {
+        if let Some(Ticket::Place(node, place)) = self.ticket.get_mut().take() {
+            let mut b = crate::core::sched::Builder::new("shm:skip");
+            let c = b.claim();
+            b.release(&[c]);
+            let _ = crate::core::sched::run::run_inline(
+                &b.finish(),
+                &node,
+                place,
+                core::ptr::null(),
+                core::ptr::null_mut(),
+                progress::progress_all,
+            );
+        }
+    }
+}
+
 impl<'a> Ctx<'a> {
     /// Looks the communicator up. `Err(rc)` means the call was handed to the system MPI
     /// (an invalid communicator, which it reports, or an inter-communicator, whose
