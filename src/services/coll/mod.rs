@@ -190,7 +190,7 @@ impl Drop for Ctx<'_> {
                 place,
                 core::ptr::null(),
                 core::ptr::null_mut(),
-                progress::progress_all,
+                progress::poll_while_waiting,
             );
         }
     }
@@ -415,7 +415,7 @@ impl<'a> Ctx<'a> {
                             place,
                             send,
                             recv,
-                            progress::progress_all,
+                            progress::poll_while_waiting,
                         );
                         if rc != MPI_SUCCESS {
                             return self.fail(rc, "a step of the collective failed");
