@@ -174,9 +174,9 @@ pub static VARS: &[VarSpec] = &[
     },
     VarSpec {
         name: "SHIM_TRANSPORT",
-        default: "auto",
+        default: "pmpi",
         allowed: "auto, pmpi, shm",
-        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT` (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, the same as `shm` (where shared memory cannot work, a one-line warning and `pmpi`).",
+        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT` (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, the same as `shm` (where shared memory cannot work, a one-line warning and `pmpi`). Not the default yet: a rank waiting in a shared-memory collective drives the library's progress less often than the library's own collectives do, and OpenCoarrays' passive-target lock loops then run 5x slower (README, \"The node transport\").",
     },
     VarSpec {
         name: "SHIM_TUNING_FILE",
@@ -311,7 +311,7 @@ impl Default for Config {
             ranks_per_node: None,
             pack_threads: None,
             pack_min_bytes: 256 * 1024,
-            transport: Transport::Auto,
+            transport: Transport::Pmpi,
             shm: ShmConfig::default(),
         }
     }

@@ -289,10 +289,8 @@ pub fn wait_until(mut done: impl FnMut() -> bool) {
     WAITERS.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Lets the system MPI's progress engine run once (an `MPI_Iprobe` on the library's world,
-/// which only looks: on `MPI_COMM_SELF` MPICH answers without running its engine). Waits on shared-memory flags call no MPI function otherwise, and
-/// another process may need this one's library to move: MPICH's passive-target RMA
-/// completes at the target only while the target is inside an MPI call that progresses.
+/// Lets the system MPI's progress engine run once (an `MPI_Iprobe` on the library's world).
+/// The waits of schedules without messages (shared memory) call no MPI function otherwise.
 pub fn drive_library() {
     let _ = crate::platform::mpi::p2p::iprobe(
         crate::platform::abi::MPI_ANY_SOURCE,
@@ -301,11 +299,10 @@ pub fn drive_library() {
     );
 }
 
-/// What a blocking shared-memory wait does now and then: advances the other outstanding
-/// schedules and the system MPI's progress.
+/// What a blocking shared-memory wait does now and then besides driving its
+/// communicator's library progress: advances the other outstanding schedules.
 pub fn poll_while_waiting() {
     progress_all();
-    drive_library();
 }
 
 /// Runs a blocking collective's schedule to completion; returns its error code.

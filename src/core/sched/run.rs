@@ -541,6 +541,7 @@ pub fn run_inline(
     let policy = wait_policy();
     let poll = || -> Result<(), ()> {
         progress();
+        node.drive();
         Ok(())
     };
     let me = node.rank;
@@ -622,10 +623,15 @@ pub fn run_inline(
 /// needs this processor).
 fn wait_policy() -> crate::core::transport::flag::WaitPolicy {
     let mut p = crate::core::transport::flag::WaitPolicy::default();
+    // Polling often: a peer may need this rank's library to move before it can come here
+    // (its passive-target RMA on this rank, as in OpenCoarrays' lock loops: 10^5 epochs
+    // that each wait for a poll of the target). Sleeping only after a long wait (about a
+    // second of yields), as the libraries themselves never sleep in a collective.
+    p.yields = 200_000;
+    p.poll_every = 8;
     if crate::platform::proc::oversubscribed() {
         p.spins = 16;
-        p.yields = 20_000;
-        p.poll_every = 16;
+        p.poll_every = 8;
     }
     p
 }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::flag::SeqFlag;
 use crate::platform::abi::*;
-use crate::platform::mpi::{coll as mpi_coll, comm as mpi_comm};
+use crate::platform::mpi::{coll as mpi_coll, comm as mpi_comm, p2p};
 use crate::platform::shm::Segment;
 
 /// Bytes before the first cell.
@@ -79,6 +79,32 @@ pub struct Node {
     next: [AtomicU32; 2],
     /// Persistent channels handed out so far.
     persistent: AtomicU32,
+    /// A receive nothing ever matches, pending on a private duplicate of the communicator:
+    /// testing it runs the system MPI's progress engine for these peers ([`Node::drive`]).
+    driver: std::sync::Mutex<Option<Driver>>,
+}
+
+struct Driver {
+    comm: MPI_Comm,
+    req: MPI_Request,
+    _buf: Box<u64>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let d = self
+            .driver
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mut d) = d {
+            if !mpi_comm::finalized().unwrap_or(true) {
+                let _ = p2p::cancel(&mut d.req);
+                let _ = p2p::wait(&mut d.req);
+                let _ = mpi_comm::free(&mut d.comm);
+            }
+        }
+    }
 }
 
 /// One collective's place in the segment: its region and instance.
@@ -174,7 +200,23 @@ impl Node {
             nb_from,
             next: [AtomicU32::new(0), AtomicU32::new(0)],
             persistent: AtomicU32::new(0),
+            driver: std::sync::Mutex::new(Driver::new(comm)),
         }))
+    }
+
+    /// Lets the system MPI's progress engine run once, for this communicator's peers. A
+    /// rank waiting on a flag calls no MPI function otherwise, and a peer may need this
+    /// rank's library to move before it can come: MPICH's passive-target RMA completes at
+    /// the target only while the target's engine runs (OpenCoarrays' lock loops). Testing an
+    /// incomplete request runs the engine, on the communicator's own channel of the library
+    /// (a probe may answer from its queues, a self communicator from a local path).
+    pub fn drive(&self) {
+        if let Ok(mut g) = self.driver.try_lock() {
+            if let Some(d) = g.as_mut() {
+                let _ = p2p::test(&mut d.req);
+            }
+            let _ = p2p::iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD());
+        }
     }
 
     /// The next instance of channel `BLOCKING` or `NONBLOCKING` and its place.
@@ -217,3 +259,37 @@ impl Node {
 pub fn phase_value(i: u32, phase: u32) -> u32 {
     i.wrapping_mul(PHASES).wrapping_add(phase)
 }
+
+impl Driver {
+    /// Duplicates `comm` (all its ranks are in the setup) and posts the receive.
+    fn new(comm: MPI_Comm) -> Option<Driver> {
+        let mut dup = mpi_comm::dup(comm).ok()?;
+        let _ = mpi_comm::set_errhandler(dup, MPI_ERRORS_RETURN());
+        let mut buf = Box::new(0u64);
+        // SAFETY: one byte into a heap buffer the Driver keeps until the request is gone.
+        let req = unsafe {
+            p2p::irecv(
+                (&mut *buf as *mut u64).cast(),
+                1,
+                MPI_BYTE(),
+                MPI_ANY_SOURCE,
+                0,
+                dup,
+            )
+        };
+        match req {
+            Ok(req) => Some(Driver {
+                comm: dup,
+                req,
+                _buf: buf,
+            }),
+            Err(_) => {
+                let _ = mpi_comm::free(&mut dup);
+                None
+            }
+        }
+    }
+}
+
+// SAFETY: handles and a heap buffer the request writes to; used under the node's mutex.
+unsafe impl Send for Driver {}

@@ -608,6 +608,9 @@ impl<'a> Ctx<'a> {
             },
             _ => return false,
         };
+        if let Ticket::Place(_, p) = &ticket {
+            tracing::trace!(target: "shim::shm", "{} instance {} ({:?})", self.name(), p.instance, form);
+        }
         *self.ticket.borrow_mut() = Some(ticket);
         true
     }
