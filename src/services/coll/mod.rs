@@ -165,6 +165,8 @@ pub struct Ctx<'a> {
     native: &'a dyn Fn() -> c_int,
     /// A forced `native` runs a schedule instead (see `select::choose`).
     fallback: Cell<bool>,
+    /// A forced `shm` that cannot run here runs another schedule (named as a fallback).
+    shm_fallback: Cell<bool>,
     /// Whether the shared-memory decision was made (once per call: it takes an instance).
     shm_decided: Cell<bool>,
     ticket: RefCell<Option<Ticket>>,
@@ -233,6 +235,7 @@ impl<'a> Ctx<'a> {
             st,
             native,
             fallback: Cell::new(false),
+            shm_fallback: Cell::new(false),
             shm_decided: Cell::new(false),
             ticket: RefCell::new(None),
             no_memo: Cell::new(false),
@@ -401,6 +404,8 @@ impl<'a> Ctx<'a> {
         };
         let path = if self.fallback.get() {
             select::fallback_name(sched.algorithm)
+        } else if self.shm_fallback.get() {
+            select::shm_fallback_name(sched.algorithm)
         } else {
             sched.algorithm
         };
@@ -680,6 +685,9 @@ impl<'a> Ctx<'a> {
     ) -> select::Choice {
         if self.shm_decide(coll, self.footprint(coll, bytes)) {
             return select::Choice::new(select::Algo::Shm);
+        }
+        if select::shm_allowed(coll) == Some(true) {
+            self.shm_fallback.set(true);
         }
         let native_ok = native_ok && native_exists(self.call.fid, self.name());
         let ch = select::choose(

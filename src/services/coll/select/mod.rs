@@ -736,6 +736,21 @@ pub fn fallback_name(algorithm: &'static str) -> &'static str {
     n
 }
 
+/// The path a forced `shm` that cannot run counts under: the schedule's name with the
+/// reason, interned like [`fallback_name`].
+pub fn shm_fallback_name(algorithm: &'static str) -> &'static str {
+    static NAMES: Mutex<Vec<(&'static str, &'static str)>> = Mutex::new(Vec::new());
+    let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, n)) = g.iter().find(|(a, _)| *a == algorithm) {
+        return n;
+    }
+    let n: &'static str = Box::leak(
+        format!("{algorithm} (shm: no node segment or the data exceeds a slot)").into_boxed_str(),
+    );
+    g.push((algorithm, n));
+    n
+}
+
 /// The algorithm to run for one call. `bytes` must be a size every rank agrees on (see
 /// the module docs); it is ignored for collectives that are not `sized`. `native_ok` is
 /// false when the call is one the system MPI is known to get wrong (a hook's test of its
@@ -753,10 +768,13 @@ pub fn choose(
 ) -> Choice {
     let native_ok = native_ok && native_trusted(coll);
     let mut f = forced(coll);
+    let mut native_ok = native_ok;
     if f.algo == Algo::Shm {
         // the shared-memory path is decided by the caller (`shm_allowed`); where it does
-        // not apply, the automatic choice
+        // not apply, the automatic choice among the shim's schedules (named as a fallback,
+        // `shm_fallback_name`)
         f.algo = Algo::Auto;
+        native_ok = false;
     }
     let (k, seg) = params(coll, &f);
     let fallback = f.algo == Algo::Native && (!native_ok || form == Form::Persistent);
