@@ -7,7 +7,9 @@
 use core::ffi::c_int;
 
 use crate::core::comm::*;
-use crate::core::retain::{Kind, defer, is_freed_op, is_freed_type, quarantine};
+use crate::core::retain::{
+    Kind, defer, drop_extra_reference, is_freed_op, is_freed_type, quarantine,
+};
 use crate::platform::abi::*;
 
 /// Completes a shadow duplication still pending (a persistent collective initialized
@@ -59,6 +61,11 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype, native: &dyn Fn() -> c_
             "MPI_Type_free",
             "the datatype was already freed",
         );
+    }
+    if drop_extra_reference(dt) {
+        // one of several references the program holds (from MPI_Type_get_contents): the
+        // type lives on, for the program and for any schedule using it
+        return native();
     }
     match defer(Kind::Datatype, dt as usize) {
         Ok(true) => {
