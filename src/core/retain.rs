@@ -27,7 +27,11 @@
 //! struct types). Nothing is allocated in the program's `MPI_Type_free`, so the library's
 //! handle order stays the one the program would see without the shim (a program that
 //! builds a type from a freed handle's value, erroneously, still gets the type the library
-//! put there; ctests/handle_order.c compares the sequences). Operations and requests: a
+//! put there; ctests/handle_order.c compares the sequences). The record is written before
+//! the system MPI's free ([`free_type`]): once the library has the slot back, a
+//! constructor on another thread may be handed the value at once (the program's, while the
+//! progress thread runs a deferred free; the progress thread's struct types, while the
+//! program frees), and the record must be there for it to clear. Operations and requests: a
 //! placeholder (a no-op operation, an inactive persistent receive from `MPI_PROC_NULL`) is
 //! created right after the free, which the library allocates at the freed slot, so no new
 //! object gets that handle while it is quarantined.
@@ -91,9 +95,17 @@ impl Drop for Retained {
             return;
         }
         // the application freed this handle while the shim used it: the system MPI's free
-        // runs now, and the handle goes into quarantine
-        free_native(self.kind, self.handle);
-        quarantine(self.kind, self.handle);
+        // runs now (often on the progress thread, while the program creates new types),
+        // and the handle goes into quarantine
+        if self.kind == Kind::Datatype {
+            let mut dt = self.handle as MPI_Datatype;
+            free_type(self.handle, || {
+                mpi_dtype::free(&mut dt).map_or_else(|e| e.code(), |()| MPI_SUCCESS)
+            });
+        } else {
+            free_native(self.kind, self.handle);
+            quarantine(self.kind, self.handle);
+        }
     }
 }
 
@@ -119,18 +131,12 @@ unsafe extern "C" fn placeholder_op(
 ) {
 }
 
-/// After the system MPI freed the application's `handle`: remembers it (see the module
-/// docs), forgetting the oldest beyond [`QUARANTINE`]. An operation or request slot is
-/// occupied by a placeholder; a library that does not reuse the slot at once gets its
-/// placeholder back at once (nothing is kept). A datatype gets none: the program's next
-/// constructor must get the slot it gets without the shim.
+/// After the system MPI freed the application's operation or request `handle`: occupies
+/// its slot with a placeholder and remembers it (see the module docs), forgetting the
+/// oldest beyond [`QUARANTINE`]. A library that does not reuse the slot at once gets its
+/// placeholder back at once (nothing is kept): whoever got the slot in between, on any
+/// thread, holds a valid handle. Datatypes go through [`free_type`] instead.
 pub(crate) fn quarantine(kind: Kind, handle: usize) {
-    if kind == Kind::Datatype {
-        if let Some(old) = remember(kind, handle) {
-            forget_slot(kind, old);
-        }
-        return;
-    }
     // The placeholders are the shim's own objects; a failed creation leaves the null
     // handle (codes unchecked).
     let placeholder = match kind {
@@ -149,7 +155,7 @@ pub(crate) fn quarantine(kind: Kind, handle: usize) {
             .unwrap_or(MPI_REQUEST_NULL()) as usize
         }
         Kind::Op => mpi_dtype::op_create(placeholder_op, true).unwrap_or(MPI_OP_NULL()) as usize,
-        Kind::Datatype => unreachable!("returned above"),
+        Kind::Datatype => unreachable!("datatypes are recorded by free_type"),
     };
     let release = if placeholder != handle {
         Some(placeholder)
@@ -158,6 +164,47 @@ pub(crate) fn quarantine(kind: Kind, handle: usize) {
     };
     if let Some(h) = release {
         free_native(kind, h);
+    }
+}
+
+/// Frees the application's datatype `handle` by `free` (the system MPI's `MPI_Type_free`,
+/// its code returned) and records the value as freed, without a placeholder: the program's
+/// next constructor gets the slot it gets without the shim.
+///
+/// The record comes first. From the moment the library has the slot back, a constructor
+/// on another thread may be handed the value (the program's own, while the progress thread
+/// runs a deferred free; the progress thread's struct types of a schedule, while the
+/// program frees), and its [`type_handed_out`] must find the record to clear it. A record
+/// written after the free could land after that hand-out, marking a live type as freed on
+/// this rank alone: its next collective was refused there (`MPI_ERR_TYPE`) while the other
+/// ranks waited for it (ctests/type_free_race.c). A failed free takes the record back.
+pub(crate) fn free_type(handle: usize, free: impl FnOnce() -> c_int) -> c_int {
+    let dt = handle as MPI_Datatype;
+    if is_predefined_datatype(dt) || dt == MPI_DATATYPE_NULL() {
+        // never a freed handle: the library refuses the free
+        return free();
+    }
+    if let Some(old) = remember(Kind::Datatype, handle) {
+        forget_slot(Kind::Datatype, old);
+    }
+    let rc = free();
+    if rc != MPI_SUCCESS {
+        // the value is still the program's type
+        forget_last(Kind::Datatype, handle);
+    }
+    rc
+}
+
+/// Takes back the newest record of `handle` (written by [`free_type`] before a free that
+/// failed).
+fn forget_last(kind: Kind, handle: usize) {
+    let mut g = FREED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(q) = g.as_mut().and_then(|m| m.get_mut(&kind)) else {
+        return;
+    };
+    if let Some(i) = q.iter().rposition(|&x| x == handle) {
+        q.remove(i);
+        forget_slot(kind, handle);
     }
 }
 
@@ -432,13 +479,13 @@ mod tests {
         let h = handle(0x8c00_6001);
         let _g = fake::install(|_| Ok(vec![]));
         // nothing is created: the program's next constructor gets the slot as without the
-        // shim
-        quarantine(Kind::Datatype, h);
+        // shim (the free itself is the caller's)
+        free_type(h, || MPI_SUCCESS);
         assert!(fake::calls().is_empty());
         assert!(is_freed_type(h as MPI_Datatype));
         // freed twice (a deferred free after a record of the same value) and handed out
         // once: valid again
-        quarantine(Kind::Datatype, h);
+        free_type(h, || MPI_SUCCESS);
         let out = [MPI_INT(), h as MPI_Datatype];
         // SAFETY: two handles.
         unsafe { types_handed_out(out.as_ptr(), 2, true) };
@@ -452,7 +499,7 @@ mod tests {
         assert!(drop_extra_reference(h as MPI_Datatype));
         assert!(drop_extra_reference(h as MPI_Datatype));
         assert!(!drop_extra_reference(h as MPI_Datatype));
-        quarantine(Kind::Datatype, h);
+        free_type(h, || MPI_SUCCESS);
         assert!(is_freed_type(h as MPI_Datatype));
         // a reference handed out after the free makes the value valid, counting once
         type_handed_out(h as MPI_Datatype, false);
@@ -462,6 +509,53 @@ mod tests {
         type_handed_out(h as MPI_Datatype, false);
         type_handed_out(h as MPI_Datatype, true);
         assert!(!drop_extra_reference(h as MPI_Datatype));
+    }
+
+    #[test]
+    fn a_datatype_handed_out_while_its_free_runs_is_valid() {
+        // the program's free, deferred while a schedule used the type, runs when the
+        // schedule drops its reference (on the progress thread); the program's next
+        // constructor, on its own thread, is handed the value as soon as the library has
+        // it back: here, inside the system MPI's free
+        let h = handle(0x8c00_6201);
+        let _g = fake::install(move |c| {
+            Ok(match c.name {
+                "finalized" => vec![0],
+                "type_free" => {
+                    type_handed_out(h as MPI_Datatype, true);
+                    vec![]
+                }
+                _ => vec![],
+            })
+        });
+        let r = datatype(h as MPI_Datatype).unwrap();
+        assert_eq!(defer(Kind::Datatype, h), Ok(true));
+        drop(r);
+        assert_eq!(args_of("type_free"), [vec![h as i64]]);
+        // the new type is the program's, not a freed one
+        assert!(!is_freed_type(h as MPI_Datatype));
+        assert!(!any_freed_type(&[h as MPI_Datatype]));
+        drop(_g);
+        // the program frees while the progress thread makes a schedule's struct type
+        let h = handle(0x8c00_6202);
+        assert_eq!(
+            free_type(h, || {
+                type_handed_out(h as MPI_Datatype, true);
+                MPI_SUCCESS
+            }),
+            MPI_SUCCESS
+        );
+        assert!(!is_freed_type(h as MPI_Datatype));
+        // nobody took it: freed
+        assert_eq!(free_type(h, || MPI_SUCCESS), MPI_SUCCESS);
+        assert!(is_freed_type(h as MPI_Datatype));
+        // a free the library refuses leaves no record
+        assert_eq!(free_type(MPI_INT() as usize, || MPI_ERR_TYPE), MPI_ERR_TYPE);
+        assert!(!any_freed_type(&[MPI_INT()]));
+        let h = handle(0x8c00_6203);
+        assert_eq!(free_type(h, || MPI_ERR_TYPE), MPI_ERR_TYPE);
+        assert!(!is_freed_type(h as MPI_Datatype));
+        assert!(!any_freed_type(&[h as MPI_Datatype]));
     }
 
     #[test]

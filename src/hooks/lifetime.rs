@@ -8,7 +8,7 @@ use core::ffi::c_int;
 
 use crate::core::comm::*;
 use crate::core::retain::{
-    Kind, defer, drop_extra_reference, is_freed_op, is_freed_type, quarantine,
+    Kind, defer, drop_extra_reference, free_type, is_freed_op, is_freed_type, quarantine,
 };
 use crate::platform::abi::*;
 
@@ -73,13 +73,8 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype, native: &dyn Fn() -> c_
             unsafe { *datatype = MPI_DATATYPE_NULL() };
             MPI_SUCCESS
         }
-        Ok(false) => {
-            let rc = native();
-            if rc == MPI_SUCCESS {
-                quarantine(Kind::Datatype, dt as usize);
-            }
-            rc
-        }
+        // recorded as freed before the system MPI's free (see `free_type`)
+        Ok(false) => free_type(dt as usize, native),
         Err(()) => crate::platform::errors::raise_no_object(
             MPI_ERR_TYPE,
             "MPI_Type_free",
