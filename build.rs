@@ -274,6 +274,67 @@ fn coll_arg(p: &Param) -> (String, String) {
 }
 
 /// Picks (count, datatype) parameters for the byte counter of generated pass-throughs.
+/// Calls that hand datatype handles to the program (constructors, `MPI_Type_get_contents`,
+/// `MPI_File_get_view`): after success the shim forgets them as freed values
+/// (`crate::core::retain::types_handed_out`), since the system MPI reuses a freed handle
+/// for its next type. Statements for the generated entry point, none for other calls.
+fn handed_out_types(f: &Func) -> Vec<String> {
+    if !(f.category == "dtype" || f.category == "file")
+        || f.name == "MPI_Type_free"
+        || f.name == "MPI_Type_commit"
+    {
+        return Vec::new();
+    }
+    f.params
+        .iter()
+        // MPI_Type_struct's array_of_types is an input, non-const in its old binding
+        .filter(|p| p.rtype == "*mut MPI_Datatype" && p.name != "array_of_types")
+        .map(|p| {
+            let n = if p.name == "array_of_datatypes" {
+                assert!(
+                    f.params.iter().any(|q| q.name == "max_datatypes"),
+                    "{}: an array of datatypes without max_datatypes",
+                    f.name
+                );
+                "max_datatypes as i64"
+            } else {
+                "1"
+            };
+            // get_contents returns new references to existing types, the others new types
+            let fresh = !f.name.starts_with("MPI_Type_get_contents");
+            format!(
+                "crate::core::retain::types_handed_out({}, {n}, {fresh});",
+                p.name
+            )
+        })
+        .collect()
+}
+
+/// A datatype argument the program freed is rejected with `MPI_ERR_TYPE` before the call
+/// goes on (MPI-4.0 §2.5.1; MPICH 4.0.2 crashes on one, and the shim keeps no placeholder
+/// type at a freed handle, see `crate::core::retain`): a statement for the entry points
+/// that take datatypes by value and report errors on a communicator, a window or no object.
+fn freed_type_check(f: &Func) -> String {
+    let checked = f.ret == "int" && f.category != "init";
+    let types: Vec<&str> = f
+        .params
+        .iter()
+        .filter(|p| p.rtype == "MPI_Datatype")
+        .map(|p| p.name.as_str())
+        .collect();
+    if !checked || types.is_empty() || f.category == "file" || f.category == "session" {
+        return String::new();
+    }
+    if error_object(f).contains("Obj::Other") {
+        return String::new();
+    }
+    format!(
+        "        if crate::core::retain::any_freed_type(&[{}]) {{ return crate::platform::errors::raise_freed_type(obj__, \"{}\"); }}\n",
+        types.join(", "),
+        f.name
+    )
+}
+
 fn bytes_expr(f: &Func) -> Option<String> {
     const PAIRS: &[(&str, &str)] = &[
         ("count", "datatype"),
@@ -579,14 +640,25 @@ fn main() {
                     "        if crate::platform::guard::bypass() {{ return native(); }}"
                 )
                 .unwrap();
+                o.push_str(&freed_type_check(f));
                 let bytes = bytes_expr(f)
                     .map(|e| format!("if crate::platform::counters::enabled() {{ {e}; }} "))
                     .unwrap_or_default();
-                writeln!(
-                    o,
-                    "        crate::edge::entry::run({fid}, move || {{ {bytes}native() }})"
-                )
-                .unwrap();
+                let handed = handed_out_types(f);
+                if handed.is_empty() {
+                    writeln!(
+                        o,
+                        "        crate::edge::entry::run({fid}, move || {{ {bytes}native() }})"
+                    )
+                    .unwrap();
+                } else {
+                    writeln!(
+                        o,
+                        "        crate::edge::entry::run({fid}, move || {{ {bytes}let rc = native(); if rc == MPI_SUCCESS {{ // SAFETY: the system MPI wrote the handles it returns there.\n unsafe {{ {} }} }} rc }})",
+                        handed.join(" ")
+                    )
+                    .unwrap();
+                }
             }
             "coll" => {
                 let base = coll_base(f, &blocking);
@@ -664,6 +736,7 @@ fn main() {
                     "        if crate::platform::guard::bypass() {{ return native(); }}"
                 )
                 .unwrap();
+                o.push_str(&freed_type_check(f));
                 // the direct form (src/services/ghost/direct.rs): the same arguments without the
                 // target's rank, displacement and window, counts as i64; the request-based
                 // forms return a request that is already complete
@@ -719,6 +792,7 @@ fn main() {
                         "        if crate::platform::guard::bypass() {{ return native(); }}"
                     )
                     .unwrap();
+                    o.push_str(&freed_type_check(f));
                 }
                 let sep = if names.is_empty() { "" } else { ", " };
                 writeln!(

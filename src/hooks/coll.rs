@@ -45,6 +45,16 @@ macro_rules! hook {
                 if memo::hit(fid, same) {
                     return $native();
                 }
+                // a datatype the program freed: the calls that go native check only some
+                // types first, and MPICH 4.0.2 crashes on a freed one (`core::retain`)
+                if crate::core::retain::any_freed_type(&[$($t),*]) {
+                    return crate::platform::errors::raise(
+                        comm,
+                        MPI_ERR_TYPE,
+                        crate::platform::api::NAMES[fid as usize],
+                        "a datatype argument was freed",
+                    );
+                }
                 let epoch = memo::epoch();
                 memo::arm();
                 let rc = hook!(@ctx $call, comm, $native, |$c| $body);

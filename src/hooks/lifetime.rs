@@ -7,7 +7,9 @@
 use core::ffi::c_int;
 
 use crate::core::comm::*;
-use crate::core::retain::{Kind, defer, is_freed_op, is_freed_type, quarantine};
+use crate::core::retain::{
+    Kind, defer, drop_extra_reference, free_type, is_freed_op, is_freed_type, quarantine,
+};
 use crate::platform::abi::*;
 
 /// Completes a shadow duplication still pending (a persistent collective initialized
@@ -60,19 +62,19 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype, native: &dyn Fn() -> c_
             "the datatype was already freed",
         );
     }
+    if drop_extra_reference(dt) {
+        // one of several references the program holds (from MPI_Type_get_contents): the
+        // type lives on, for the program and for any schedule using it
+        return native();
+    }
     match defer(Kind::Datatype, dt as usize) {
         Ok(true) => {
             // SAFETY: as above.
             unsafe { *datatype = MPI_DATATYPE_NULL() };
             MPI_SUCCESS
         }
-        Ok(false) => {
-            let rc = native();
-            if rc == MPI_SUCCESS {
-                quarantine(Kind::Datatype, dt as usize);
-            }
-            rc
-        }
+        // recorded as freed before the system MPI's free (see `free_type`)
+        Ok(false) => free_type(dt as usize, native),
         Err(()) => crate::platform::errors::raise_no_object(
             MPI_ERR_TYPE,
             "MPI_Type_free",

@@ -338,6 +338,19 @@ pub fn raise_no_object(class: c_int, function: &str, why: &str) -> c_int {
     raise_on_world(class, &format!("{function}: {why}"))
 }
 
+/// Raises `MPI_ERR_TYPE` for a datatype argument the program freed, where the call's
+/// errors go (its communicator's or window's handler, else the world's, as MPICH does).
+#[cold]
+#[inline(never)]
+pub fn raise_freed_type(obj: Obj, function: &str) -> c_int {
+    const WHY: &str = "a datatype argument was freed";
+    match obj {
+        Obj::Comm(c) => raise(c, MPI_ERR_TYPE, function, WHY),
+        Obj::Win(w) => raise_win(w, MPI_ERR_TYPE, &format!("{function}: {WHY}")),
+        Obj::None | Obj::Other => raise_no_object(MPI_ERR_TYPE, function, WHY),
+    }
+}
+
 /// [`raise`] for a window (MPI-4.0 §9.3.2: window errors go to the window's handler).
 pub fn raise_win(win: MPI_Win, class: c_int, why: &str) -> c_int {
     tracing::debug!(target: "shim::errors", "{why} (error class {class})");

@@ -282,11 +282,20 @@ pub fn struct_types(composites: &[Vec<Part>]) -> Result<Vec<MPI_Datatype>, c_int
         let types: Vec<MPI_Datatype> = parts.iter().map(|p| p.dt).collect();
         // three arrays of parts.len() entries
         let made = mpi_dtype::create_struct_c(&lens, &displs, &types).and_then(|mut t| {
-            mpi_dtype::commit(&mut t)?;
+            if let Err(e) = mpi_dtype::commit(&mut t) {
+                // ours, never used
+                let _ = mpi_dtype::free(&mut t);
+                return Err(e);
+            }
             Ok(t)
         });
         let t = match made {
-            Ok(t) => t,
+            Ok(t) => {
+                // the library may give the shim a slot the program freed: the value is
+                // valid again (`retain`'s records of freed handles)
+                crate::core::retain::type_handed_out(t, true);
+                t
+            }
             Err(e) => {
                 free_types(&out);
                 return Err(e.code());
@@ -298,13 +307,15 @@ pub fn struct_types(composites: &[Vec<Part>]) -> Result<Vec<MPI_Datatype>, c_int
 }
 
 /// Frees datatypes the shim created, unless MPI is already finalized (then the library
-/// has released them).
+/// has released them). Last created first: a library that keeps its free handles on a
+/// stack (MPICH) then has them in the order it had before they were created, and the
+/// program's next types get the handles they would get without the shim.
 pub fn free_types(types: &[MPI_Datatype]) {
     // MPI_Finalized may be called at any time
     if mpi_comm::finalized().unwrap_or(false) {
         return;
     }
-    for &t in types {
+    for &t in types.iter().rev() {
         let mut t = t;
         // a datatype this module created and nobody else frees
         let _ = mpi_dtype::free(&mut t);
@@ -442,8 +453,8 @@ mod tests {
             (c.name == "type_create_struct_c").then(|| made.next().map(|t| vec![t]).ok_or(CODE))
         });
         assert_eq!(struct_types(&composites), Err(CODE));
-        // the types made before the failure are freed
-        assert_eq!(args_of("type_free"), [vec![T1], vec![T2]]);
+        // the types made before the failure are freed, the last made first
+        assert_eq!(args_of("type_free"), [vec![T2], vec![T1]]);
         // a failed commit frees the types made before it too
         drop(_g);
         // the second commit fails
@@ -457,7 +468,8 @@ mod tests {
             _ => None,
         });
         assert_eq!(struct_types(&composites[..2]), Err(CODE));
-        assert_eq!(args_of("type_free"), [vec![T1]]);
+        // the type whose commit failed, then the one made before it
+        assert_eq!(args_of("type_free"), [vec![T1], vec![T1]]);
     }
 
     #[test]
