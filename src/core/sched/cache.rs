@@ -27,8 +27,61 @@ pub struct Key {
 
 pub struct Cache {
     cap: usize,
-    /// Most recently used first.
-    entries: Vec<(Key, Arc<Schedule>)>,
+    /// Most recently used first, each with its key's fingerprint ([`fingerprint`]),
+    /// compared before the key: a lookup runs on every cached collective call.
+    entries: Vec<(u64, Key, Arc<Schedule>)>,
+}
+
+/// `a == b`, without a call to `memcmp` for the (short, often empty) vectors: the lookup
+/// runs on every cached collective call, and the library call costs more than the loop.
+fn same(a: &Key, b: &Key) -> bool {
+    fn eq<T: PartialEq>(x: &[T], y: &[T]) -> bool {
+        x.len() == y.len() && x.iter().zip(y).all(|(u, v)| u == v)
+    }
+    a.coll == b.coll
+        && a.algo == b.algo
+        && a.root == b.root
+        && a.flags == b.flags
+        && a.op == b.op
+        && eq(&a.types, &b.types)
+        && eq(&a.counts, &b.counts)
+}
+
+/// A cheap hash of a key (FxHash's rotate-xor-multiply step per word).
+fn fingerprint(key: &Key) -> u64 {
+    use std::hash::{Hash, Hasher};
+    struct Fx(u64);
+    impl Hasher for Fx {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes {
+                self.write_u64(b as u64);
+            }
+        }
+        fn write_u64(&mut self, w: u64) {
+            self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        fn write_u8(&mut self, w: u8) {
+            self.write_u64(w as u64)
+        }
+        fn write_u32(&mut self, w: u32) {
+            self.write_u64(w as u64)
+        }
+        fn write_i32(&mut self, w: i32) {
+            self.write_u64(w as u64)
+        }
+        fn write_i64(&mut self, w: i64) {
+            self.write_u64(w as u64)
+        }
+        fn write_usize(&mut self, w: usize) {
+            self.write_u64(w as u64)
+        }
+    }
+    let mut h = Fx(0);
+    key.hash(&mut h);
+    h.finish()
 }
 
 impl Cache {
@@ -45,18 +98,22 @@ impl Cache {
     }
 
     pub fn get(&mut self, key: &Key) -> Option<Arc<Schedule>> {
-        let i = self.entries.iter().position(|(k, _)| k == key)?;
-        let e = self.entries.remove(i);
-        let s = Arc::clone(&e.1);
-        self.entries.insert(0, e);
-        Some(s)
+        let f = fingerprint(key);
+        let i = self
+            .entries
+            .iter()
+            .position(|(g, k, _)| *g == f && same(k, key))?;
+        if i > 0 {
+            self.entries[..=i].rotate_right(1);
+        }
+        Some(Arc::clone(&self.entries[0].2))
     }
 
     pub fn put(&mut self, key: Key, s: Arc<Schedule>) {
         if self.cap == 0 {
             return;
         }
-        self.entries.insert(0, (key, s));
+        self.entries.insert(0, (fingerprint(&key), key, s));
         self.entries.truncate(self.cap);
     }
 

@@ -623,15 +623,18 @@ pub fn run_inline(
 /// needs this processor).
 fn wait_policy() -> crate::core::transport::flag::WaitPolicy {
     let mut p = crate::core::transport::flag::WaitPolicy::default();
-    // Polling often: a peer may need this rank's library to move before it can come here
-    // (its passive-target RMA on this rank, as in OpenCoarrays' lock loops: 10^5 epochs
-    // that each wait for a poll of the target). Sleeping only after a long wait (about a
-    // second of yields), as the libraries themselves never sleep in a collective.
-    p.yields = 200_000;
+    // The first polls go without the library: most waits of a collective between ranks
+    // that each have a processor end within a few hundred polls. Then the library runs
+    // every few polls and at every yield, and the wait never sleeps, as the libraries'
+    // own collectives never do: a peer may need this rank's library to move before it can
+    // come here (its passive-target RMA on this rank, as in OpenCoarrays' lock loops:
+    // 10^5 epochs that each wait for polls of the target, which sleeps would stretch).
+    p.yields = u32::MAX;
     p.poll_every = 8;
+    p.poll_after = 256;
     if crate::platform::proc::oversubscribed() {
         p.spins = 16;
-        p.poll_every = 8;
+        p.poll_after = 0;
     }
     p
 }

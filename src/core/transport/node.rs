@@ -6,10 +6,12 @@
 //! Layout: a header line, then cells. A cell belongs to one rank in one region; a region is
 //! one collective in flight on one channel (channel 0: blocking collectives, 1: non-blocking
 //! ones, 2 and up: one per persistent collective; each channel has `depth` regions used in
-//! turn). A cell is the rank's `flag` line (its progress in the collective), its `ack` line
-//! (the last collective of this region it is done with) and its data slot. Every line has
-//! one writer, the cell's rank (single-writer sequence counters, `flag`), so ranks never
-//! write the same cache line.
+//! turn). A cell is the rank's `ack` line (the last collective of this region it is done
+//! with), then its `flag` (its progress in the collective) and its data slot, which starts
+//! in the flag's line: a contribution of up to `INLINE` bytes travels with the flag in one
+//! cache line, so a reader pays one transfer for both. Every line has one writer, the
+//! cell's rank (single-writer sequence counters, `flag`; only a reader about to sleep
+//! announces itself in the flag's second word), so ranks never write the same cache line.
 //!
 //! Instance `i` of a channel uses region `i % depth`. Before a rank touches the region it
 //! waits until every rank's `ack` there says instance `i - depth` is done (a slow rank never
@@ -29,8 +31,13 @@ use crate::platform::shm::Segment;
 
 /// Bytes before the first cell.
 const HEADER: usize = 64;
-/// Offset of a cell's data slot (after its flag and ack lines).
-pub const DATA: usize = 128;
+/// Offset of a cell's flag (after its ack line).
+const FLAG: usize = 64;
+/// Offset of a cell's data slot: in the flag's line, 16 bytes in (the flag's 8 bytes, and
+/// the alignment of the widest predefined type).
+pub const DATA: usize = FLAG + 16;
+/// Bytes of a slot in the flag's cache line.
+pub const INLINE: usize = FLAG + 64 - DATA;
 /// Flag values per instance: a schedule's phases are `1..PHASES`.
 pub const PHASES: u32 = 8;
 
@@ -46,9 +53,9 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// Bytes of one cell.
+    /// Bytes of one cell (whole cache lines).
     pub fn cell(&self) -> usize {
-        DATA + self.slot
+        (DATA + self.slot).next_multiple_of(64)
     }
 
     /// Offset of region `k` of channel `ch`.
@@ -243,15 +250,16 @@ impl Node {
 
     /// Rank `r`'s progress flag in a region.
     pub fn flag(&self, region: *mut u8, r: u32) -> &SeqFlag {
-        // SAFETY: a cell of this segment; 64-byte aligned (the segment is page aligned, the
-        // header and cells are multiples of 64); lives as long as `self`.
-        unsafe { &*(region.add(r as usize * self.geo.cell()) as *const SeqFlag) }
+        // SAFETY: in a cell of this segment, at the start of a cache line (the segment is
+        // page aligned, the header and cells are whole lines); the slot begins after it;
+        // lives as long as `self`.
+        unsafe { &*(region.add(r as usize * self.geo.cell() + FLAG) as *const SeqFlag) }
     }
 
     /// Rank `r`'s acknowledgement in a region.
     pub fn ack(&self, region: *mut u8, r: u32) -> &SeqFlag {
-        // SAFETY: as for `flag`, one line further.
-        unsafe { &*(region.add(r as usize * self.geo.cell() + 64) as *const SeqFlag) }
+        // SAFETY: as for `flag`: the cell's first line, which holds nothing else.
+        unsafe { &*(region.add(r as usize * self.geo.cell()) as *const SeqFlag) }
     }
 }
 
