@@ -217,16 +217,17 @@ fn put_operand(
 /// `dst = x[from] op ... op x[to - 1]`, each operand being `count` elements `first`
 /// elements into a rank's slot, combined in rank order; `after` are the dependencies of
 /// the first step. Returns the last action (`None` for an empty range).
+#[allow(clippy::too_many_arguments)]
 fn combine(
     b: &mut Builder,
     sl: Slots,
     red: &Reduction,
     ranks: core::ops::Range<i32>,
     first: i64,
+    count: i64,
     dst: Addr,
     after: &[ActionId],
 ) -> Option<ActionId> {
-    let count = red.count;
     let mut last = None;
     for r in ranks.rev() {
         let src = sl.typed(r, red, first, count);
@@ -235,7 +236,7 @@ fn combine(
             None => after.to_vec(),
         };
         last = Some(match last {
-            None => b.copy(src, red.data(dst), &deps),
+            None => b.copy(src, Data::new(dst, count, red.dt), &deps),
             Some(_) => b.reduce(src.addr, dst, count, red.dt, red.op, &deps),
         });
     }
@@ -251,14 +252,76 @@ fn operand(inplace: bool) -> Addr {
     }
 }
 
-/// Allreduce: every rank combines every slot.
+/// The flag phase at which a rank's slot holds its reduced slice (`allreduce`).
+const REDUCED: u8 = 2;
+
+/// Allreduce: every rank combines every slot; from 8 ranks on, where each rank's share
+/// is at least a cache line, split: rank r combines slice r of every slot, publishes it in
+/// its own slot, and every rank copies the slices (each rank reads the data once, not
+/// `size` times; a slice is combined once, so every rank still gets the same bits).
 pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedule {
+    let size = me.size as i64;
+    if size >= 8 && red.count >= size && red.bytes() >= 64 * size {
+        return allreduce_split(sl, me, red, inplace);
+    }
     let mut b = Builder::new("shm:copy-in-out");
     let c = b.claim();
     let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
     let w = b.watch(ALL_PEERS, PUT, &[p]);
-    let last = combine(&mut b, sl, red, 0..me.size, 0, Addr::recv(0), &[w]);
+    let last = combine(
+        &mut b,
+        sl,
+        red,
+        0..me.size,
+        0,
+        red.count,
+        Addr::recv(0),
+        &[w],
+    );
     b.release(&[last.unwrap_or(w)]);
+    b.finish()
+}
+
+/// Slice `k` of `size` of a reduction's `count` elements: (first, count).
+fn slice(count: i64, size: i32, k: i32) -> (i64, i64) {
+    let lo = count * k as i64 / size as i64;
+    let hi = count * (k as i64 + 1) / size as i64;
+    (lo, hi - lo)
+}
+
+/// Allreduce in two steps through the slots (see [`allreduce`]). This rank's slice goes
+/// into the receive buffer first (its slot still holds its operand, which the chain needs),
+/// then over its own operand's slice in the slot, which no other rank reads.
+fn allreduce_split(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedule {
+    let mut b = Builder::new("shm:reduce-scatter-allgather");
+    let c = b.claim();
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let ext = red.ti.extent;
+    let (first, n) = slice(red.count, me.size, me.rank);
+    let mine = Addr::recv(first * ext);
+    let last = combine(&mut b, sl, red, 0..me.size, first, n, mine, &[w]).unwrap_or(w);
+    let back = b.copy(
+        Data::new(mine, n, red.dt),
+        sl.typed(me.rank, red, first, n),
+        &[last],
+    );
+    let posted = b.post(REDUCED, &[back]);
+    let got = b.watch(ALL_PEERS, REDUCED, &[posted]);
+    let mut done = vec![got];
+    for k in 0..me.size {
+        if k != me.rank {
+            let (f, m) = slice(red.count, me.size, k);
+            if m > 0 {
+                done.push(b.copy(
+                    sl.typed(k, red, f, m),
+                    Data::new(Addr::recv(f * ext), m, red.dt),
+                    &[got],
+                ));
+            }
+        }
+    }
+    b.release(&done);
     b.finish()
 }
 
@@ -272,7 +335,16 @@ pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) ->
         return b.finish();
     }
     let w = b.watch(ALL_PEERS, PUT, &[p]);
-    let last = combine(&mut b, sl, red, 0..me.size, 0, Addr::recv(0), &[w]);
+    let last = combine(
+        &mut b,
+        sl,
+        red,
+        0..me.size,
+        0,
+        red.count,
+        Addr::recv(0),
+        &[w],
+    );
     b.release(&[last.unwrap_or(w)]);
     b.finish()
 }
@@ -286,7 +358,16 @@ pub fn reduce_scatter_block(sl: Slots, me: Rank, red: &Reduction, inplace: bool)
     let p = put_operand(&mut b, sl, me, red, operand(inplace), total, c);
     let w = b.watch(ALL_PEERS, PUT, &[p]);
     let first = me.rank as i64 * red.count;
-    let last = combine(&mut b, sl, red, 0..me.size, first, Addr::recv(0), &[w]);
+    let last = combine(
+        &mut b,
+        sl,
+        red,
+        0..me.size,
+        first,
+        red.count,
+        Addr::recv(0),
+        &[w],
+    );
     b.release(&[last.unwrap_or(w)]);
     b.finish()
 }
@@ -301,7 +382,37 @@ pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool
     for r in 0..me.rank {
         waits.push(b.watch(r, PUT, &[p]));
     }
-    let last = combine(&mut b, sl, red, 0..upto, 0, Addr::recv(0), &waits);
+    let last = combine(
+        &mut b,
+        sl,
+        red,
+        0..upto,
+        0,
+        red.count,
+        Addr::recv(0),
+        &waits,
+    );
     b.release(&[last.unwrap_or(p)]);
     b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slice;
+
+    #[test]
+    fn slices_cover_every_element_once_in_order() {
+        for size in 1..=17 {
+            for count in [size as i64, size as i64 + 1, 100, 1031] {
+                let mut next = 0;
+                for k in 0..size {
+                    let (first, n) = slice(count, size, k);
+                    assert_eq!(first, next, "count {count} size {size} slice {k}");
+                    assert!(n >= 1, "count >= size: no empty slice");
+                    next = first + n;
+                }
+                assert_eq!(next, count);
+            }
+        }
+    }
 }
