@@ -333,6 +333,15 @@ pub fn finalize() {
     let live = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
     for st in live.iter().filter_map(|w| w.upgrade()) {
         st.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        // the segment goes now, with the receive it keeps pending on a duplicate to drive
+        // the library (`transport::node`): no request of the shim's may outlive
+        // MPI_Finalize (MPI-4.0 §11.2), and the communicators still alive here (the
+        // world's, the ones the program never freed) would keep it past it
+        let node = std::mem::replace(
+            &mut *st.node.lock().unwrap_or_else(|e| e.into_inner()),
+            NodeState::Off,
+        );
+        drop(node);
     }
     let mut kv = KEYVAL.swap(MPI_KEYVAL_INVALID, Ordering::Relaxed);
     if kv == MPI_KEYVAL_INVALID {
