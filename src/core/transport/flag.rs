@@ -83,9 +83,9 @@ impl SeqFlag {
 /// How a waiter spends its time: `spins` polls, then `yields` polls with `sched_yield`
 /// between them, then sleeps of `sleep` each. While spinning, `poll` runs every
 /// `poll_every` polls once `poll_after` polls went by; then before every yield and after
-/// every sleep. (A short wait never calls `poll`:
-/// driving the system MPI costs more than a cache line takes to arrive, so a flag that
-/// comes while the library runs would come late.)
+/// every sleep. (A short wait never calls `poll`: driving the system MPI costs more than a
+/// cache line takes to arrive, so a flag that comes while the library runs would come
+/// late.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitPolicy {
     pub spins: u32,

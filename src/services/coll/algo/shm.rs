@@ -243,6 +243,18 @@ fn combine(
     last
 }
 
+/// [`combine`] of whole operands (`red.count` elements) into the receive buffer.
+fn combine_whole(
+    b: &mut Builder,
+    sl: Slots,
+    red: &Reduction,
+    ranks: core::ops::Range<i32>,
+    first: i64,
+    after: &[ActionId],
+) -> Option<ActionId> {
+    combine(b, sl, red, ranks, first, red.count, Addr::recv(0), after)
+}
+
 /// The address of this rank's operand: the receive buffer in place, else the send buffer.
 fn operand(inplace: bool) -> Addr {
     if inplace {
@@ -268,16 +280,7 @@ pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedul
     let c = b.claim();
     let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
     let w = b.watch(ALL_PEERS, PUT, &[p]);
-    let last = combine(
-        &mut b,
-        sl,
-        red,
-        0..me.size,
-        0,
-        red.count,
-        Addr::recv(0),
-        &[w],
-    );
+    let last = combine_whole(&mut b, sl, red, 0..me.size, 0, &[w]);
     b.release(&[last.unwrap_or(w)]);
     b.finish()
 }
@@ -335,16 +338,7 @@ pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) ->
         return b.finish();
     }
     let w = b.watch(ALL_PEERS, PUT, &[p]);
-    let last = combine(
-        &mut b,
-        sl,
-        red,
-        0..me.size,
-        0,
-        red.count,
-        Addr::recv(0),
-        &[w],
-    );
+    let last = combine_whole(&mut b, sl, red, 0..me.size, 0, &[w]);
     b.release(&[last.unwrap_or(w)]);
     b.finish()
 }
@@ -358,16 +352,7 @@ pub fn reduce_scatter_block(sl: Slots, me: Rank, red: &Reduction, inplace: bool)
     let p = put_operand(&mut b, sl, me, red, operand(inplace), total, c);
     let w = b.watch(ALL_PEERS, PUT, &[p]);
     let first = me.rank as i64 * red.count;
-    let last = combine(
-        &mut b,
-        sl,
-        red,
-        0..me.size,
-        first,
-        red.count,
-        Addr::recv(0),
-        &[w],
-    );
+    let last = combine_whole(&mut b, sl, red, 0..me.size, first, &[w]);
     b.release(&[last.unwrap_or(w)]);
     b.finish()
 }
@@ -382,16 +367,7 @@ pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool
     for r in 0..me.rank {
         waits.push(b.watch(r, PUT, &[p]));
     }
-    let last = combine(
-        &mut b,
-        sl,
-        red,
-        0..upto,
-        0,
-        red.count,
-        Addr::recv(0),
-        &waits,
-    );
+    let last = combine_whole(&mut b, sl, red, 0..upto, 0, &waits);
     b.release(&[last.unwrap_or(p)]);
     b.finish()
 }
