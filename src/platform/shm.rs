@@ -1,7 +1,7 @@
 //! Layer: platform. May use: nothing.
 //!
 //! The system calls under the node transport: POSIX shared-memory segments, cross-memory
-//! attach (CMA, `process_vm_readv`/`process_vm_writev`) and shared futexes. Nothing here
+//! attach (CMA, `process_vm_readv`/`process_vm_writev`). Nothing here
 //! knows MPI.
 //!
 //! A segment is created exclusively (`O_CREAT | O_EXCL`, mode 0600) under a name that cannot
@@ -332,37 +332,6 @@ pub fn cma_probe(pid: libc::pid_t, remote: usize) -> io::Result<()> {
     let mut b = 0u8;
     // SAFETY: one writable local byte.
     unsafe { cma(Cma::Read, pid, &mut b, remote, 1) }
-}
-
-/// Sleeps while `word` holds `expected`, at most `timeout` (a shared futex: the word may be in
-/// a segment other processes map). Returns early on a wake, a signal or a changed value.
-pub fn futex_wait(
-    word: &std::sync::atomic::AtomicU32,
-    expected: u32,
-    timeout: std::time::Duration,
-) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: a valid, aligned 32-bit word and timespec; the kernel only reads them.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-        );
-    }
-}
-
-/// Wakes up to `n` sleepers of `word` in any process.
-pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
-    // SAFETY: a valid, aligned 32-bit word.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n);
-    }
 }
 
 #[cfg(test)]

@@ -149,7 +149,11 @@ pub enum Action {
         phase: u8,
     },
     /// Shared memory: waits until every rank is done with the previous instance that used
-    /// the run's region; every shared-memory action depends on it.
+    /// the run's region. A rank's writes into its own cell (its slot, its flag) depend on
+    /// it. A rank that only reads other cells needs none: each read waits for the writer's
+    /// flag of this instance, which the writer publishes only after its own claim, and its
+    /// acknowledgement is its own line, written in order (a root's Bcast or Scatter
+    /// part, a Gather root's: one cache miss per rank per call less).
     Claim,
     /// Shared memory: tells the other ranks that this rank is done with the region (its
     /// slot may be overwritten, its reads are over).
@@ -556,7 +560,12 @@ impl Builder {
         }
         let retained = retain_objects(&self.actions, &self.composites);
         Schedule {
-            shm: self.actions.iter().any(|a| matches!(a, Action::Claim)),
+            shm: self.actions.iter().any(|a| {
+                matches!(
+                    a,
+                    Action::Claim | Action::Post { .. } | Action::Watch { .. } | Action::Release
+                )
+            }),
             _retained: retained,
             actions: self.actions,
             indeg,

@@ -278,8 +278,7 @@ impl Run {
                 let Some((node, place)) = &self.shm else {
                     return self.no_segment();
                 };
-                node.ack(place.region, node.rank)
-                    .publish(place.instance.wrapping_add(1));
+                node.release(place);
                 self.local_done(v, MPI_SUCCESS);
             }
             Action::Watch { .. } | Action::Claim => {
@@ -319,12 +318,7 @@ impl Run {
                     node.flag(place.region, peer as u32).is_reached(target)
                 }
             }
-            Action::Claim => {
-                // every rank acknowledged the instance `depth` before this one (the first
-                // `depth` instances find the zeroed segment: the difference wraps to >= 0)
-                let target = place.instance.wrapping_add(1).wrapping_sub(node.geo.depth);
-                (0..ranks).all(|r| node.ack(place.region, r).is_reached(target))
-            }
+            Action::Claim => node.claim(place).is_ok(),
             _ => true,
         }
     }
@@ -512,8 +506,7 @@ impl Run {
                 place.instance,
                 crate::core::transport::node::PHASES - 1,
             ));
-            node.ack(place.region, node.rank)
-                .publish(place.instance.wrapping_add(1));
+            node.release(place);
         }
         self.finished = true;
         tracing::debug!(target: "shim::sched", "{} failed with MPI error {}", self.sched.algorithm, self.error);
@@ -573,8 +566,7 @@ pub fn run_inline(
                 MPI_SUCCESS
             }
             Action::Release => {
-                node.ack(place.region, me)
-                    .publish(place.instance.wrapping_add(1));
+                node.release(&place);
                 MPI_SUCCESS
             }
             Action::Watch { peer, phase } => {
@@ -588,8 +580,8 @@ pub fn run_inline(
             }
             Action::Claim => {
                 let target = place.instance.wrapping_add(1).wrapping_sub(node.geo.depth);
-                for r in 0..node.geo.ranks {
-                    let _ = flag::wait(node.ack(place.region, r), target, &policy, poll);
+                while let Err(r) = node.claim(&place) {
+                    let _ = flag::wait(node.ack(place.channel, r), target, &policy, poll);
                 }
                 MPI_SUCCESS
             }
@@ -610,8 +602,7 @@ pub fn run_inline(
                 place.instance,
                 crate::core::transport::node::PHASES - 1,
             ));
-            node.ack(place.region, me)
-                .publish(place.instance.wrapping_add(1));
+            node.release(&place);
             return rc;
         }
     }
@@ -629,7 +620,6 @@ fn wait_policy() -> crate::core::transport::flag::WaitPolicy {
     // own collectives never do: a peer may need this rank's library to move before it can
     // come here (its passive-target RMA on this rank, as in OpenCoarrays' lock loops:
     // 10^5 epochs that each wait for polls of the target, which sleeps would stretch).
-    p.yields = u32::MAX;
     p.poll_every = 8;
     p.poll_after = 256;
     if crate::platform::proc::oversubscribed() {

@@ -3,36 +3,44 @@
 //! The shared-memory segment of a communicator whose ranks all share a node, and how it is
 //! set up.
 //!
-//! Layout: a header line, then cells. A cell belongs to one rank in one region; a region is
-//! one collective in flight on one channel (channel 0: blocking collectives, 1: non-blocking
-//! ones, 2 and up: one per persistent collective; each channel has `depth` regions used in
-//! turn). A cell is the rank's `ack` line (the last collective of this region it is done
-//! with), then its `flag` (its progress in the collective) and its data slot, which starts
-//! in the flag's line: a contribution of up to `INLINE` bytes travels with the flag in one
-//! cache line, so a reader pays one transfer for both. Every line has one writer, the
-//! cell's rank (single-writer sequence counters, `flag`; only a reader about to sleep
-//! announces itself in the flag's second word), so ranks never write the same cache line.
+//! Layout: a header line, the acknowledgement lines, then cells. A cell belongs to one
+//! rank in one region; a region is one collective in flight on one channel (channel 0:
+//! blocking collectives, 1: non-blocking ones, 2 and up: one per persistent collective;
+//! each channel has `depth` regions used in turn). A cell is the rank's `flag` (its
+//! progress in the collective) and its data slot, which starts in the flag's line: a
+//! contribution of up to `INLINE` bytes travels with the flag in one cache line, so a
+//! reader pays one transfer for both. Each rank has one `ack` line per channel: every
+//! instance of the channel up to the value is done with at this rank. Every line has one
+//! writer, the rank it belongs to (single-writer sequence counters, `flag`), so ranks
+//! never write the same cache line.
 //!
-//! Instance `i` of a channel uses region `i % depth`. Before a rank touches the region it
-//! waits until every rank's `ack` there says instance `i - depth` is done (a slow rank never
-//! finds its slot overwritten), and it acknowledges instance `i` when its part is over.
+//! Instance `i` of a channel uses region `i % depth`. Before a rank writes into its cell
+//! there, it waits until every rank's `ack` of the channel says instance `i - depth` is
+//! done (a slow rank never finds its slot overwritten), and it acknowledges instance `i`
+//! when its part is over. One ack per channel rather than per region lets a rank remember
+//! the smallest ack it saw and skip the reads while that still covers the claim: a claim
+//! reads the other ranks' lines about once every `depth - 1` instances instead of every
+//! time (each read is a cache miss, `size - 1` of them per claim). Acks are published in
+//! instance order; on the non-blocking channel, where instances may end out of order, an
+//! instance's ack waits locally until every earlier one is done.
 //!
 //! The memory is an anonymous `memfd` of one rank (`platform::shm`); the others map it
 //! through `/proc/<pid>/fd`, after which it is closed: no name ever exists, so a `kill -9`
 //! of any rank at any moment leaves nothing in `/dev/shm`.
 
 use core::ffi::c_int;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::flag::SeqFlag;
+use super::flag::{SeqFlag, reached};
 use crate::platform::abi::*;
 use crate::platform::mpi::{coll as mpi_coll, comm as mpi_comm, p2p};
 use crate::platform::shm::Segment;
 
-/// Bytes before the first cell.
+/// Bytes before the acknowledgement lines.
 const HEADER: usize = 64;
-/// Offset of a cell's flag (after its ack line).
-const FLAG: usize = 64;
+/// Offset of a cell's flag.
+const FLAG: usize = 0;
 /// Offset of a cell's data slot: in the flag's line, 16 bytes in (the flag's 8 bytes, and
 /// the alignment of the widest predefined type).
 pub const DATA: usize = FLAG + 16;
@@ -58,9 +66,15 @@ impl Geometry {
         (DATA + self.slot).next_multiple_of(64)
     }
 
+    /// Offset of rank `r`'s acknowledgement line of channel `ch`.
+    pub fn ack(&self, ch: u32, r: u32) -> usize {
+        HEADER + (ch * self.ranks + r) as usize * 64
+    }
+
     /// Offset of region `k` of channel `ch`.
     pub fn region(&self, ch: u32, k: u32) -> usize {
-        HEADER + ((ch * self.depth + k) as usize * self.ranks as usize) * self.cell()
+        self.ack(self.channels, 0)
+            + ((ch * self.depth + k) as usize * self.ranks as usize) * self.cell()
     }
 
     /// Bytes of the whole segment.
@@ -86,6 +100,13 @@ pub struct Node {
     next: [AtomicU32; 2],
     /// Persistent channels handed out so far.
     persistent: AtomicU32,
+    /// Per channel: an ack value every rank was seen to have reached (acks only grow, so
+    /// it stays true); a claim it covers reads no other rank's line.
+    seen: Vec<AtomicU32>,
+    /// The non-blocking channel's instances done at this rank but not yet acknowledged
+    /// (an earlier one is still running): the next ack to publish, and a bit per instance
+    /// after it (fewer than `depth` <= 64 can be done ahead, see [`Node::release`]).
+    nb_done: Mutex<(u32, u64)>,
     /// A receive nothing ever matches, pending on a private duplicate of the communicator:
     /// testing it runs the system MPI's progress engine for these peers ([`Node::drive`]).
     driver: std::sync::Mutex<Option<Driver>>,
@@ -119,6 +140,7 @@ impl Drop for Node {
 pub struct Place {
     pub region: *mut u8,
     pub instance: u32,
+    pub channel: u32,
 }
 
 impl Node {
@@ -207,6 +229,8 @@ impl Node {
             nb_from,
             next: [AtomicU32::new(0), AtomicU32::new(0)],
             persistent: AtomicU32::new(0),
+            seen: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
+            nb_done: Mutex::new((0, 0)),
             driver: std::sync::Mutex::new(Driver::new(comm)),
         }))
     }
@@ -239,6 +263,7 @@ impl Node {
             // SAFETY: within the segment (`Geometry::len`).
             region: unsafe { self.seg.as_ptr().add(off) },
             instance: i,
+            channel: ch,
         }
     }
 
@@ -256,10 +281,66 @@ impl Node {
         unsafe { &*(region.add(r as usize * self.geo.cell() + FLAG) as *const SeqFlag) }
     }
 
-    /// Rank `r`'s acknowledgement in a region.
-    pub fn ack(&self, region: *mut u8, r: u32) -> &SeqFlag {
-        // SAFETY: as for `flag`: the cell's first line, which holds nothing else.
-        unsafe { &*(region.add(r as usize * self.geo.cell()) as *const SeqFlag) }
+    /// Rank `r`'s acknowledgement line of channel `ch`.
+    pub fn ack(&self, ch: u32, r: u32) -> &SeqFlag {
+        // SAFETY: a line of this segment's acknowledgement area (`Geometry::ack`), which
+        // holds nothing else; lives as long as `self`.
+        unsafe { &*(self.seg.as_ptr().add(self.geo.ack(ch, r)) as *const SeqFlag) }
+    }
+
+    /// Whether this rank may write its cell of `place`: every rank is done with the
+    /// instance `depth` before it (the first `depth` instances find the zeroed segment:
+    /// the difference wraps to >= 0). `Err(r)`: rank `r` is not yet.
+    pub fn claim(&self, place: &Place) -> Result<(), u32> {
+        let target = place.instance.wrapping_add(1).wrapping_sub(self.geo.depth);
+        let seen = &self.seen[place.channel as usize];
+        if reached(seen.load(Ordering::Relaxed), target) {
+            return Ok(());
+        }
+        let mut least = u32::MAX;
+        let mut min = target;
+        for r in 0..self.geo.ranks {
+            let v = self.ack(place.channel, r).load();
+            let ahead = v.wrapping_sub(target);
+            if (ahead as i32) < 0 {
+                return Err(r);
+            }
+            if ahead < least {
+                least = ahead;
+                min = v;
+            }
+        }
+        // a racing store of an older value only costs a later claim a read
+        seen.store(min, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Acknowledges `place`'s instance (this rank is done with it: its reads are over, its
+    /// slot may be overwritten). Acks go out in instance order: on the non-blocking
+    /// channel an instance that ends before an earlier one is remembered until the earlier
+    /// one ends. No instance can end `depth` or more ahead of an unacknowledged one here:
+    /// it would need a writer's claim that covers this rank's missing ack.
+    pub fn release(&self, place: &Place) {
+        let ack = self.ack(place.channel, self.rank);
+        if place.channel != NONBLOCKING {
+            // blocking and persistent instances end in order
+            ack.publish(place.instance.wrapping_add(1));
+            return;
+        }
+        let mut g = self.nb_done.lock().unwrap_or_else(|e| e.into_inner());
+        let (next, mask) = &mut *g;
+        let ahead = place.instance.wrapping_sub(*next);
+        if ahead >= 64 {
+            // older than the next (a failed run's second release) or impossibly far ahead
+            return;
+        }
+        *mask |= 1u64 << ahead;
+        let run = mask.trailing_ones();
+        if run > 0 {
+            *mask = mask.checked_shr(run).unwrap_or(0);
+            *next = next.wrapping_add(run);
+            ack.publish(*next);
+        }
     }
 }
 
@@ -301,3 +382,119 @@ impl Driver {
 
 // SAFETY: handles and a heap buffer the request writes to; used under the node's mutex.
 unsafe impl Send for Driver {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank 0's view of a segment of `geo` nobody else maps (the other ranks' lines are
+    /// written by the test).
+    fn local(geo: Geometry) -> Node {
+        let (seg, _fd) = Segment::create_anonymous("shimtest-node", geo.bytes()).unwrap();
+        Node {
+            seg,
+            geo,
+            rank: 0,
+            nb_from: 0,
+            next: [AtomicU32::new(0), AtomicU32::new(0)],
+            persistent: AtomicU32::new(0),
+            seen: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
+            nb_done: Mutex::new((0, 0)),
+            driver: Mutex::new(None),
+        }
+    }
+
+    fn geo(ranks: u32, depth: u32) -> Geometry {
+        Geometry {
+            ranks,
+            channels: 3,
+            depth,
+            slot: 256,
+        }
+    }
+
+    #[test]
+    fn every_line_has_one_owner() {
+        let g = geo(5, 4);
+        let mut lines = std::collections::HashSet::new();
+        for ch in 0..g.channels {
+            for r in 0..g.ranks {
+                assert!(lines.insert(g.ack(ch, r) / 64), "ack {ch} {r}");
+            }
+        }
+        for ch in 0..g.channels {
+            for k in 0..g.depth {
+                for r in 0..g.ranks as usize {
+                    let cell = g.region(ch, k) + r * g.cell();
+                    assert_eq!(cell % 64, FLAG, "a flag starts a line");
+                    for l in cell / 64..(cell + g.cell()) / 64 {
+                        assert!(lines.insert(l), "cell {ch} {k} {r}");
+                    }
+                }
+            }
+        }
+        assert_eq!(g.bytes() / 64, lines.len() + HEADER / 64);
+    }
+
+    #[test]
+    fn non_blocking_acks_go_out_in_instance_order() {
+        let n = local(geo(2, 4));
+        let at = |i| n.place(NONBLOCKING, i);
+        let ack = || n.ack(NONBLOCKING, 0).load();
+        n.release(&at(2));
+        n.release(&at(1));
+        assert_eq!(ack(), 0, "instance 0 is still running");
+        n.release(&at(0));
+        assert_eq!(ack(), 3);
+        n.release(&at(1));
+        assert_eq!(
+            ack(),
+            3,
+            "a second release of an old instance changes nothing"
+        );
+        n.release(&at(3));
+        assert_eq!(ack(), 4);
+        // blocking instances end in order: published at once
+        n.release(&n.place(BLOCKING, 0));
+        assert_eq!(n.ack(BLOCKING, 0).load(), 1);
+    }
+
+    #[test]
+    fn non_blocking_acks_cross_the_wrap() {
+        let n = local(geo(2, 4));
+        *n.nb_done.lock().unwrap() = (u32::MAX - 1, 0);
+        n.release(&n.place(NONBLOCKING, 0));
+        n.release(&n.place(NONBLOCKING, u32::MAX));
+        assert_eq!(
+            n.ack(NONBLOCKING, 0).load(),
+            0,
+            "u32::MAX - 1 is still running"
+        );
+        n.release(&n.place(NONBLOCKING, u32::MAX - 1));
+        assert_eq!(n.ack(NONBLOCKING, 0).load(), 1);
+    }
+
+    #[test]
+    fn a_claim_reads_the_acks_only_when_what_it_saw_falls_short() {
+        let n = local(geo(3, 4));
+        let b = |i| n.place(BLOCKING, i);
+        // the first `depth` instances find the zeroed segment
+        for i in 0..4 {
+            assert_eq!(n.claim(&b(i)), Ok(()));
+        }
+        // instance 4 needs every rank done with instance 0
+        n.ack(BLOCKING, 0).publish(4);
+        n.ack(BLOCKING, 2).publish(3);
+        assert_eq!(n.claim(&b(4)), Err(1));
+        n.ack(BLOCKING, 1).publish(2);
+        assert_eq!(n.claim(&b(4)), Ok(()));
+        // the least ack seen (2) covers instance 5 without reading: a line that (as no
+        // real rank could) went back would show at instance 6
+        n.ack(BLOCKING, 2).publish(0);
+        assert_eq!(n.claim(&b(5)), Ok(()));
+        n.ack(BLOCKING, 1).publish(3);
+        assert_eq!(n.claim(&b(6)), Err(2));
+        // other channels keep their own
+        assert_eq!(n.claim(&n.place(NONBLOCKING, 5)), Err(0));
+    }
+}

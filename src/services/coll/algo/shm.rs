@@ -59,13 +59,14 @@ pub fn barrier(_sl: Slots, _me: Rank) -> Schedule {
 /// Bcast of `data` (`bytes` bytes of signature) from `root`.
 pub fn bcast(sl: Slots, me: Rank, data: Data, bytes: i64, root: i32) -> Schedule {
     let mut b = Builder::new("shm:copy-in-out");
-    let c = b.claim();
     if me.rank == root {
+        let c = b.claim();
         let cp = b.copy(data, sl.packed(root, 0, bytes), &[c]);
         let p = b.post(PUT, &[cp]);
         b.release(&[p]);
     } else {
-        let w = b.watch(root, PUT, &[c]);
+        // a rank that writes nothing into its cell claims nothing (see `Builder::claim`)
+        let w = b.watch(root, PUT, &[]);
         let cp = b.copy(sl.packed(root, 0, bytes), data, &[w]);
         b.release(&[cp]);
     }
@@ -76,8 +77,8 @@ pub fn bcast(sl: Slots, me: Rank, data: Data, bytes: i64, root: i32) -> Schedule
 /// blocks.
 pub fn gather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], root: i32) -> Schedule {
     let mut b = Builder::new("shm:copy-in-out");
-    let c = b.claim();
     if me.rank != root {
+        let c = b.claim();
         let mut deps = vec![c];
         if let Some(s) = send {
             deps = vec![b.copy(s.data, sl.packed(me.rank, 0, s.bytes), &[c])];
@@ -86,11 +87,12 @@ pub fn gather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], root: i3
         b.release(&[p]);
         return b.finish();
     }
+    // the root only reads: no claim
     let mut done = Vec::new();
     if let Some(s) = send {
-        done.push(b.copy(s.data, recv[root as usize].data, &[c]));
+        done.push(b.copy(s.data, recv[root as usize].data, &[]));
     }
-    let w = b.watch(ALL_PEERS, PUT, &[c]);
+    let w = b.watch(ALL_PEERS, PUT, &[]);
     for (r, blk) in recv.iter().enumerate() {
         if r as i32 != root {
             done.push(b.copy(sl.packed(r as i32, 0, blk.bytes), blk.data, &[w]));
@@ -112,8 +114,8 @@ pub fn scatter(
     block: i64,
 ) -> Schedule {
     let mut b = Builder::new("shm:copy-in-out");
-    let c = b.claim();
     if me.rank == root {
+        let c = b.claim();
         let mut copies = vec![c];
         for (r, blk) in send.iter().enumerate() {
             if r as i32 != root {
@@ -127,7 +129,7 @@ pub fn scatter(
         }
         b.release(&done);
     } else {
-        let w = b.watch(root, PUT, &[c]);
+        let w = b.watch(root, PUT, &[]);
         let mut done = vec![w];
         if let Some(rv) = recv {
             done.push(b.copy(

@@ -14,8 +14,10 @@
 //! shipped data gets none: `auto` then hands blocking calls to the library's own
 //! collectives (the shim's only cost is its per-call overhead), unless `SHIM_CALIBRATE=1`
 //! measured the model's parameters on it. Measured rows decide blocking calls at
-//! their communicator size within a factor of two of their message size; elsewhere the
-//! model decides.
+//! their communicator size within a factor of two of their message size; at a size the
+//! rows do not reach the model decides; at a communicator size with no row for the
+//! collective, the library's own collective does (the model knows nothing of the
+//! library's node-level algorithms, which 2-rank measurements never exercise).
 //!
 //! The file comes from the environment, so it is read defensively ([`read_capped`]): only
 //! a regular file (a FIFO, device or directory is refused before anything is read, and
@@ -56,6 +58,11 @@ impl Tuning {
             .map(|&(b, a)| ((lg(b) - x).abs(), a))
             .min_by(|u, v| u.0.partial_cmp(&v.0).unwrap_or(std::cmp::Ordering::Equal))?;
         (d <= 1.0 + 1e-9).then_some(a)
+    }
+
+    /// Whether any row was measured for this collective at this communicator size.
+    pub fn covers(&self, coll: Coll, p: i32) -> bool {
+        self.best.contains_key(&(coll as u8, p))
     }
 
     pub fn add_best(&mut self, coll: Coll, p: i32, bytes: i64, algo: Algo) {
