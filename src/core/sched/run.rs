@@ -499,14 +499,8 @@ impl Run {
         self.ready.clear();
         self.watches.clear();
         if let Some((node, place)) = &self.shm {
-            // the other ranks must not wait for this one forever: its flag jumps past
-            // every phase and it lets the region go (their results are then undefined, as
-            // after any failed collective)
-            node.flag(place.region, node.rank).publish(phase_value(
-                place.instance,
-                crate::core::transport::node::PHASES - 1,
-            ));
-            node.release(place);
+            // the other ranks must not wait for this one forever
+            node.abandon(place);
         }
         self.finished = true;
         tracing::debug!(target: "shim::sched", "{} failed with MPI error {}", self.sched.algorithm, self.error);
@@ -579,7 +573,7 @@ pub fn run_inline(
                 MPI_SUCCESS
             }
             Action::Claim => {
-                let target = place.instance.wrapping_add(1).wrapping_sub(node.geo.depth);
+                let target = node.claim_target(&place);
                 while let Err(r) = node.claim(&place) {
                     let _ = flag::wait(node.ack(place.channel, r), target, &policy, poll);
                 }
@@ -598,11 +592,7 @@ pub fn run_inline(
                 continue;
             }
             // as `Run::fail`: the others must not wait for this rank
-            node.flag(place.region, me).publish(phase_value(
-                place.instance,
-                crate::core::transport::node::PHASES - 1,
-            ));
-            node.release(&place);
+            node.abandon(&place);
             return rc;
         }
     }

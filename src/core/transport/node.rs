@@ -292,27 +292,36 @@ impl Node {
     /// instance `depth` before it (the first `depth` instances find the zeroed segment:
     /// the difference wraps to >= 0). `Err(r)`: rank `r` is not yet.
     pub fn claim(&self, place: &Place) -> Result<(), u32> {
-        let target = place.instance.wrapping_add(1).wrapping_sub(self.geo.depth);
+        let target = self.claim_target(place);
         let seen = &self.seen[place.channel as usize];
         if reached(seen.load(Ordering::Relaxed), target) {
             return Ok(());
         }
         let mut least = u32::MAX;
-        let mut min = target;
         for r in 0..self.geo.ranks {
-            let v = self.ack(place.channel, r).load();
-            let ahead = v.wrapping_sub(target);
+            let ahead = self.ack(place.channel, r).load().wrapping_sub(target);
             if (ahead as i32) < 0 {
                 return Err(r);
             }
-            if ahead < least {
-                least = ahead;
-                min = v;
-            }
+            least = least.min(ahead);
         }
         // a racing store of an older value only costs a later claim a read
-        seen.store(min, Ordering::Relaxed);
+        seen.store(target.wrapping_add(least), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The value every rank's ack must reach before [`Node::claim`] of `place` succeeds.
+    pub fn claim_target(&self, place: &Place) -> u32 {
+        place.instance.wrapping_add(1).wrapping_sub(self.geo.depth)
+    }
+
+    /// Gives up this rank's part of `place` after an error: its flag jumps past every
+    /// phase and it lets the region go, so that no other rank waits for it forever (their
+    /// results are then undefined, as after any failed collective).
+    pub fn abandon(&self, place: &Place) {
+        self.flag(place.region, self.rank)
+            .publish(phase_value(place.instance, PHASES - 1));
+        self.release(place);
     }
 
     /// Acknowledges `place`'s instance (this rank is done with it: its reads are over, its
