@@ -230,6 +230,11 @@ impl CommState {
 
 impl Drop for CommState {
     fn drop(&mut self) {
+        // the segment may outlive the state (a thread's lane holds it), its driving
+        // receive must not
+        if let NodeState::Ready(n) = &*self.node.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            n.retire();
+        }
         let pending = self.dup.get_mut().unwrap_or_else(|e| e.into_inner()).take();
         // handles owned by this state
         if let Some(mut p) = pending {
@@ -341,6 +346,9 @@ pub fn finalize() {
             &mut *st.node.lock().unwrap_or_else(|e| e.into_inner()),
             NodeState::Off,
         );
+        if let NodeState::Ready(n) = &node {
+            n.retire();
+        }
         drop(node);
     }
     let mut kv = KEYVAL.swap(MPI_KEYVAL_INVALID, Ordering::Relaxed);

@@ -42,6 +42,9 @@ macro_rules! hook {
             // the ordinary path takes the address of a copy: the caller's closure stays in
             // registers on the lane
             None => crate::edge::entry::slow(fid, &{ *$native }, move |$native| {
+                if let Some(rc) = crate::services::coll::lane::hit(fid, comm, same) {
+                    return rc;
+                }
                 if memo::hit(fid, same) {
                     return $native();
                 }
@@ -57,8 +60,10 @@ macro_rules! hook {
                 }
                 let epoch = memo::epoch();
                 memo::arm();
+                crate::services::coll::lane::arm();
                 let rc = hook!(@ctx $call, comm, $native, |$c| $body);
                 let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
+                crate::services::coll::lane::store(&key, rc, epoch);
                 memo::store(key, &memo::Arrays::NONE, memo::Shape::default(), rc, &[$($t),*], &[$($o),*], epoch);
                 rc
             }),

@@ -43,8 +43,10 @@ use core::ffi::c_int;
 /// datatypes and the root).
 const ARGS: usize = 7;
 /// Entries per thread, chosen by function id: a loop alternating a few collectives keeps
-/// them all.
-const SLOTS: usize = 8;
+/// them all. With 32 the blocking collectives each have their own (with 8, `MPI_Barrier`
+/// and `MPI_Allreduce` shared one, and IMB's Allreduce loop, a Barrier after each call,
+/// never hit).
+pub const SLOTS: usize = 32;
 
 /// The epoch (counted in units of [`EPOCH_UNIT`]) and, in the bits below, the work that
 /// every intercepted call must advance ([`SCHEDULES`], [`DETACHED`]): one word that the fast
@@ -94,7 +96,22 @@ pub struct Key {
     args: [usize; ARGS],
 }
 
+/// The words a key compares: the communicator, then the scalar arguments.
+pub const WORDS: usize = 1 + ARGS;
+
 impl Key {
+    /// The function id.
+    pub fn fid(&self) -> u16 {
+        self.fid
+    }
+
+    /// The communicator and the scalar arguments, in the order [`Words`] compares them.
+    pub fn words(&self) -> [usize; WORDS] {
+        let mut w = [self.comm; WORDS];
+        w[1..].copy_from_slice(&self.args);
+        w
+    }
+
     /// `args`: every scalar argument that the checks and the decision read (at most
     /// [`ARGS`]; buffers as addresses, handles and counts as integers).
     #[inline]
@@ -318,6 +335,12 @@ impl<T> Word for *mut T {
 pub struct Words<'a>(core::slice::Iter<'a, Cell<usize>>);
 
 impl Words<'_> {
+    /// The comparison against `cells` (a communicator and arguments kept as a [`Key`]'s
+    /// words): for other memos of calls by their arguments (`services::coll::lane`).
+    pub fn over(cells: &[Cell<usize>]) -> Words<'_> {
+        Words(cells.iter())
+    }
+
     /// Whether the next remembered word is `x`'s.
     #[inline(always)]
     pub fn is(&mut self, x: impl Word) -> bool {

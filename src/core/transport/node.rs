@@ -120,18 +120,7 @@ struct Driver {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let d = self
-            .driver
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(mut d) = d {
-            if !mpi_comm::finalized().unwrap_or(true) {
-                let _ = p2p::cancel(&mut d.req);
-                let _ = p2p::wait(&mut d.req);
-                let _ = mpi_comm::free(&mut d.comm);
-            }
-        }
+        self.retire();
     }
 }
 
@@ -247,6 +236,21 @@ impl Node {
                 let _ = p2p::test(&mut d.req);
             }
             let _ = p2p::iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD());
+        }
+    }
+
+    /// Cancels the receive that drives the library and frees its duplicate (at finalize,
+    /// or when the segment goes): no request of the shim's may outlive `MPI_Finalize`
+    /// (MPI-4.0 §11.2), and a thread's lane (`services::coll::lane`) may hold the segment
+    /// past it.
+    pub fn retire(&self) {
+        let d = self.driver.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut d) = d {
+            if !mpi_comm::finalized().unwrap_or(true) {
+                let _ = p2p::cancel(&mut d.req);
+                let _ = p2p::wait(&mut d.req);
+                let _ = mpi_comm::free(&mut d.comm);
+            }
         }
     }
 

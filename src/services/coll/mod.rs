@@ -18,6 +18,7 @@
 
 pub mod algo;
 pub mod inter;
+pub mod lane;
 
 pub mod select;
 
@@ -381,6 +382,9 @@ impl<'a> Ctx<'a> {
         recv: *mut c_void,
         build: impl FnOnce() -> Result<Schedule, Raised>,
     ) -> Result<Done, Raised> {
+        // a schedule the cache keeps (predefined datatypes and operation) is one the lane
+        // may remember
+        let cacheable = key.is_some();
         let cached = key.as_ref().and_then(|k| {
             self.st
                 .cache
@@ -424,6 +428,14 @@ impl<'a> Ctx<'a> {
                         );
                         if rc != MPI_SUCCESS {
                             return self.fail(rc, "a step of the collective failed");
+                        }
+                        if cacheable {
+                            lane::offer(lane::Remembered {
+                                node,
+                                sched,
+                                send: send as usize,
+                                recv: recv as usize,
+                            });
                         }
                         return Ok(Done::Scheduled);
                     }

@@ -1,0 +1,145 @@
+//! Layer: services. May use: core, platform.
+//!
+//! The node transport's counterpart of `platform::memo`: a per-thread memo of blocking
+//! collective calls that ran on the communicator's shared-memory segment with a cached
+//! schedule ([`Ctx::launch`](super::Ctx::launch) offers them, the hook stores them). A call
+//! that repeats one of them (same function, communicator and scalar arguments, compared as
+//! the memo compares them) takes the next instance of the blocking channel and runs the
+//! remembered schedule at once: the communicator lookup, the argument checks, the decision
+//! and the schedule cache would all come out the same.
+//!
+//! Why the ranks still agree: each rank's decision to use the segment depends only on the
+//! arguments the standard makes equal on every rank, the configuration, the communicator's
+//! size and the segment existing (see `Ctx::shm_decide`). While the memo's epoch lasts none
+//! of these change: freeing a communicator, forcing an algorithm, turning the shim off
+//! ([`memo::invalidate`]) end it. So a rank whose call misses here (another function took
+//! its entry) decides the same way on the ordinary path, and takes the same instance.
+//!
+//! Only calls whose datatypes and operation are predefined are remembered (those whose
+//! schedules the cache keeps, `coll::key`): a derived type's handle may name another type
+//! after the program frees it. Calls under `SHIM_STATS` skip the lane, so that every call's
+//! path is counted.
+
+use core::cell::{Cell, RefCell};
+use core::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use crate::core::progress;
+use crate::core::sched::Schedule;
+use crate::core::transport::node::{self, Node};
+use crate::platform::abi::*;
+use crate::platform::api::{Fid, NAMES};
+use crate::platform::memo::{self, Words};
+
+/// Entries per thread, chosen by function id (as the memo's).
+const SLOTS: usize = memo::SLOTS;
+
+/// What a remembered call runs: its schedule on its segment, with its buffers.
+pub(super) struct Remembered {
+    pub node: Arc<Node>,
+    pub sched: Arc<Schedule>,
+    pub send: usize,
+    pub recv: usize,
+}
+
+struct Entry {
+    stamp: Cell<u64>,
+    fid: Cell<u16>,
+    words: [Cell<usize>; memo::WORDS],
+    run: RefCell<Option<Remembered>>,
+}
+
+thread_local! {
+    static LANE: [Entry; SLOTS] = const {
+        [const {
+            Entry {
+                stamp: Cell::new(0),
+                fid: Cell::new(0),
+                words: [const { Cell::new(0) }; memo::WORDS],
+                run: RefCell::new(None),
+            }
+        }; SLOTS]
+    };
+    /// What the call in progress ran, offered by `Ctx::launch` for [`store`].
+    static OFFERED: RefCell<Option<Remembered>> = const { RefCell::new(None) };
+}
+
+/// Runs a call of `fid` on `comm` that repeats a remembered one (`same` compares its
+/// communicator and scalar arguments, as for `memo::hit`); `None` sends it the ordinary
+/// way. Called on the ordinary path (`edge::entry::slow`: re-entry mark, panic guard and
+/// the progress rule already served).
+#[inline]
+pub fn hit(fid: Fid, comm: MPI_Comm, same: impl FnOnce(&mut Words<'_>) -> bool) -> Option<c_int> {
+    if crate::platform::counters::enabled() {
+        return None;
+    }
+    LANE.try_with(|lane| {
+        let e = &lane[fid as usize % SLOTS];
+        if e.stamp.get() != memo::epoch()
+            || e.fid.get() != fid as u16
+            || !same(&mut Words::over(&e.words))
+        {
+            return None;
+        }
+        let run = e.run.try_borrow().ok()?;
+        let r = run.as_ref()?;
+        let place = r.node.next(node::BLOCKING);
+        let rc = crate::core::sched::run::run_inline(
+            &r.sched,
+            &r.node,
+            place,
+            r.send as *const c_void,
+            r.recv as *mut c_void,
+            progress::poll_while_waiting,
+        );
+        drop(run);
+        Some(if rc == MPI_SUCCESS {
+            rc
+        } else {
+            // as `Ctx::launch` raises it
+            crate::platform::errors::raise(
+                comm,
+                rc,
+                NAMES[fid as usize],
+                "a step of the collective failed",
+            )
+        })
+    })
+    .ok()
+    .flatten()
+}
+
+/// Before a call's checks and decision: nothing offered yet.
+#[inline]
+pub fn arm() {
+    let _ = OFFERED.try_with(|o| o.replace(None));
+}
+
+/// The call in progress ran `r` inline on its segment with a cached schedule.
+pub(super) fn offer(r: Remembered) {
+    let _ = OFFERED.try_with(|o| o.replace(Some(r)));
+}
+
+/// After a call: remembers what it ran, if it offered anything and succeeded, under `key`
+/// (the memo's key of its arguments) and the `epoch` read before its checks (so that an
+/// invalidation racing with the call leaves the entry stale).
+pub fn store(key: &memo::Key, rc: c_int, epoch: u64) {
+    let Some(r) = OFFERED.try_with(|o| o.take()).ok().flatten() else {
+        return;
+    };
+    if rc != MPI_SUCCESS || crate::platform::counters::enabled() {
+        return;
+    }
+    let _ = LANE.try_with(|lane| {
+        let e = &lane[key.fid() as usize % SLOTS];
+        let Ok(mut run) = e.run.try_borrow_mut() else {
+            return;
+        };
+        *run = Some(r);
+        e.stamp.set(epoch);
+        e.fid.set(key.fid());
+        for (c, w) in e.words.iter().zip(key.words()) {
+            c.set(w);
+        }
+    });
+}
