@@ -1,12 +1,14 @@
-/* Asks for MPI_THREAD_FUNNELED: the shim may initialize the MPI library with
+/* Asks for MPI_THREAD_FUNNELED (THREAD_PROBE_LEVEL: another level, as a number): the shim may initialize the MPI library with
  * MPI_THREAD_MULTIPLE for its progress thread, but the application must be told (by
  * MPI_Init_thread and MPI_Query_thread) the level it asked for. Also prints the
  * library's own level (PMPI_Query_thread). */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 int main(int argc, char **argv) {
     int provided, q, rank, x = 1, y;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    const char *want = getenv("THREAD_PROBE_LEVEL");
+    MPI_Init_thread(&argc, &argv, want ? atoi(want) : MPI_THREAD_FUNNELED, &provided);
     MPI_Query_thread(&q);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Request r;
