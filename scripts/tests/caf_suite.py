@@ -6,8 +6,9 @@ processes, each under a timeout, and their verdicts compared.
 A test passes when it exits with status 0 and prints OpenCoarrays' "Test passed" (its
 CMake PASS_REGULAR_EXPRESSION). Under the shim every test that passes natively must pass.
 A test whose verdicts differ is run twice more in every configuration: some of these
-programs race (increment_my_neighbor fails natively about one run in three), and a test
-that fails natively in any run is reported as the system MPI's failure, not the shim's.
+programs race, and a test that fails natively in any run is reported as the system MPI's
+failure, not the shim's. RACES lists the programs whose race is known and explained; with
+ghosts their failures are printed, not counted.
 
 Usage: caf_suite.py [--images 4] [--config label:VAR=v,VAR=v ...] [--only a,b] [--timeout S]
   Each config is a label and its environment (@LIB@: libshim.so); with SHIM_GHOSTS=g in
@@ -29,6 +30,15 @@ MPIRUN = os.environ.get("MPIRUN", "mpirun.mpich")
 # Tests of failed images (Fortran 2018 FAIL IMAGE): OpenCoarrays runs them only when built
 # with MPI fault tolerance (ULFM), which Debian's MPICH build is not.
 NEEDS_FT = ("image_fail", "image_status_test", "sync_image_ring_abort_on_stopped_image")
+# Programs that read another image's coarray before any image control statement, while
+# that image may still be storing the coarray's initial value into memory it got from
+# MPI_Win_allocate: a local store and a remote MPI_Get with no synchronization between
+# them (MPI-4.1 12.7, a conflicting access). Natively the target's MPICH grants the lock
+# only once it calls MPI again, after the store, which hides the race; a ghost grants it
+# at once (that is what ghosts are for), so the Get can read the memory before the
+# initial value. Seen under load: increment_my_neighbor's first MPI_Get returned 0 on
+# image 1, which then wrote 0+1 (Debian's binary has no SYNC ALL before that access).
+RACES = {"increment_my_neighbor": "reads b(:)[left] before image 'left' stored b's initial value"}
 
 
 def run(test, images, env, timeout):
@@ -87,7 +97,10 @@ def main():
         if not nat_ok:
             native_fail.append(test)
         for label, v in list(runs.items())[1:]:
-            if nat_ok and not oks[label]:
+            if (nat_ok and not oks[label] and test in RACES and "SHIM_GHOSTS" in dict(configs)[label]
+                    and all(r[1] != "hang" for r in v)):
+                print(f"  (not counted: {test} races with ghosts, it {RACES[test]})", flush=True)
+            elif nat_ok and not oks[label]:
                 rc = next(r[1] for r in v if not r[0])
                 failures.append(f"{test} {label}: {'hang' if rc == 'hang' else 'status ' + str(rc)}")
     print(f"\n{len(tests)} tests at {a.images} images in {time.time() - t0:.0f}s; "
