@@ -10,9 +10,11 @@ programs race, and a test that fails natively in any run is reported as the syst
 failure, not the shim's. RACES lists the programs whose race is known and explained; with
 ghosts their failures are printed, not counted.
 
-Usage: caf_suite.py [--images 4] [--config label:VAR=v,VAR=v ...] [--only a,b] [--timeout S]
+Usage: caf_suite.py [--images 4] [--nodes 1] [--config label:VAR=v,VAR=v ...] [--only a,b]
+                    [--timeout S]
   Each config is a label and its environment (@LIB@: libshim.so); with SHIM_GHOSTS=g in
-  it, g more processes are launched (one node), so the program sees the same images.
+  it, g more processes per node are launched (--nodes: how many nodes MPIRUN spreads the
+  processes over, e.g. scripts/tools/cluster-mpirun), so the program sees the same images.
 Logs: build/caf/<test>.<label>.n<images>.log
 """
 import argparse
@@ -41,8 +43,8 @@ NEEDS_FT = ("image_fail", "image_status_test", "sync_image_ring_abort_on_stopped
 RACES = {"increment_my_neighbor": "reads b(:)[left] before image 'left' stored b's initial value"}
 
 
-def run(test, images, env, timeout):
-    g = int(env.get("SHIM_GHOSTS", "0"))
+def run(test, images, nodes, env, timeout):
+    g = int(env.get("SHIM_GHOSTS", "0")) * nodes
     e = {k: v for k, v in os.environ.items() if k != "SHIM_LIB_PATH"}
     e.update(env)
     t = time.time()
@@ -61,6 +63,7 @@ def run(test, images, env, timeout):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=4)
+    ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--config", action="append", default=[])
     ap.add_argument("--only", default="")
     ap.add_argument("--timeout", type=float, default=60)
@@ -83,7 +86,7 @@ def main():
         while tries < 3:
             tries += 1
             for label, env in configs:
-                ok, rc, out, dt = run(test, a.images, env, a.timeout)
+                ok, rc, out, dt = run(test, a.images, a.nodes, env, a.timeout)
                 (OUT / f"{test}.{label}.n{a.images}.log").write_text(out)
                 runs.setdefault(label, []).append((ok, rc, dt))
             oks = {label: all(r[0] for r in v) for label, v in runs.items()}

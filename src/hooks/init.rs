@@ -184,25 +184,28 @@ fn agree(loaded: &mut config::Loaded, selection: u64, rank: c_int, size: c_int) 
         config::layout_fingerprint(&loaded.config),
         if loaded.errors.is_empty() { size } else { rank } as u64,
         node_key(),
+        proc::node_cpus() as u64,
     ];
-    let mut all = vec![0u64; 4 * size.max(1) as usize];
-    // SAFETY: four u64 from every rank into a buffer for `size` ranks, on MPI_COMM_WORLD.
+    const W: usize = 5;
+    let mut all = vec![0u64; W * size.max(1) as usize];
+    // SAFETY: W u64 from every rank into a buffer for `size` ranks, on MPI_COMM_WORLD.
     unsafe {
         pmpi::PMPI_Allgather(
             mine.as_ptr().cast(),
-            4,
+            W as c_int,
             MPI_UINT64_T(),
             all.as_mut_ptr().cast(),
-            4,
+            W as c_int,
             MPI_UINT64_T(),
             MPI_COMM_WORLD(),
         );
     }
-    let col = |i: usize| all.chunks(4).map(move |r| r[i]);
+    let col = |i: usize| all.chunks(W).map(move |r| r[i]);
     let lo = [col(0).min().unwrap_or(0), col(1).min().unwrap_or(0)];
     let hi = [col(0).max().unwrap_or(0), col(1).max().unwrap_or(0)];
     let census = Census {
         nodes: col(3).collect(),
+        cpus: col(4).collect(),
     };
     if lo[0] != hi[0] {
         loaded.errors.push(config::ConfigError {
@@ -301,6 +304,7 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selectio
         size: ls as i32,
     });
     proc::set_one_node(ls == size as usize);
+    proc::set_any_oversubscribed(census.any_oversubscribed());
     if rank == 0 {
         for w in &loaded.warnings {
             tracing::warn!(target: "shim::config", "{w}");

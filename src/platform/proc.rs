@@ -80,6 +80,23 @@ pub fn oversubscribed() -> bool {
     LOCAL_SIZE.load(Ordering::Relaxed) > *CPUS.get_or_init(node_cpus)
 }
 
+static ANY_OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
+
+/// Whether any node of the job is oversubscribed ([`oversubscribed`] there), the same
+/// answer on every rank: decisions that ranks of one communicator must make alike (whether
+/// `auto` may hand a call to the system MPI) use this, never the node-local fact, since the
+/// ranks of one communicator may sit on nodes that differ (3 processes on one node and 2 on
+/// another, of 2 processors each: the first node's ranks ran the shim's Barrier and the
+/// second's the library's, and the job hung).
+pub fn any_oversubscribed() -> bool {
+    ANY_OVERSUBSCRIBED.load(Ordering::Relaxed)
+}
+
+/// Records [`any_oversubscribed`] (from the census at init).
+pub fn set_any_oversubscribed(b: bool) {
+    ANY_OVERSUBSCRIBED.store(b, Ordering::Relaxed);
+}
+
 /// Processors online on this node. Not [`cpus`]: a library that pins each rank to one core
 /// (Intel MPI does by default) leaves every process an affinity mask of one, which would
 /// make any node with two ranks look oversubscribed.
@@ -129,9 +146,19 @@ pub fn user_world() -> MPI_Comm {
 pub struct Census {
     /// Each world rank's node key.
     pub nodes: Vec<u64>,
+    /// Each world rank's count of its node's processors ([`node_cpus`]).
+    pub cpus: Vec<u64>,
 }
 
 impl Census {
+    /// Whether some node holds more processes than it has processors.
+    pub fn any_oversubscribed(&self) -> bool {
+        self.nodes
+            .iter()
+            .zip(&self.cpus)
+            .any(|(&k, &c)| self.nodes.iter().filter(|&&x| x == k).count() as u64 > c)
+    }
+
     /// This rank's index among the ranks of its node (in world rank order), and their number.
     pub fn local(&self, rank: usize) -> (usize, usize) {
         let k = self.nodes[rank];
@@ -153,4 +180,28 @@ pub fn abort_job(code: c_int) -> ! {
         }
     }
     std::process::abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Census;
+
+    #[test]
+    fn one_oversubscribed_node_makes_the_job_oversubscribed() {
+        // (node keys, processors each rank reported) -> any node oversubscribed
+        let cases: [(&[u64], &[u64], bool); 5] = [
+            (&[1, 1, 2, 2], &[2, 2, 2, 2], false),
+            (&[1, 1, 1, 2, 2], &[2, 2, 2, 2, 2], true),
+            (&[1, 2, 2, 2], &[2, 4, 4, 4], false),
+            (&[1, 2, 2, 2], &[4, 2, 2, 2], true),
+            (&[7], &[1], false),
+        ];
+        for (nodes, cpus, want) in cases {
+            let c = Census {
+                nodes: nodes.to_vec(),
+                cpus: cpus.to_vec(),
+            };
+            assert_eq!(c.any_oversubscribed(), want, "{nodes:?} {cpus:?}");
+        }
+    }
 }

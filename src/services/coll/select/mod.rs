@@ -935,10 +935,11 @@ fn decide_with(
 /// May `auto` hand this call to the system MPI? Not for persistent calls (the system
 /// MPI's cannot be restarted), not on one process (a schedule is a local copy, and MPICH
 /// 4.0's own Alltoallv/w on one process hang while a wildcard receive is pending on the
-/// communicator; README, "system MPI bugs"), and not when the node is oversubscribed
-/// (its waits spin without yielding; see `init::oversubscribed`).
+/// communicator; README, "system MPI bugs"), and not when a node of the job is
+/// oversubscribed (its waits spin without yielding; see `proc::oversubscribed`): asked of
+/// the whole job, so that every rank of a communicator answers alike.
 fn native_allowed(form: Form, p: i32) -> bool {
-    form != Form::Persistent && p > 1 && !crate::platform::proc::oversubscribed()
+    form != Form::Persistent && p > 1 && !crate::platform::proc::any_oversubscribed()
 }
 
 /// The decision table (what `auto` picks) for the given communicator sizes, as text.
@@ -1076,7 +1077,7 @@ mod tests {
             let c = spec.coll;
             assert!(!tun.covers(c, 16), "{}", spec.mpi);
             for bytes in [8, 4096, 1 << 20] {
-                let want = if native_trusted(c) && !crate::platform::proc::oversubscribed() {
+                let want = if native_trusted(c) && !crate::platform::proc::any_oversubscribed() {
                     Algo::Native
                 } else {
                     decide(c, Form::Blocking, 16, bytes, true, 0, 0, false)
