@@ -33,6 +33,14 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
     let outer = guard::enter();
     crate::platform::counters::count(fid);
     let t0 = crate::platform::counters::start();
+    // point-to-point ("p2p"), request ("req"), RMA ("rma") and file ("file") calls may
+    // leave messages in the library that a later shared-memory collective must let move
+    if matches!(
+        crate::platform::api::CATEGORIES[fid as usize].as_bytes()[0],
+        b'p' | b'r' | b'f'
+    ) {
+        crate::core::transport::note_library_call();
+    }
     let r = catch_unwind(AssertUnwindSafe(|| {
         guard::check_fault(fid);
         // Every intercepted call advances the outstanding schedules (progress rule) and

@@ -174,9 +174,9 @@ pub static VARS: &[VarSpec] = &[
     },
     VarSpec {
         name: "SHIM_TRANSPORT",
-        default: "pmpi",
+        default: "auto",
         allowed: "auto, pmpi, shm",
-        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT` (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, the same as `shm` (where shared memory cannot work, a one-line warning and `pmpi`). Not the default yet: a rank waiting in a shared-memory collective drives the library's progress less often than the library's own collectives do (OpenCoarrays' passive-target lock loops in `alloc_comp_multidim_shape` at 2 images: 4.4 s against 3.2), Bcast from 8 ranks is slower than MPICH 5's, and the other libraries are not measured (README, \"The node transport\").",
+        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT` (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data, not in a job with an oversubscribed node (more processes than processors), not Bcast from 8 ranks (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
     },
     VarSpec {
         name: "SHIM_TUNING_FILE",
@@ -311,7 +311,7 @@ impl Default for Config {
             ranks_per_node: None,
             pack_threads: None,
             pack_min_bytes: 256 * 1024,
-            transport: Transport::Pmpi,
+            transport: Transport::Auto,
             shm: ShmConfig::default(),
         }
     }

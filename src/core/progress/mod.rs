@@ -292,11 +292,7 @@ pub fn wait_until(mut done: impl FnMut() -> bool) {
 /// Lets the system MPI's progress engine run once (an `MPI_Iprobe` on the library's world).
 /// The waits of schedules without messages (shared memory) call no MPI function otherwise.
 pub fn drive_library() {
-    let _ = crate::platform::mpi::p2p::iprobe(
-        crate::platform::abi::MPI_ANY_SOURCE,
-        crate::platform::abi::MPI_ANY_TAG,
-        crate::platform::abi::MPI_COMM_WORLD(),
-    );
+    crate::core::transport::drive_library();
 }
 
 /// What a blocking shared-memory wait does now and then besides driving its

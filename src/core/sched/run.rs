@@ -184,6 +184,9 @@ impl Run {
         if self.done as usize == self.sched.len() {
             self.finished = true;
             self.error = self.truncated;
+            if let Some((node, place)) = &self.shm {
+                drive_after(&self.sched, node, place);
+            }
         }
         self.finished
     }
@@ -270,8 +273,7 @@ impl Run {
                 let Some((node, place)) = &self.shm else {
                     return self.no_segment();
                 };
-                node.flag(place.region, node.rank)
-                    .publish(phase_value(place.instance, phase as u32));
+                node.post(place.region, phase_value(place.instance, phase as u32));
                 self.local_done(v, MPI_SUCCESS);
             }
             Action::Release => {
@@ -555,8 +557,7 @@ pub fn run_inline(
                 op,
             } => unsafe { crate::core::ops::reduce_local(addr(src), addr(dst), count, dt, op) },
             Action::Post { phase } => {
-                node.flag(place.region, me)
-                    .publish(phase_value(place.instance, phase as u32));
+                node.post(place.region, phase_value(place.instance, phase as u32));
                 MPI_SUCCESS
             }
             Action::Release => {
@@ -596,7 +597,26 @@ pub fn run_inline(
             return rc;
         }
     }
+    drive_after(sched, node, &place);
     truncated
+}
+
+/// At the end of a collective on the segment: lets the library run once if a rank this
+/// one watched marked its cell at this instance (`Node::post`: its process had called the
+/// library), or if this process called it since it last looked, as a collective through
+/// the library would have run the library's progress at both ends.
+fn drive_after(sched: &Schedule, node: &Node, place: &Place) {
+    let me = node.rank;
+    let marked = |r: u32| r != me && node.had_traffic(place.region, r, place.instance);
+    let need = crate::core::transport::take_library_traffic()
+        || sched.actions.iter().any(|a| match *a {
+            Action::Watch { peer, .. } if peer == ALL_PEERS => (0..node.geo.ranks).any(marked),
+            Action::Watch { peer, .. } => marked(peer as u32),
+            _ => false,
+        });
+    if need {
+        crate::core::transport::drive_library();
+    }
 }
 
 /// How a blocking shared-memory collective waits: spinning first where every rank has a

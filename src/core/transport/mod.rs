@@ -6,3 +6,38 @@
 
 pub mod flag;
 pub mod node;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by every point-to-point, request, RMA and file call of the application
+/// ([`note_library_call`]): the library may hold messages of this process that a peer's
+/// progress must take in, or messages from peers this process's progress must. A
+/// collective through the library would run the library's progress at both ends, and
+/// programs count on it (mpi4py's `testStartCompletePostTest`: `MPI_Win_complete`, a
+/// Barrier on both ranks, then `MPI_Win_test` at the target must be true); a collective on
+/// the shared-memory segment calls no MPI function, so it carries this mark instead
+/// (`node::Node::post`: the rank drives its library before it publishes, the ranks that
+/// watch it drive theirs at the end).
+static LIBRARY_TRAFFIC: AtomicBool = AtomicBool::new(false);
+
+/// Notes a call that may leave messages in flight in the library.
+#[inline]
+pub fn note_library_call() {
+    LIBRARY_TRAFFIC.store(true, Ordering::Relaxed);
+}
+
+/// Whether the application called the library ([`note_library_call`]) since the last
+/// time this was asked; clears the mark.
+#[inline]
+pub fn take_library_traffic() -> bool {
+    LIBRARY_TRAFFIC.load(Ordering::Relaxed) && LIBRARY_TRAFFIC.swap(false, Ordering::Relaxed)
+}
+
+/// Lets the system MPI's progress engine run once (an `MPI_Iprobe` on the library's world).
+pub fn drive_library() {
+    let _ = crate::platform::mpi::p2p::iprobe(
+        crate::platform::abi::MPI_ANY_SOURCE,
+        crate::platform::abi::MPI_ANY_TAG,
+        crate::platform::abi::MPI_COMM_WORLD(),
+    );
+}

@@ -41,6 +41,12 @@ use crate::platform::shm::Segment;
 const HEADER: usize = 64;
 /// Offset of a cell's flag.
 const FLAG: usize = 0;
+/// Offset of a cell's traffic mark: in the flag's line, after the flag. The phase value of
+/// the flag the rank published right after calling the library's progress because its
+/// process had called the library since its previous collective on a segment
+/// (`transport::take_library_traffic`); a rank that sees it at an instance it watches lets
+/// its own library run once at the end of the collective.
+const TRAFFIC: usize = FLAG + 8;
 /// Offset of a cell's data slot: in the flag's line, 16 bytes in (the flag's 8 bytes, and
 /// the alignment of the widest predefined type).
 pub const DATA: usize = FLAG + 16;
@@ -283,6 +289,32 @@ impl Node {
         // page aligned, the header and cells are whole lines); the slot begins after it;
         // lives as long as `self`.
         unsafe { &*(region.add(r as usize * self.geo.cell() + FLAG) as *const SeqFlag) }
+    }
+
+    /// Publishes this rank's flag at `value` in `region`; first, if the application called
+    /// the library since this process's last collective on a segment, lets the library
+    /// run once (its messages go out) and marks the cell so that the watching ranks let
+    /// theirs run at the end of the collective (`transport::LIBRARY_TRAFFIC`).
+    pub fn post(&self, region: *mut u8, value: u32) {
+        if super::take_library_traffic() {
+            super::drive_library();
+            self.traffic(region, self.rank)
+                .store(value, Ordering::Relaxed);
+        }
+        self.flag(region, self.rank).publish(value);
+    }
+
+    /// Whether rank `r` marked its cell of `region` at `instance` (read after its flag of
+    /// that instance was seen: the release store of the flag orders the mark before it).
+    pub fn had_traffic(&self, region: *mut u8, r: u32, instance: u32) -> bool {
+        let m = self.traffic(region, r).load(Ordering::Relaxed);
+        m.wrapping_sub(phase_value(instance, 0)) < PHASES
+    }
+
+    fn traffic(&self, region: *mut u8, r: u32) -> &AtomicU32 {
+        // SAFETY: 4 aligned bytes of rank r's flag line in this segment (`TRAFFIC`), which
+        // only that rank writes; lives as long as `self`.
+        unsafe { &*(region.add(r as usize * self.geo.cell() + TRAFFIC) as *const AtomicU32) }
     }
 
     /// Rank `r`'s acknowledgement line of channel `ch`.

@@ -567,10 +567,14 @@ impl<'a> Ctx<'a> {
         let Some(&(transport, cfg)) = TRANSPORT.get() else {
             return false;
         };
+        let allowed = select::shm_allowed(coll);
         if transport == Transport::Pmpi
             || self.size() < 2
             || self.st.inter
-            || select::shm_allowed(coll).is_none()
+            || allowed.is_none()
+            || (transport == Transport::Auto
+                && allowed == Some(false)
+                && !select::shm_wins(coll, self.size(), footprint))
             || footprint > cfg.slot as i64
             // no data: nothing to move, and nothing to wait for (MPI-4.0 §6.1: a collective
             // may complete as soon as the caller's part is done); the point-to-point path's

@@ -620,6 +620,26 @@ pub fn shm_allowed(coll: Coll) -> Option<bool> {
     }
 }
 
+/// The most slot bytes a call may need for `SHIM_TRANSPORT=auto` to take it to the segment:
+/// up to 1 KiB the segment beat all three libraries measured at 2 ranks (Intel MPI's own
+/// shared-memory collectives tie it from 2 KiB and win some from 4 KiB; MPICH's lose to it
+/// up to the slot).
+pub const AUTO_SHM_MAX_BYTES: i64 = 1024;
+
+/// Whether `SHIM_TRANSPORT=auto` takes `coll` on `p` ranks, needing `footprint` slot bytes,
+/// to the shared-memory segment: where it was measured to win (README, "The node
+/// transport"). Not in a job with an oversubscribed node: there a waiting rank and the rank
+/// it waits for share a core, and what decides is how soon the waiter gives it up, which the
+/// library's point-to-point path and its own collectives were measured for, the segment's
+/// flags not. Not Bcast from 8 ranks: MPICH 5's own was faster there on 16 cores. Not above
+/// [`AUTO_SHM_MAX_BYTES`]. Every input is the same on every rank (`proc::any_oversubscribed`
+/// is the job's), so all ranks decide alike.
+pub fn shm_wins(coll: Coll, p: i32, footprint: i64) -> bool {
+    !crate::platform::proc::any_oversubscribed()
+        && !(coll == Coll::Bcast && p >= 8)
+        && footprint <= AUTO_SHM_MAX_BYTES
+}
+
 /// The parameters a forced or automatic choice runs with.
 fn params(coll: Coll, f: &Forced) -> (u32, i64) {
     let s = spec_of(coll);
@@ -1066,6 +1086,23 @@ mod tests {
                 let got = decide_with(&tun, c, Form::Blocking, p, 0, true, 2, 0, true);
                 assert_eq!(got, Algo::Native, "{} at {p} ranks", spec.mpi);
             }
+        }
+    }
+
+    #[test]
+    fn auto_takes_the_segment_only_where_it_was_measured_to_win() {
+        // (collective, ranks, slot bytes) -> whether SHIM_TRANSPORT=auto uses the segment
+        let cases = [
+            (Coll::Allreduce, 2, 8, true),
+            (Coll::Allreduce, 16, AUTO_SHM_MAX_BYTES, true),
+            (Coll::Allreduce, 2, AUTO_SHM_MAX_BYTES + 1, false),
+            (Coll::Barrier, 16, 0, true),
+            (Coll::Bcast, 7, 8, true),
+            (Coll::Bcast, 8, 8, false),
+            (Coll::Alltoall, 8, 8, true),
+        ];
+        for (c, p, bytes, want) in cases {
+            assert_eq!(shm_wins(c, p, bytes), want, "{c:?} at {p} ranks, {bytes} B");
         }
     }
 
