@@ -176,7 +176,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_TRANSPORT",
         default: "auto",
         allowed: "auto, pmpi, shm",
-        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT` (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data, not in a job with an oversubscribed node (more processes than processors), not Bcast from 8 ranks (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
+        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT` (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data, not in a job with an oversubscribed node (more processes than processors) (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
     },
     VarSpec {
         name: "SHIM_TUNING_FILE",

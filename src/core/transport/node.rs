@@ -113,15 +113,13 @@ pub struct Node {
     /// (an earlier one is still running): the next ack to publish, and a bit per instance
     /// after it (fewer than `depth` <= 64 can be done ahead, see [`Node::release`]).
     nb_done: Mutex<(u32, u64)>,
-    /// A receive nothing ever matches, pending on a private duplicate of the communicator:
-    /// testing it runs the system MPI's progress engine for these peers ([`Node::drive`]).
+    /// A private duplicate of the communicator, probed to run the system MPI's progress
+    /// engine for these peers ([`Node::drive`]).
     driver: std::sync::Mutex<Option<Driver>>,
 }
 
 struct Driver {
     comm: MPI_Comm,
-    req: MPI_Request,
-    _buf: Box<u64>,
 }
 
 impl Drop for Node {
@@ -233,28 +231,27 @@ impl Node {
     /// Lets the system MPI's progress engine run once, for this communicator's peers. A
     /// rank waiting on a flag calls no MPI function otherwise, and a peer may need this
     /// rank's library to move before it can come: MPICH's passive-target RMA completes at
-    /// the target only while the target's engine runs (OpenCoarrays' lock loops). Testing an
-    /// incomplete request runs the engine, on the communicator's own channel of the library
-    /// (a probe may answer from its queues, a self communicator from a local path).
+    /// the target only while the target's engine runs (OpenCoarrays' lock loops). A probe on
+    /// the private duplicate, where nothing is ever sent, finds nothing queued and so runs
+    /// the engine on the communicator's own channel of the library; the probe on the
+    /// library's world runs its RMA progress. No receive stays posted (a request of the
+    /// shim's pending in the library for the segment's whole life).
     pub fn drive(&self) {
-        if let Ok(mut g) = self.driver.try_lock() {
-            if let Some(d) = g.as_mut() {
-                let _ = p2p::test(&mut d.req);
+        if let Ok(g) = self.driver.try_lock() {
+            if let Some(d) = g.as_ref() {
+                let _ = p2p::iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, d.comm);
             }
             let _ = p2p::iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD());
         }
     }
 
-    /// Cancels the receive that drives the library and frees its duplicate (at finalize,
-    /// or when the segment goes): no request of the shim's may outlive `MPI_Finalize`
-    /// (MPI-4.0 §11.2), and a thread's lane (`services::coll::lane`) may hold the segment
-    /// past it.
+    /// Frees the duplicate that drives the library (at finalize, or when the segment goes):
+    /// no communicator of the shim's may outlive `MPI_Finalize` (MPI-4.0 §11.2), and a
+    /// thread's lane (`services::coll::lane`) may hold the segment past it.
     pub fn retire(&self) {
         let d = self.driver.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut d) = d {
             if !mpi_comm::finalized().unwrap_or(true) {
-                let _ = p2p::cancel(&mut d.req);
-                let _ = p2p::wait(&mut d.req);
                 let _ = mpi_comm::free(&mut d.comm);
             }
         }
@@ -395,37 +392,15 @@ pub fn phase_value(i: u32, phase: u32) -> u32 {
 }
 
 impl Driver {
-    /// Duplicates `comm` (all its ranks are in the setup) and posts the receive.
+    /// Duplicates `comm` (all its ranks are in the setup).
     fn new(comm: MPI_Comm) -> Option<Driver> {
-        let mut dup = mpi_comm::dup(comm).ok()?;
+        let dup = mpi_comm::dup(comm).ok()?;
         let _ = mpi_comm::set_errhandler(dup, MPI_ERRORS_RETURN());
-        let mut buf = Box::new(0u64);
-        // SAFETY: one byte into a heap buffer the Driver keeps until the request is gone.
-        let req = unsafe {
-            p2p::irecv(
-                (&mut *buf as *mut u64).cast(),
-                1,
-                MPI_BYTE(),
-                MPI_ANY_SOURCE,
-                0,
-                dup,
-            )
-        };
-        match req {
-            Ok(req) => Some(Driver {
-                comm: dup,
-                req,
-                _buf: buf,
-            }),
-            Err(_) => {
-                let _ = mpi_comm::free(&mut dup);
-                None
-            }
-        }
+        Some(Driver { comm: dup })
     }
 }
 
-// SAFETY: handles and a heap buffer the request writes to; used under the node's mutex.
+// SAFETY: a communicator handle, used under the node's mutex.
 unsafe impl Send for Driver {}
 
 #[cfg(test)]
