@@ -12,7 +12,8 @@
  * on the segment, and the ranks that watch it let their library run at the end
  * (src/core/transport/node.rs, `Node::post`).
  *
- * Rounds alternate Barrier and Allreduce as the synchronizing collective. Run with
+ * Rounds alternate Barrier and Allreduce as the synchronizing collective (Barrier only
+ * under Intel MPI, see below). Run with
  * SHIM_TRANSPORT=shm SHIM_SHM_AFTER=0 (scripts/tests/shm-tests); it also runs as an
  * ordinary C test. Argument: rounds (default 20). */
 #include "common.h"
@@ -22,6 +23,12 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     int rounds = argc > 1 ? atoi(argv[1]) : 20;
+    /* Intel MPI 2021.19's own MPI_Allreduce does not take the completion in (natively the
+     * target's test is false in round 3 at 2 ranks); its Barrier does. There, Barriers only. */
+    char ver[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(ver, &len);
+    int barrier_only = strstr(ver, "Intel") != NULL;
     MPI_Comm comm;
     MPI_OK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
     double mem[16];
@@ -44,7 +51,7 @@ int main(int argc, char **argv) {
             MPI_OK(MPI_Group_incl(wg, 1, zero, &g));
             MPI_OK(MPI_Win_post(g, 0, win));
         }
-        if (it % 2 == 0) {
+        if (it % 2 == 0 || barrier_only) {
             MPI_OK(MPI_Barrier(comm));
         } else {
             MPI_OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, comm));
@@ -54,7 +61,7 @@ int main(int argc, char **argv) {
             int flag = 0;
             MPI_OK(MPI_Win_test(win, &flag));
             CHECK(flag, "round %d: MPI_Win_test is false after rank 0's MPI_Win_complete and a %s",
-                  it, it % 2 ? "MPI_Allreduce" : "MPI_Barrier");
+                  it, it % 2 && !barrier_only ? "MPI_Allreduce" : "MPI_Barrier");
             CHECK(mem[0] == (double)it, "round %d: the Put left %g", it, mem[0]);
         }
         MPI_OK(MPI_Group_free(&g));
