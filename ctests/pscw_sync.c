@@ -3,7 +3,7 @@
  * collective, and each target's single MPI_Win_test must report its exposure epoch over
  * (mpi4py's test_rma.testStartCompletePostTest does exactly this with two Barriers).
  *
- * A collective through the library runs the library's progress at both ends, so the
+ * A collective through a library's point-to-point runs its progress at both ends, so the
  * completion message of MPI_Win_complete has been taken in when it returns. On the
  * shim's node transport a collective calls no MPI function: a target's MPI_Win_test then
  * found the message not yet received (false after the Barriers, about one round in a
@@ -12,10 +12,18 @@
  * on the segment, and the ranks that watch it let their library run at the end
  * (src/core/transport/node.rs, `Node::post`).
  *
- * Rounds alternate Barrier and Allreduce as the synchronizing collective (Barrier only
- * under Intel MPI, see below). Run with
- * SHIM_TRANSPORT=shm SHIM_SHM_AFTER=0 (scripts/tests/shm-tests); it also runs as an
- * ordinary C test. Argument: rounds (default 20). */
+ * The standard does not promise it (MPI-4.1 12.5.2: MPI_WIN_TEST is the nonblocking
+ * MPI_WIN_WAIT; nothing says one call after an unrelated collective returns true), and the
+ * libraries with shared-memory collectives of their own do not give it: natively MPICH
+ * 5.0.2 fails it with Barriers (round 8-10 at 2 ranks), Intel MPI 2021.19 with Allreduce
+ * (round 3). Debian's MPICH 4.0.2, whose collectives go through its point-to-point, gives
+ * it, and so must the shim there. So the check is strict only with PSCW_SYNC_STRICT=1
+ * (scripts/tests/shm-tests, under Debian's MPICH); otherwise a false test is followed by
+ * MPI_Win_wait and counted, and the Put's data is checked either way.
+ *
+ * Rounds alternate Barrier and Allreduce as the synchronizing collective. Run with
+ * SHIM_TRANSPORT=shm SHIM_SHM_AFTER=0 PSCW_SYNC_STRICT=1 (scripts/tests/shm-tests); it
+ * also runs as an ordinary C test. Argument: rounds (default 20). */
 #include "common.h"
 
 int main(int argc, char **argv) {
@@ -23,12 +31,9 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     int rounds = argc > 1 ? atoi(argv[1]) : 20;
-    /* Intel MPI 2021.19's own MPI_Allreduce does not take the completion in (natively the
-     * target's test is false in round 3 at 2 ranks); its Barrier does. There, Barriers only. */
-    char ver[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(ver, &len);
-    int barrier_only = strstr(ver, "Intel") != NULL;
+    const char *strict_env = getenv("PSCW_SYNC_STRICT");
+    int strict = strict_env && strcmp(strict_env, "1") == 0;
+    int late = 0;
     MPI_Comm comm;
     MPI_OK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
     double mem[16];
@@ -51,7 +56,7 @@ int main(int argc, char **argv) {
             MPI_OK(MPI_Group_incl(wg, 1, zero, &g));
             MPI_OK(MPI_Win_post(g, 0, win));
         }
-        if (it % 2 == 0 || barrier_only) {
+        if (it % 2 == 0) {
             MPI_OK(MPI_Barrier(comm));
         } else {
             MPI_OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, comm));
@@ -60,8 +65,13 @@ int main(int argc, char **argv) {
         if (g_rank != 0) {
             int flag = 0;
             MPI_OK(MPI_Win_test(win, &flag));
-            CHECK(flag, "round %d: MPI_Win_test is false after rank 0's MPI_Win_complete and a %s",
-                  it, it % 2 && !barrier_only ? "MPI_Allreduce" : "MPI_Barrier");
+            CHECK(flag || !strict,
+                  "round %d: MPI_Win_test is false after rank 0's MPI_Win_complete and a %s", it,
+                  it % 2 ? "MPI_Allreduce" : "MPI_Barrier");
+            if (!flag) {
+                late++;
+                MPI_OK(MPI_Win_wait(win));
+            }
             CHECK(mem[0] == (double)it, "round %d: the Put left %g", it, mem[0]);
         }
         MPI_OK(MPI_Group_free(&g));
@@ -69,6 +79,9 @@ int main(int argc, char **argv) {
         MPI_OK(MPI_Win_free(&win));
     }
     MPI_OK(MPI_Comm_free(&comm));
+    if (late)
+        printf("rank %d: MPI_Win_test was false after the collective in %d of %d rounds "
+               "(allowed without PSCW_SYNC_STRICT)\n", g_rank, late, rounds);
     if (g_rank == 0) printf("PASS pscw_sync %d rounds at %d ranks\n", rounds, g_size);
     MPI_Finalize();
     return 0;

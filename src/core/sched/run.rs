@@ -616,6 +616,7 @@ fn drive_after(sched: &Schedule, node: &Node, place: &Place) {
         });
     if need {
         crate::core::transport::drive_library();
+        node.drive();
     }
 }
 

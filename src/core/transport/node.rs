@@ -294,7 +294,7 @@ impl Node {
     /// theirs run at the end of the collective (`transport::LIBRARY_TRAFFIC`).
     pub fn post(&self, region: *mut u8, value: u32) {
         if super::take_library_traffic() {
-            super::drive_library();
+            self.drive();
             self.traffic(region, self.rank)
                 .store(value, Ordering::Relaxed);
         }
