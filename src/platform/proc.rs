@@ -151,12 +151,17 @@ pub struct Census {
 }
 
 impl Census {
-    /// Whether some node holds more processes than it has processors.
+    /// Whether some node holds more processes than it has processors (one pass: this runs
+    /// at init on every rank, over every rank of the job).
     pub fn any_oversubscribed(&self) -> bool {
-        self.nodes
-            .iter()
-            .zip(&self.cpus)
-            .any(|(&k, &c)| self.nodes.iter().filter(|&&x| x == k).count() as u64 > c)
+        let mut per_node: std::collections::HashMap<u64, (u64, u64)> =
+            std::collections::HashMap::new();
+        for (&k, &c) in self.nodes.iter().zip(&self.cpus) {
+            let e = per_node.entry(k).or_insert((0, u64::MAX));
+            e.0 += 1;
+            e.1 = e.1.min(c);
+        }
+        per_node.values().any(|&(n, c)| n > c)
     }
 
     /// This rank's index among the ranks of its node (in world rank order), and their number.

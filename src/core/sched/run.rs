@@ -615,7 +615,7 @@ fn drive_after(sched: &Schedule, node: &Node, place: &Place) {
             _ => false,
         });
     if need {
-        crate::core::transport::drive_library();
+        // the communicator's private duplicate and the library's world
         node.drive();
     }
 }
