@@ -61,7 +61,7 @@ const LAUNCHER_VARS: &[&str] = &[
 /// the Barrier at 8 ranks on 16 cores 9.8 µs instead of 1.7).
 fn wants_thread(c: &config::Config, required: c_int) -> bool {
     match c.progress {
-        config::ProgressMode::None => false,
+        config::ProgressMode::None | config::ProgressMode::Library => false,
         config::ProgressMode::Thread => true,
         config::ProgressMode::Auto => {
             if required < MPI_THREAD_MULTIPLE
@@ -443,6 +443,12 @@ fn initialize(
     if thread {
         start_progress(&cfg, multiple);
     }
+    if cfg.progress == config::ProgressMode::Library
+        && !crate::core::progress::library::enable()
+        && world().rank == 0
+    {
+        tracing::warn!(target: "shim::progress", "SHIM_PROGRESS=library: the MPI library takes no poll functions into its progress (MPIX_Async_start and MPIX_Request_is_complete, MPICH 4.3 and later, MPICH ABI build); schedules advance inside MPI calls only");
+    }
     MPI_SUCCESS
 }
 
@@ -469,6 +475,17 @@ fn start_progress(c: &config::Config, multiple: bool) {
 fn finalize(native: &dyn Fn() -> c_int) -> c_int {
     if crate::platform::guard::is_active() {
         crate::core::progress::drain_detached();
+        if crate::core::progress::library::enabled() {
+            crate::core::progress::library::disable();
+            if crate::platform::counters::enabled() {
+                crate::platform::log::raw_stderr(&format!(
+                    "{} library progress: {} polls advanced the schedules\n",
+                    crate::platform::log::prefix(),
+                    crate::core::progress::library::POLLS
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                ));
+            }
+        }
         if crate::core::progress::thread::running() {
             crate::core::progress::thread::stop();
             if crate::platform::counters::enabled() {

@@ -64,13 +64,80 @@ pub fn inside() -> bool {
 /// Marks the calling thread as inside the shim; returns the previous mark for [`leave`].
 #[inline(always)]
 pub fn enter() -> bool {
-    memo::local().in_shim.replace(true)
+    let outer = memo::local().in_shim.replace(true);
+    if !outer && COUNTING.load(Ordering::Relaxed) {
+        count_in();
+    }
+    outer
 }
 
 /// Restores the mark [`enter`] returned.
 #[inline(always)]
 pub fn leave(outer: bool) {
+    if !outer && COUNTED.get() {
+        count_out();
+    }
     memo::local().in_shim.set(outer);
+}
+
+// `SHIM_PROGRESS=library`: the library's progress engine runs the shim's schedules from a
+// poll function while it holds its own locks. A thread inside the shim may hold the shim's
+// locks and be about to call the library, which would wait for the library's locks: the
+// two would wait for each other (MPICH 5.0.2 with its progress thread, ctests/mt_coll.c).
+// So the poll runs the schedules only while no thread is inside the shim, and threads that
+// enter meanwhile wait at the door, holding nothing.
+
+/// Whether threads are counted in and out ([`count_threads`]).
+static COUNTING: AtomicBool = AtomicBool::new(false);
+/// Threads inside the shim, or -1 while the library's progress runs the schedules.
+static INSIDE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+thread_local! {
+    /// This thread's outermost entry was counted (counting may start while it is inside).
+    static COUNTED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Starts counting the threads inside the shim (`SHIM_PROGRESS=library`).
+pub fn count_threads() {
+    COUNTING.store(true, Ordering::Release);
+}
+
+#[inline(never)]
+fn count_in() {
+    let mut n = INSIDE.load(Ordering::Relaxed);
+    loop {
+        if n < 0 {
+            std::hint::spin_loop();
+            n = INSIDE.load(Ordering::Relaxed);
+            continue;
+        }
+        match INSIDE.compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(m) => n = m,
+        }
+    }
+    COUNTED.set(true);
+}
+
+#[inline(never)]
+fn count_out() {
+    COUNTED.set(false);
+    INSIDE.fetch_sub(1, Ordering::Release);
+}
+
+/// Enters the shim alone, if no thread is inside it: returns the mark for
+/// [`leave_alone`], or `None` (some thread is inside; it advances the schedules itself).
+pub fn enter_alone() -> Option<bool> {
+    INSIDE
+        .compare_exchange(0, -1, Ordering::Acquire, Ordering::Relaxed)
+        .ok()?;
+    Some(memo::local().in_shim.replace(true))
+}
+
+/// Ends [`enter_alone`].
+pub fn leave_alone(outer: bool) {
+    memo::local().in_shim.set(outer);
+    INSIDE.store(0, Ordering::Release);
 }
 
 /// Panics when `SHIM_FAULT_INJECT` armed this function (the test of the panic guard).
@@ -97,10 +164,10 @@ pub fn lane(
     if l.in_shim.get() || !repeats(&l.memo) {
         return None;
     }
-    l.in_shim.set(true);
+    let outer = enter();
     crate::platform::counters::count(fid);
     let rc = native();
-    l.in_shim.set(false);
+    leave(outer);
     Some(rc)
 }
 
@@ -160,4 +227,46 @@ pub fn panic_abort(what: &str, payload: Box<dyn Any + Send>) -> ! {
         crate::platform::log::prefix()
     ));
     crate::platform::proc::abort_job(70);
+}
+
+#[cfg(test)]
+mod alone_tests {
+    use super::*;
+
+    /// The library's poll runs the schedules only while no thread is inside the shim, and a
+    /// thread that enters while it does waits at the door.
+    #[test]
+    fn the_library_poll_runs_only_while_no_thread_is_inside() {
+        count_threads();
+        let outer = enter();
+        assert!(enter_alone().is_none(), "this thread is inside");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            // other tests' threads may be inside for a moment
+            let t0 = std::time::Instant::now();
+            let mark = loop {
+                if let Some(m) = enter_alone() {
+                    break m;
+                }
+                assert!(
+                    t0.elapsed().as_secs() < 20,
+                    "some thread stays inside the shim"
+                );
+                std::thread::yield_now();
+            };
+            tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            leave_alone(mark);
+        });
+        leave(outer);
+        rx.recv().unwrap();
+        let t0 = std::time::Instant::now();
+        let again = enter();
+        assert!(
+            t0.elapsed() >= std::time::Duration::from_millis(20),
+            "entered while the poll ran"
+        );
+        leave(again);
+        t.join().unwrap();
+    }
 }

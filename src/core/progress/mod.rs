@@ -12,10 +12,13 @@
 //! `thread`: in addition, the progress thread (`thread`) advances them while the
 //! application computes.
 //!
+//! `library`: in addition, the MPI library's progress engine does (`library`).
+//!
 //! Each run sits behind its own mutex and is advanced by whichever thread gets it
 //! (`try_lock`): never by two threads at once, and a thread never waits for another's
 //! advance.
 
+pub mod library;
 pub mod thread;
 
 use core::ffi::c_int;
@@ -176,6 +179,7 @@ pub fn submit(cell: &Arc<RunCell>) {
         a.push(Arc::clone(cell));
         recount(&a);
     }
+    library::arm();
     if cell.for_thread {
         thread::notify();
     }

@@ -312,6 +312,9 @@ pub unsafe fn test_status(request: &mut MPI_Request, status: *mut MPI_Status) ->
         }
         done
     });
+    if in_library_progress() && !any_complete(&[*request]) && *request != MPI_REQUEST_NULL() {
+        return Ok(false);
+    }
     let mut flag: c_int = 0;
     // SAFETY: a valid request and flag; the caller's status.
     check(unsafe { pmpi::PMPI_Test(request, &mut flag, status) })?;
@@ -616,6 +619,9 @@ pub fn test(req: &mut MPI_Request) -> MpiResult<bool> {
         }
         done
     });
+    if in_library_progress() && !any_complete(&[*req]) && *req != MPI_REQUEST_NULL() {
+        return Ok(false);
+    }
     let mut flag: c_int = 0;
     // SAFETY: a valid handle pointer; the status is ignored.
     check(unsafe { pmpi::PMPI_Test(req, &mut flag, MPI_STATUS_IGNORE) })?;
@@ -667,6 +673,11 @@ pub fn testsome(
     let Ok(incount) = c_int::try_from(n) else {
         return Err(super::MpiError(MPI_ERR_ARG));
     };
+    if in_library_progress() && !any_complete(reqs) {
+        let null = MPI_REQUEST_NULL();
+        let none = reqs.iter().all(|&r| r == null);
+        return Ok((if none { MPI_UNDEFINED } else { 0 }, false));
+    }
     let mut outcount: c_int = 0;
     // SAFETY: arrays of n requests and at least n indices and statuses (checked above).
     let rc = unsafe {
@@ -766,6 +777,9 @@ pub fn iprobe(source: c_int, tag: c_int, comm: MPI_Comm) -> MpiResult<Option<MPI
             ..MPI_Status::default()
         })
     });
+    if in_library_progress() {
+        return Ok(None);
+    }
     let mut flag = 0;
     let mut st = MPI_Status::default();
     // SAFETY: valid out-pointers.
@@ -820,4 +834,97 @@ pub fn grequest_complete(req: MPI_Request) -> MpiResult<()> {
     fake_first!("grequest_complete", [req], |_v: Vec<i64>| ());
     // SAFETY: a plain handle; MPI reports a bad one as an error.
     check(unsafe { pmpi::PMPI_Grequest_complete(req) })
+}
+
+// The library's own progress engine (MPICH 4.3 and later: `MPIX_Async_start`). A poll
+// function registered there runs inside the library's progress, holding the library's lock
+// on its list of polls: an MPI call that itself runs the progress engine from there
+// re-enters that lock (MPICH 5.0.2 under `MPI_THREAD_MULTIPLE` aborts with "Resource
+// deadlock avoided"). Posting a send or a receive is safe there; testing is safe only once
+// a request is complete (`MPIX_Request_is_complete`, which never progresses; `MPI_Testsome`
+// then skips the progress engine because something completed). So while a thread runs
+// such a poll, [`test`], [`test_status`] and [`testsome`] ask first and [`iprobe`]
+// answers "nothing".
+
+thread_local! {
+    static IN_LIBRARY_PROGRESS: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Whether this thread is running a poll function inside the library's progress engine.
+#[inline]
+pub fn in_library_progress() -> bool {
+    IN_LIBRARY_PROGRESS.with(|c| c.get())
+}
+
+/// Marks this thread as inside the library's progress engine while it lives.
+pub struct LibraryProgress(bool);
+
+impl LibraryProgress {
+    pub fn enter() -> LibraryProgress {
+        LibraryProgress(IN_LIBRARY_PROGRESS.with(|c| c.replace(true)))
+    }
+}
+
+impl Drop for LibraryProgress {
+    fn drop(&mut self) {
+        IN_LIBRARY_PROGRESS.with(|c| c.set(self.0));
+    }
+}
+
+/// `MPIX_Async_poll_function`: gets the library's opaque `MPIX_Async_thing`.
+pub type AsyncPoll = unsafe extern "C" fn(thing: *mut c_void) -> c_int;
+/// What a poll function returns: still pending.
+pub const MPIX_ASYNC_NOPROGRESS: c_int = 0;
+/// What a poll function returns: done, the library forgets it.
+pub const MPIX_ASYNC_DONE: c_int = 1;
+
+type AsyncStartFn = unsafe extern "C" fn(AsyncPoll, *mut c_void, c_int) -> c_int;
+type IsCompleteFn = unsafe extern "C" fn(MPI_Request) -> c_int;
+
+/// `PMPIX_Async_start` and `PMPIX_Request_is_complete`, both or neither.
+fn async_fns() -> Option<(AsyncStartFn, IsCompleteFn)> {
+    static FNS: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+    let (s, c) = (*FNS.get_or_init(|| {
+        // only the MPICH ABI: there `MPIX_Stream` is an int handle
+        if !cfg!(feature = "abi-mpich") {
+            return None;
+        }
+        let s = crate::platform::symbols::optional(c"PMPIX_Async_start");
+        let c = crate::platform::symbols::optional(c"PMPIX_Request_is_complete");
+        (!s.is_null() && !c.is_null()).then_some((s as usize, c as usize))
+    }))?;
+    // SAFETY: the library's own functions, with the prototypes of MPICH's mpi.h.
+    Some(unsafe {
+        (
+            core::mem::transmute::<usize, AsyncStartFn>(s),
+            core::mem::transmute::<usize, IsCompleteFn>(c),
+        )
+    })
+}
+
+/// Whether the library takes poll functions into its progress engine.
+pub fn library_progress_available() -> bool {
+    async_fns().is_some()
+}
+
+/// `MPIX_Async_start(poll, NULL, MPIX_STREAM_NULL)`.
+pub fn async_start(poll: AsyncPoll) -> MpiResult<()> {
+    let Some((start, _)) = async_fns() else {
+        return Err(super::MpiError(MPI_ERR_OTHER));
+    };
+    /// MPICH's `MPIX_STREAM_NULL`.
+    const MPIX_STREAM_NULL: c_int = 0x3c00_0000;
+    // SAFETY: a poll function that lives as long as the library (a static function).
+    check(unsafe { start(poll, core::ptr::null_mut(), MPIX_STREAM_NULL) })
+}
+
+/// Inside the library's progress: whether any of `reqs` is complete, without progress.
+fn any_complete(reqs: &[MPI_Request]) -> bool {
+    let Some((_, is_complete)) = async_fns() else {
+        return true;
+    };
+    let null = MPI_REQUEST_NULL();
+    // SAFETY: live requests of this process.
+    reqs.iter()
+        .any(|&r| r != null && unsafe { is_complete(r) } != 0)
 }
