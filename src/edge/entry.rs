@@ -31,6 +31,7 @@ pub fn slow(
 #[inline]
 pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
     let outer = guard::enter();
+    crate::platform::watchdog::call(fid as u32);
     crate::platform::counters::count(fid);
     let t0 = crate::platform::counters::start();
     // point-to-point ("p2p"), request ("req"), RMA ("rma") and file ("file") calls may

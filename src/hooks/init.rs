@@ -279,6 +279,12 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selectio
     crate::platform::log::init(&loaded.config.log, loaded.config.log_file.as_deref(), rank);
     let verbose = loaded.config.log.contains("debug") || loaded.config.log.contains("trace");
     crate::platform::guard::install_panic_hook(verbose);
+    crate::platform::watchdog::start(loaded.config.timeout_s, |fid| {
+        crate::platform::api::NAMES
+            .get(fid as usize)
+            .copied()
+            .unwrap_or("an MPI call")
+    });
     // Tuning data for `auto` (SHIM_TUNING_FILE); a file that cannot be used is a
     // configuration error like a bad value.
     let mut tuning = None;
@@ -514,6 +520,7 @@ fn finalize(native: &dyn Fn() -> c_int) -> c_int {
         crate::services::ghost::finalize_user();
     }
     let rc = native();
+    crate::platform::watchdog::stop();
     crate::platform::guard::set_active(false);
     rc
 }

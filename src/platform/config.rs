@@ -173,6 +173,12 @@ pub static VARS: &[VarSpec] = &[
         doc: "Bytes each rank has in shared memory per collective in flight: the largest contribution (a rank's data; all its blocks for Alltoall and for Scatter at the root; a reduction's operand by its true extent) that the shared-memory algorithms take. The segment of a communicator of n ranks holds (2 + SHIM_SHM_CHANNELS) x SHIM_SHM_DEPTH x n slots.",
     },
     VarSpec {
+        name: "SHIM_TIMEOUT",
+        default: "off",
+        allowed: "off (or 0), or seconds from 1 to 604800",
+        doc: "An MPI call that has not returned after this many seconds (whether the shim runs it or hands it to the library) ends the job with a message naming the call and `MPI_Abort`, instead of hanging: a rank gone or a node's link down, which the MPI library itself may wait for forever. A watchdog thread looks once a second. Off by default: set it above the longest time a rank may rightly wait in one call (a Barrier while the others compute).",
+    },
+    VarSpec {
         name: "SHIM_TRANSPORT",
         default: "auto",
         allowed: "auto, pmpi, shm",
@@ -238,6 +244,8 @@ pub struct Config {
     pub fault_panic: Option<String>,
     /// Schedules cached per communicator.
     pub sched_cache: usize,
+    /// `SHIM_TIMEOUT` in seconds; 0: off.
+    pub timeout_s: u64,
     pub progress: ProgressMode,
     pub progress_interval_us: u64,
     /// `SHIM_PROGRESS_MIN_BYTES`.
@@ -299,6 +307,7 @@ impl Default for Config {
             stats: StatsMode::Off,
             fault_panic: None,
             sched_cache: 32,
+            timeout_s: 0,
             progress: ProgressMode::Auto,
             progress_interval_us: 100,
             progress_min_bytes: 64 * 1024,
@@ -540,6 +549,15 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
         match v.trim().parse::<usize>() {
             Ok(n) if n <= 4096 => c.sched_cache = n,
             _ => l.errors.push(error("SHIM_SCHED_CACHE", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_TIMEOUT") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "off" => c.timeout_s = 0,
+            t => match t.parse::<u64>() {
+                Ok(n) if n <= 604_800 => c.timeout_s = n,
+                _ => l.errors.push(error("SHIM_TIMEOUT", &v)),
+            },
         }
     }
     if let Some(v) = get("SHIM_PROGRESS") {
@@ -830,6 +848,11 @@ pub(crate) mod tests {
         assert_eq!(l.config.progress_interval_us, 50);
         assert_eq!(l.config.progress_cpus, vec![1, 3]);
         assert_eq!(load(&[]).config.progress_min_bytes, 64 * 1024);
+        assert_eq!(load(&[]).config.timeout_s, 0);
+        assert_eq!(load(&[("SHIM_TIMEOUT", "45")]).config.timeout_s, 45);
+        assert_eq!(load(&[("SHIM_TIMEOUT", "OFF")]).config.timeout_s, 0);
+        assert_eq!(load(&[("SHIM_TIMEOUT", "10s")]).errors.len(), 1);
+        assert_eq!(load(&[("SHIM_TIMEOUT", "604801")]).errors.len(), 1);
         assert_eq!(
             load(&[("SHIM_PROGRESS", "Library")]).config.progress,
             ProgressMode::Library

@@ -65,8 +65,11 @@ pub fn inside() -> bool {
 #[inline(always)]
 pub fn enter() -> bool {
     let outer = memo::local().in_shim.replace(true);
-    if !outer && COUNTING.load(Ordering::Relaxed) {
-        count_in();
+    if !outer {
+        if COUNTING.load(Ordering::Relaxed) {
+            count_in();
+        }
+        crate::platform::watchdog::entered();
     }
     outer
 }
@@ -74,8 +77,11 @@ pub fn enter() -> bool {
 /// Restores the mark [`enter`] returned.
 #[inline(always)]
 pub fn leave(outer: bool) {
-    if !outer && COUNTED.get() {
-        count_out();
+    if !outer {
+        if COUNTED.get() {
+            count_out();
+        }
+        crate::platform::watchdog::left();
     }
     memo::local().in_shim.set(outer);
 }
@@ -165,6 +171,7 @@ pub fn lane(
         return None;
     }
     let outer = enter();
+    crate::platform::watchdog::call(fid as u32);
     crate::platform::counters::count(fid);
     let rc = native();
     leave(outer);

@@ -17,3 +17,4 @@ pub mod mpi;
 pub mod proc;
 pub mod shm;
 pub mod symbols;
+pub mod watchdog;
