@@ -111,9 +111,17 @@ pub fn count_threads() {
 #[inline(never)]
 fn count_in() {
     let mut n = INSIDE.load(Ordering::Relaxed);
+    let mut waits: u32 = 0;
     loop {
         if n < 0 {
-            std::hint::spin_loop();
+            // the poll's thread may have lost its processor (ranks and the library's
+            // progress threads often outnumber the cores): give it back soon
+            waits += 1;
+            if waits > 64 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             n = INSIDE.load(Ordering::Relaxed);
             continue;
         }
