@@ -312,7 +312,7 @@ pub unsafe fn test_status(request: &mut MPI_Request, status: *mut MPI_Status) ->
         }
         done
     });
-    if in_library_progress() && !any_complete(&[*request]) && *request != MPI_REQUEST_NULL() {
+    if unfinished_in_library_progress(*request) {
         return Ok(false);
     }
     let mut flag: c_int = 0;
@@ -619,7 +619,7 @@ pub fn test(req: &mut MPI_Request) -> MpiResult<bool> {
         }
         done
     });
-    if in_library_progress() && !any_complete(&[*req]) && *req != MPI_REQUEST_NULL() {
+    if unfinished_in_library_progress(*req) {
         return Ok(false);
     }
     let mut flag: c_int = 0;
@@ -916,6 +916,12 @@ pub fn async_start(poll: AsyncPoll) -> MpiResult<()> {
     const MPIX_STREAM_NULL: c_int = 0x3c00_0000;
     // SAFETY: a poll function that lives as long as the library (a static function).
     check(unsafe { start(poll, core::ptr::null_mut(), MPIX_STREAM_NULL) })
+}
+
+/// Inside the library's progress, a live request that is not complete: testing it would
+/// run the progress engine again (a null request `MPI_Test` answers at once).
+fn unfinished_in_library_progress(req: MPI_Request) -> bool {
+    in_library_progress() && req != MPI_REQUEST_NULL() && !any_complete(&[req])
 }
 
 /// Inside the library's progress: whether any of `reqs` is complete, without progress.
