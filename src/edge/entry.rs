@@ -34,12 +34,9 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
     crate::platform::watchdog::call(fid as u32);
     crate::platform::counters::count(fid);
     let t0 = crate::platform::counters::start();
-    // point-to-point ("p2p"), request ("req"), RMA ("rma") and file ("file") calls may
-    // leave messages in the library that a later shared-memory collective must let move
-    if matches!(
-        crate::platform::api::CATEGORIES[fid as usize].as_bytes()[0],
-        b'p' | b'r' | b'f'
-    ) {
+    // point-to-point, request, RMA and file calls may leave messages in the library that
+    // a later shared-memory collective must let move
+    if crate::platform::api::LIBRARY_TRAFFIC[fid as usize] {
         crate::core::transport::note_library_call();
     }
     let r = catch_unwind(AssertUnwindSafe(|| {

@@ -279,7 +279,10 @@ pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &(impl Fn() -> c_int +
         let k = key(Coll::Barrier, &ch, 0, 0, MPI_OP_NULL(), &[], Vec::new());
         c.launch(k, core::ptr::null(), core::ptr::null_mut(), || {
             Ok(match ch.algo {
-                Algo::Shm => algo::shm::barrier(c.slots(), me),
+                Algo::Shm => match c.hier() {
+                    Some(h) => algo::hier::barrier(&h, &c.leaders_choice(&h, Coll::Barrier, 0, true)),
+                    None => algo::shm::barrier(c.slots(), me),
+                },
                 _ => algo::barrier::build(&ch, me),
             })
         })
@@ -322,7 +325,13 @@ pub unsafe fn bcast(
         );
         c.launch(k, core::ptr::null(), buffer, || {
             Ok(match ch.algo {
-                Algo::Shm => algo::shm::bcast(c.slots(), me, data, count * ti.size, root),
+                Algo::Shm => match c.hier() {
+                    Some(h) => {
+                        let lead = c.leaders_choice(&h, Coll::Bcast, count * ti.size, true);
+                        algo::hier::bcast(c.slots(), &h, &lead, data, &ti, root)
+                    }
+                    None => algo::shm::bcast(c.slots(), me, data, count * ti.size, root),
+                },
                 _ => algo::bcast::build(&ch, me, data, &ti, root),
             })
         })
@@ -1171,7 +1180,13 @@ pub unsafe fn reduce(
         );
         c.launch(k, sendbuf, recvbuf, || {
             Ok(match ch.algo {
-                Algo::Shm => algo::shm::reduce(c.slots(), me, &r, inplace, root),
+                Algo::Shm => match c.hier() {
+                    Some(h) => {
+                        let lead = c.leaders_choice(&h, Coll::Reduce, r.bytes(), r.commutative);
+                        algo::hier::reduce(c.slots(), &h, &lead, &r, inplace, root)
+                    }
+                    None => algo::shm::reduce(c.slots(), me, &r, inplace, root),
+                },
                 _ => algo::reduce::reduce(&ch, me, &r, inplace, root),
             })
         })
@@ -1216,7 +1231,13 @@ pub unsafe fn allreduce(
         );
         c.launch(k, sendbuf, recvbuf, || {
             Ok(match ch.algo {
-                Algo::Shm => algo::shm::allreduce(c.slots(), me, &r, inplace),
+                Algo::Shm => match c.hier() {
+                    Some(h) => {
+                        let lead = c.leaders_choice(&h, Coll::Allreduce, r.bytes(), r.commutative);
+                        algo::hier::allreduce(c.slots(), &h, &lead, &r, inplace)
+                    }
+                    None => algo::shm::allreduce(c.slots(), me, &r, inplace),
+                },
                 _ => algo::reduce::allreduce(&ch, me, &r, inplace),
             })
         })

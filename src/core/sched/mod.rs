@@ -502,6 +502,117 @@ impl Builder {
         }
     }
 
+    /// Appends `sub`, a point-to-point schedule built for a subset of the ranks (the nodes'
+    /// leaders of a two-level collective), as a part of this one: its rank `k` is
+    /// `peers[k]` here, its send and receive buffers are at `send` and `recv`, its scratch
+    /// is reserved here, and its first actions depend on `deps`. Returns an action that
+    /// completes when all of `sub` has. Its messages keep their order per peer, so the
+    /// channel order of both sides still matches.
+    pub fn embed(
+        &mut self,
+        sub: &Schedule,
+        deps: &[ActionId],
+        peers: &[c_int],
+        send: Addr,
+        recv: Addr,
+    ) -> ActionId {
+        let scratch = self.scratch(sub.scratch as i64);
+        let place = |a: Addr| match a.base {
+            Base::Send => send.add(a.off as i64),
+            Base::Recv => recv.add(a.off as i64),
+            Base::Scratch => Addr::scratch(scratch + a.off as i64),
+            Base::Shm => a,
+        };
+        let first = self.actions.len() as ActionId;
+        let mut sub_deps = vec![Vec::new(); sub.len()];
+        for v in 0..sub.len() as ActionId {
+            for &s in sub.successors(v) {
+                sub_deps[s as usize].push(first + v);
+            }
+        }
+        let mut sinks = Vec::new();
+        for (v, a) in sub.actions.iter().enumerate() {
+            let mut data = |d: Data| match composite_index(d.dt) {
+                None => Data::new(place(d.addr), d.count, d.dt),
+                Some(k) => {
+                    let parts: Vec<(Addr, &Part)> = sub.composites[k]
+                        .iter()
+                        .map(|p| (place(d.addr.add(p.off as i64)), p))
+                        .collect();
+                    let base = parts.first().map_or(d.addr.base, |p| p.0.base);
+                    self.composites.push(
+                        parts
+                            .iter()
+                            .map(|(a, p)| Part {
+                                off: a.off,
+                                count: p.count,
+                                dt: p.dt,
+                            })
+                            .collect(),
+                    );
+                    Data::new(
+                        Addr { base, off: 0 },
+                        d.count,
+                        composite_handle(self.composites.len() - 1),
+                    )
+                }
+            };
+            let action = match *a {
+                Action::Send {
+                    data: d,
+                    peer,
+                    tag_offset,
+                } => Action::Send {
+                    data: data(d),
+                    peer: peers[peer as usize],
+                    tag_offset,
+                },
+                Action::Recv {
+                    data: d,
+                    peer,
+                    tag_offset,
+                } => Action::Recv {
+                    data: data(d),
+                    peer: peers[peer as usize],
+                    tag_offset,
+                },
+                Action::Copy { src, dst } => Action::Copy {
+                    src: data(src),
+                    dst: data(dst),
+                },
+                Action::Reduce {
+                    src,
+                    dst,
+                    count,
+                    dt,
+                    op,
+                } => Action::Reduce {
+                    src: place(src),
+                    dst: place(dst),
+                    count,
+                    dt,
+                    op,
+                },
+                Action::Nop => Action::Nop,
+                _ => unreachable!("a shared-memory action in an embedded schedule"),
+            };
+            let ds = if sub_deps[v].is_empty() {
+                deps.to_vec()
+            } else {
+                std::mem::take(&mut sub_deps[v])
+            };
+            let id = self.push(action, &ds);
+            if sub.successors(v as ActionId).is_empty() {
+                sinks.push(id);
+            }
+        }
+        self.ntags = self.ntags.max(sub.ntags);
+        if sinks.is_empty() {
+            return self.nop(deps);
+        }
+        self.nop(&sinks)
+    }
+
     pub fn len(&self) -> usize {
         self.actions.len()
     }
@@ -627,6 +738,64 @@ fn retain_objects(
 mod tests {
     use super::*;
     use crate::platform::abi::MPI_INT;
+
+    #[test]
+    fn an_embedded_schedule_keeps_its_order_on_new_peers_buffers_and_scratch() {
+        let d = |a| Data::new(a, 2, MPI_INT());
+        let mut sub = Builder::new("sub");
+        let t = sub.scratch(8);
+        let r = sub.recv(d(Addr::scratch(t)), 1, &[]);
+        let x = sub.reduce(Addr::scratch(t), Addr::recv(4), 2, MPI_INT(), 0, &[r]);
+        let s = sub.send_tagged(d(Addr::send(0)), 0, 2, &[]);
+        let two = sub.blocks(&[
+            (Addr::recv(0), 1, MPI_INT(), 4),
+            (Addr::recv(16), 1, MPI_INT(), 4),
+        ]);
+        sub.send(two, 1, &[x, s]);
+        let sub = sub.finish();
+
+        let mut b = Builder::new("outer");
+        let before = b.scratch(100);
+        let w = b.nop(&[]);
+        let end = b.embed(&sub, &[w], &[7, 3], Addr::scratch(before), Addr::send(64));
+        let s = b.finish();
+        assert_eq!(s.len(), 6);
+        let at = |v: usize| s.actions[v];
+        let Action::Recv { data, peer, .. } = at(1) else {
+            panic!()
+        };
+        assert_eq!(peer, 3, "rank 1 of the sub-schedule is rank 3 here");
+        assert_eq!(data.addr.base, Base::Scratch);
+        assert!(data.addr.off >= 100, "its scratch follows this builder's");
+        let Action::Reduce { dst, .. } = at(2) else {
+            panic!()
+        };
+        assert_eq!(dst, Addr::send(68), "its receive buffer is at send + 64");
+        let Action::Send {
+            data,
+            peer,
+            tag_offset,
+        } = at(3)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (peer, tag_offset, data.addr),
+            (7, 2, Addr::scratch(before as i64))
+        );
+        assert_eq!(s.ntags, 3);
+        let Action::Send { data, .. } = at(4) else {
+            panic!()
+        };
+        let k = composite_index(data.dt).unwrap();
+        assert_eq!(data.addr.base, Base::Send);
+        let offs: Vec<isize> = s.composites[k].iter().map(|p| p.off).collect();
+        assert_eq!(offs, vec![64, 80]);
+        // the first actions wait for `w`; the end waits for the last
+        assert_eq!(s.indeg[1..4].to_vec(), vec![1, 1, 1]);
+        assert!(s.successors(w).contains(&1) && s.successors(w).contains(&3));
+        assert_eq!(s.successors(4), &[end]);
+    }
 
     #[test]
     fn dag_and_channels() {

@@ -89,6 +89,59 @@ impl Geometry {
     }
 }
 
+/// The nodes of a communicator that spans several: each node's ranks, in the
+/// communicator's order; the first is the node's leader. Nodes are numbered in the order
+/// of their leaders.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Per node: its ranks, ascending.
+    pub nodes: Vec<Vec<i32>>,
+    /// Per rank: its node.
+    pub node_of: Vec<u32>,
+    /// Per rank: its index on its node.
+    pub local_of: Vec<u32>,
+}
+
+impl Layout {
+    /// The layout from each rank's leader (the lowest rank on its node); `None` when every
+    /// rank has the same one.
+    pub fn of(leaders: &[i32]) -> Option<Layout> {
+        let mut firsts: Vec<i32> = leaders.to_vec();
+        firsts.sort_unstable();
+        firsts.dedup();
+        if firsts.len() < 2 {
+            return None;
+        }
+        let mut nodes = vec![Vec::new(); firsts.len()];
+        let mut node_of = vec![0u32; leaders.len()];
+        let mut local_of = vec![0u32; leaders.len()];
+        for (r, l) in leaders.iter().enumerate() {
+            let k = firsts.binary_search(l).unwrap_or(0);
+            node_of[r] = k as u32;
+            local_of[r] = nodes[k].len() as u32;
+            nodes[k].push(r as i32);
+        }
+        Some(Layout {
+            nodes,
+            node_of,
+            local_of,
+        })
+    }
+
+    /// Whether every node's ranks are consecutive: the nodes, in order, then hold
+    /// ascending blocks of ranks (a reduction in node order is in rank order).
+    pub fn blocks(&self) -> bool {
+        self.nodes
+            .iter()
+            .all(|n| n.windows(2).all(|w| w[1] == w[0] + 1))
+    }
+
+    /// Each node's leader (its first rank), in node order.
+    pub fn leaders(&self) -> Vec<i32> {
+        self.nodes.iter().map(|n| n[0]).collect()
+    }
+}
+
 /// The channel of blocking collectives.
 pub const BLOCKING: u32 = 0;
 /// The channel of non-blocking collectives.
@@ -97,8 +150,12 @@ pub const NONBLOCKING: u32 = 1;
 /// A communicator's mapped segment.
 pub struct Node {
     seg: Segment,
+    /// The node's part of the communicator: its size (`geo.ranks`) and this rank's index.
     pub geo: Geometry,
     pub rank: u32,
+    /// Where the communicator's ranks live when it spans several nodes (`None`: all on
+    /// this one).
+    pub layout: Option<std::sync::Arc<Layout>>,
     /// The first instance of the non-blocking channel that runs in shared memory (see
     /// [`Node::setup`]).
     pub nb_from: u32,
@@ -138,12 +195,14 @@ pub struct Place {
 
 impl Node {
     /// Sets up the segment of the communicator whose private duplicate is `comm` (every
-    /// rank calls this at the same collective): `None` when its ranks are not all on one
-    /// node or shared memory does not work here (then every rank gets `None`; the reason
-    /// is logged, and `warn` makes it a warning). `nb_seq` is how many non-blocking
-    /// collectives this rank has started on the communicator: the first instance that
-    /// uses shared memory is the largest over the ranks, so that a program that (wrongly)
-    /// starts them in a different order around this blocking call still matches.
+    /// rank calls this at the same collective): one segment per node, shared by the
+    /// communicator's ranks there, and the [`Layout`] of the nodes when there are several.
+    /// `None` when shared memory does not work here on any rank (the reason is logged);
+    /// `Err` when it works for some ranks only (the caller warns). Either way every rank
+    /// gets the same answer. `nb_seq` is how many non-blocking collectives this rank has
+    /// started on the communicator: the first instance that uses shared memory is the
+    /// largest over the ranks, so that a program that (wrongly) starts them in a different
+    /// order around this blocking call still matches.
     pub fn setup(
         comm: MPI_Comm,
         size: c_int,
@@ -153,72 +212,103 @@ impl Node {
         nb_seq: u32,
     ) -> Result<Option<Node>, String> {
         let rank = mpi_comm::rank(comm).map_err(|e| format!("MPI_Comm_rank: {}", e.code()))?;
-        let node = mpi_comm::split_type_shared(comm)
+        let mut node_comm = mpi_comm::split_type_shared(comm)
             .map_err(|e| format!("MPI_Comm_split_type: {}", e.code()))?;
-        let mut node_comm = node;
-        let node_size = mpi_comm::size(node_comm).unwrap_or(0);
+        let r = Self::setup_on(comm, node_comm, rank, size, channels, depth, slot, nb_seq);
         let _ = mpi_comm::free(&mut node_comm);
-        if node_size != size {
-            // every rank sees a smaller node communicator: all return here
-            return Ok(None);
-        }
+        r
+    }
+
+    /// [`Node::setup`] once the node communicator `node_comm` exists.
+    #[allow(clippy::too_many_arguments)]
+    fn setup_on(
+        comm: MPI_Comm,
+        node_comm: MPI_Comm,
+        rank: c_int,
+        size: c_int,
+        channels: u32,
+        depth: u32,
+        slot: usize,
+        nb_seq: u32,
+    ) -> Result<Option<Node>, String> {
+        let code = |what: &str, e: crate::platform::mpi::MpiError| format!("{what}: {}", e.code());
+        let local_size = mpi_comm::size(node_comm).map_err(|e| code("MPI_Comm_size", e))?;
+        let local = mpi_comm::rank(node_comm).map_err(|e| code("MPI_Comm_rank", e))?;
         let geo = Geometry {
-            ranks: size as u32,
+            ranks: local_size as u32,
             channels: 2 + channels,
             depth,
             slot,
         };
         let len = geo.bytes();
+        // the node's first rank creates the memory; the others learn where it is
         let mut created: Option<Segment> = None;
         let mut fd_kept: Option<std::os::fd::OwnedFd> = None;
-        let mut mine = [-1i64; 4];
-        mine[2] = nb_seq as i64;
-        if rank == 0 {
+        let mut mine = [rank as i64, -1, -1];
+        if local == 0 {
             match Segment::create_anonymous("libshim-node", len) {
                 Ok((seg, fd)) => {
                     use std::os::fd::AsRawFd;
-                    mine[0] = std::process::id() as i64;
-                    mine[1] = fd.as_raw_fd() as i64;
+                    mine[1] = std::process::id() as i64;
+                    mine[2] = fd.as_raw_fd() as i64;
                     created = Some(seg);
                     fd_kept = Some(fd);
                 }
                 Err(e) => tracing::info!(target: "shim::shm", "no node segment: {e}"),
             }
         }
-        let mut all = vec![0i64; 4 * size as usize];
-        // SAFETY: four words from every rank.
-        unsafe { mpi_coll::allgather_i64(&mine, &mut all, comm) }
-            .map_err(|e| format!("MPI_Allgather: {}", e.code()))?;
-        let (pid, fd) = (all[0], all[1]);
-        let nb_from = (0..size as usize)
-            .map(|r| all[4 * r + 2] as u32)
-            .max()
-            .unwrap_or(0);
+        let mut here = vec![0i64; 3 * local_size as usize];
+        // SAFETY: three words from every rank of the node.
+        unsafe { mpi_coll::allgather_i64(&mine, &mut here, node_comm) }
+            .map_err(|e| code("MPI_Allgather", e))?;
+        let (pid, fd) = (here[1], here[2]);
         if created.is_none() && pid >= 0 {
             match Segment::open_peer(pid as libc::pid_t, fd as i32, len) {
                 Ok(s) => created = Some(s),
                 Err(e) => {
-                    tracing::info!(target: "shim::shm", "cannot map the node segment of rank 0: {e}")
+                    tracing::info!(target: "shim::shm", "cannot map the node segment of the node's first rank: {e}")
                 }
             }
         }
-        let ok = created.is_some();
-        let mut oks = vec![0i64; size as usize];
-        // SAFETY: one word from every rank.
-        unsafe { mpi_coll::allgather_i64(&[ok as i64], &mut oks, comm) }
-            .map_err(|e| format!("MPI_Allgather: {}", e.code()))?;
-        // every rank has mapped it (or given up): the creator's descriptor goes
+        // every rank learns every rank's node (by its leader), start and success
+        let mut all = vec![0i64; 3 * size as usize];
+        let word = [here[0], nb_seq as i64, created.is_some() as i64];
+        // SAFETY: three words from every rank.
+        unsafe { mpi_coll::allgather_i64(&word, &mut all, comm) }
+            .map_err(|e| code("MPI_Allgather", e))?;
+        // every rank of the node has mapped it (or given up): the creator's descriptor goes
         drop(fd_kept);
-        let Some(seg) = created else {
+        let at = |r: usize, k: usize| all[3 * r + k];
+        let nb_from = (0..size as usize)
+            .map(|r| at(r, 1) as u32)
+            .max()
+            .unwrap_or(0);
+        let oks = (0..size as usize).filter(|&r| at(r, 2) != 0).count();
+        if oks == 0 {
             return Ok(None);
+        }
+        let Some(seg) = created.filter(|_| oks == size as usize) else {
+            return Err("a rank could not map its node's segment (see SHIM_LOG=info)".into());
         };
-        if oks.contains(&0) {
-            return Err("a rank could not map the node segment (see SHIM_LOG=info)".into());
+        let leaders: Vec<i32> = (0..size as usize).map(|r| at(r, 0) as i32).collect();
+        let layout = Layout::of(&leaders);
+        if let Some(l) = &layout {
+            // the node communicator orders its ranks as the communicator does (MPI-4.0
+            // §7.4.2, MPI_Comm_split_type with equal keys): the layout's local indices agree
+            let node = &l.nodes[l.node_of[rank as usize] as usize];
+            let same = node.len() == local_size as usize
+                && (0..local_size as usize).all(|k| here[3 * k] == node[k] as i64);
+            if !same {
+                return Err(
+                    "the node communicator's ranks are not in the communicator's order".into(),
+                );
+            }
         }
         Ok(Some(Node {
             seg,
             geo,
-            rank: rank as u32,
+            rank: local as u32,
+            layout: layout.map(std::sync::Arc::new),
             nb_from,
             next: [AtomicU32::new(0), AtomicU32::new(0)],
             persistent: AtomicU32::new(0),
@@ -415,6 +505,7 @@ mod tests {
             seg,
             geo,
             rank: 0,
+            layout: None,
             nb_from: 0,
             next: [AtomicU32::new(0), AtomicU32::new(0)],
             persistent: AtomicU32::new(0),
@@ -431,6 +522,19 @@ mod tests {
             depth,
             slot: 256,
         }
+    }
+
+    #[test]
+    fn the_layout_numbers_nodes_by_their_leaders() {
+        assert_eq!(Layout::of(&[0, 0, 0]), None, "one node");
+        // ranks 0, 2, 4 on one node, 1 and 3 on another (round-robin placement)
+        let l = Layout::of(&[0, 1, 0, 1, 0]).unwrap();
+        assert_eq!(l.nodes, vec![vec![0, 2, 4], vec![1, 3]]);
+        assert_eq!(l.node_of, vec![0, 1, 0, 1, 0]);
+        assert_eq!(l.local_of, vec![0, 0, 1, 1, 2]);
+        assert_eq!(l.leaders(), vec![0, 1]);
+        assert!(!l.blocks());
+        assert!(Layout::of(&[0, 0, 2, 2, 2]).unwrap().blocks());
     }
 
     #[test]

@@ -416,7 +416,10 @@ impl<'a> Ctx<'a> {
         match self.call.variant {
             Variant::Blocking => {
                 crate::platform::counters::note_path(self.call.fid, "schedule", path);
-                if crate::core::sched::run::inline_ok(&sched) {
+                // not a two-level run: its leaders take a tag for their messages, so every
+                // rank of the communicator must (an inline run takes none), or the tags of
+                // the point-to-point collectives after it would differ between ranks
+                if crate::core::sched::run::inline_ok(&sched) && self.hier().is_none() {
                     if let Some(Ticket::Place(node, place)) = self.ticket.borrow_mut().take() {
                         let rc = crate::core::sched::run::run_inline(
                             &sched,
@@ -528,6 +531,39 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// This rank's place among the nodes when the call runs on the segment of a
+    /// communicator that spans several (`algo::hier`).
+    pub fn hier(&self) -> Option<algo::hier::Hier> {
+        match &*self.ticket.borrow() {
+            Some(Ticket::Place(n, _)) | Some(Ticket::Channel(n, _)) => {
+                n.layout.as_ref().map(|l| algo::hier::Hier {
+                    layout: Arc::clone(l),
+                    me: self.me(),
+                })
+            }
+            None => None,
+        }
+    }
+
+    /// The leaders' algorithm of a two-level collective: the automatic choice among the
+    /// shim's schedules for as many ranks as nodes.
+    pub fn leaders_choice(
+        &self,
+        h: &algo::hier::Hier,
+        coll: Coll,
+        bytes: i64,
+        commutative: bool,
+    ) -> select::Choice {
+        select::choose(
+            coll,
+            self.form(),
+            h.leaders().size,
+            bytes,
+            commutative,
+            false,
+        )
+    }
+
     /// Gives a shared-memory run its place (taken by [`Self::shm_decide`]).
     fn bind(&self, run: Run) -> Run {
         match self.ticket.borrow_mut().take() {
@@ -560,7 +596,7 @@ impl<'a> Ctx<'a> {
     /// `SHIM_SHM_AFTER`-th blocking call that could use it. Every input is the same on
     /// every rank (sizes the standard makes equal, counts of calls every rank makes in the
     /// same order), so all ranks decide alike. Decided once per call.
-    fn shm_decide(&self, coll: Coll, footprint: i64) -> bool {
+    fn shm_decide(&self, coll: Coll, footprint: i64, commutative: bool) -> bool {
         if self.shm_decided.replace(true) {
             return self.ticket.borrow().is_some();
         }
@@ -568,13 +604,17 @@ impl<'a> Ctx<'a> {
             return false;
         };
         let allowed = select::shm_allowed(coll);
+        let form = self.form();
+        // `auto` takes the segment where it was measured to win: one rule on one node,
+        // another across nodes (known once the segment exists, below)
+        let auto = transport == Transport::Auto && allowed == Some(false);
+        let one_node = select::shm_wins(coll, self.size(), footprint);
+        let across = select::hier_wins(coll, form, footprint);
         if transport == Transport::Pmpi
             || self.size() < 2
             || self.st.inter
             || allowed.is_none()
-            || (transport == Transport::Auto
-                && allowed == Some(false)
-                && !select::shm_wins(coll, self.size(), footprint))
+            || (auto && !one_node && !across)
             || footprint > cfg.slot as i64
             // no data: nothing to move, and nothing to wait for (MPI-4.0 §6.1: a collective
             // may complete as soon as the caller's part is done); the point-to-point path's
@@ -583,17 +623,19 @@ impl<'a> Ctx<'a> {
         {
             return false;
         }
-        let form = self.form();
         let mut g = self.st.node.lock().unwrap_or_else(|e| e.into_inner());
         if matches!(*g, NodeState::Off) {
             return false;
         }
-        let nb = (form == select::Form::Nonblocking).then(|| {
+        let count_nb = || {
             self.st
                 .nb_eligible
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        });
+        };
         if let NodeState::Counting(n) = &mut *g {
+            if form == select::Form::Nonblocking {
+                count_nb();
+            }
             self.no_memo.set(true);
             if form != select::Form::Blocking {
                 return false;
@@ -612,6 +654,17 @@ impl<'a> Ctx<'a> {
         let NodeState::Ready(node) = &*g else {
             return false;
         };
+        // across nodes, the collectives with a two-level algorithm (`algo::hier`); decided
+        // before the non-blocking instance is counted: a counted instance must run on the
+        // segment, or the ones after it would wait for its acknowledgement
+        let wins = match &node.layout {
+            Some(l) => hier_serves(coll, commutative || l.blocks()) && (!auto || across),
+            None => !auto || one_node,
+        };
+        if !wins {
+            return false;
+        }
+        let nb = (form == select::Form::Nonblocking).then(count_nb);
         let node = Arc::clone(node);
         drop(g);
         let ticket = match (form, nb) {
@@ -659,7 +712,7 @@ impl<'a> Ctx<'a> {
         ) {
             Ok(Some(n)) => Some(n),
             Ok(None) => {
-                tracing::info!(target: "shim::shm", "a communicator spans several nodes: point-to-point");
+                tracing::info!(target: "shim::shm", "no shared memory on any rank: point-to-point");
                 None
             }
             Err(e) => {
@@ -703,7 +756,7 @@ impl<'a> Ctx<'a> {
         commutative: bool,
         native_ok: bool,
     ) -> select::Choice {
-        if self.shm_decide(coll, self.footprint(coll, bytes)) {
+        if self.shm_decide(coll, self.footprint(coll, bytes), commutative) {
             return select::Choice::new(select::Algo::Shm);
         }
         if select::shm_allowed(coll) == Some(true) {
@@ -731,6 +784,16 @@ impl<'a> Ctx<'a> {
         }
         crate::platform::counters::note_path(self.call.fid, "native", "system MPI");
         Done::Native((self.native)())
+    }
+}
+
+/// Whether a two-level algorithm (`algo::hier`) serves `coll` across nodes (`in_order`:
+/// the operation commutes, or a reduction in node order is in rank order).
+fn hier_serves(coll: Coll, in_order: bool) -> bool {
+    match coll {
+        Coll::Barrier | Coll::Bcast => true,
+        Coll::Reduce | Coll::Allreduce => in_order,
+        _ => false,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod allgather;
 pub mod alltoall;
 pub mod barrier;
 pub mod bcast;
+pub mod hier;
 pub mod inter;
 pub mod neighbor;
 pub mod reduce;

@@ -26,25 +26,25 @@ pub struct Slots {
 
 impl Slots {
     /// Rank `r`'s slot, `off` bytes in.
-    fn at(&self, r: i32, off: i64) -> Addr {
+    pub(super) fn at(&self, r: i32, off: i64) -> Addr {
         Addr::shm(r as i64 * self.cell + self.data + off)
     }
 
     /// `bytes` packed bytes in rank `r`'s slot, `off` bytes in.
-    fn packed(&self, r: i32, off: i64, bytes: i64) -> Data {
+    pub(super) fn packed(&self, r: i32, off: i64, bytes: i64) -> Data {
         Data::new(self.at(r, off), bytes, MPI_PACKED())
     }
 
     /// `count` elements of a reduction's datatype in rank `r`'s slot, `first` elements in
     /// (the slot holds the datatype's true extent from its start).
-    fn typed(&self, r: i32, red: &Reduction, first: i64, count: i64) -> Data {
+    pub(super) fn typed(&self, r: i32, red: &Reduction, first: i64, count: i64) -> Data {
         let off = first * red.ti.extent - red.ti.true_lb;
         Data::new(self.at(r, off), count, red.dt)
     }
 }
 
 /// The flag phase at which a rank's slot holds its contribution.
-const PUT: u8 = 1;
+pub(super) const PUT: u8 = 1;
 
 /// Barrier: every rank publishes its flag and waits for all the others'.
 pub fn barrier(_sl: Slots, _me: Rank) -> Schedule {
@@ -199,7 +199,7 @@ pub fn alltoall(
 
 /// Writes this rank's reduction operand (`count` elements at `src`) into its slot and
 /// publishes it; returns the post.
-fn put_operand(
+pub(super) fn put_operand(
     b: &mut Builder,
     sl: Slots,
     me: Rank,
@@ -220,7 +220,7 @@ fn put_operand(
 /// elements into a rank's slot, combined in rank order; `after` are the dependencies of
 /// the first step. Returns the last action (`None` for an empty range).
 #[allow(clippy::too_many_arguments)]
-fn combine(
+pub(super) fn combine(
     b: &mut Builder,
     sl: Slots,
     red: &Reduction,
@@ -258,7 +258,7 @@ fn combine_whole(
 }
 
 /// The address of this rank's operand: the receive buffer in place, else the send buffer.
-fn operand(inplace: bool) -> Addr {
+pub(super) fn operand(inplace: bool) -> Addr {
     if inplace {
         Addr::recv(0)
     } else {

@@ -641,6 +641,29 @@ pub fn shm_wins(_coll: Coll, _p: i32, footprint: i64) -> bool {
     !crate::platform::proc::any_oversubscribed() && footprint <= AUTO_SHM_MAX_BYTES
 }
 
+/// Whether `SHIM_TRANSPORT=auto` takes `coll`, called in `form` and needing `footprint`
+/// slot bytes, on a communicator whose ranks are on several nodes to its two-level
+/// algorithm (`algo::hier`): where that beat both MPICH 5's own collective and the shim's
+/// flat schedules at 8 and 16 ranks on 2 and 4 emulated nodes (README, "Across nodes"): the
+/// non-blocking Barrier, the Allreduce from 64 B to 4 KiB blocking and up to 4 KiB
+/// non-blocking. Its Bcast and small Reduce lost there and are taken only where forced. Not
+/// in a job with an oversubscribed node (see [`shm_wins`]). Every input is the same on every
+/// rank.
+pub fn hier_wins(coll: Coll, form: Form, footprint: i64) -> bool {
+    if crate::platform::proc::any_oversubscribed() {
+        return false;
+    }
+    match (coll, form) {
+        (Coll::Barrier, Form::Nonblocking | Form::Persistent) => true,
+        (Coll::Allreduce, Form::Blocking) => (64..=HIER_MAX_BYTES).contains(&footprint),
+        (Coll::Allreduce, _) => footprint <= HIER_MAX_BYTES,
+        _ => false,
+    }
+}
+
+/// The largest footprint [`hier_wins`] takes: the largest size measured to win.
+pub const HIER_MAX_BYTES: i64 = 4096;
+
 /// The parameters a forced or automatic choice runs with.
 fn params(coll: Coll, f: &Forced) -> (u32, i64) {
     let s = spec_of(coll);
@@ -1103,6 +1126,28 @@ mod tests {
         ];
         for (c, p, bytes, want) in cases {
             assert_eq!(shm_wins(c, p, bytes), want, "{c:?} at {p} ranks, {bytes} B");
+        }
+    }
+
+    #[test]
+    fn auto_takes_the_two_level_algorithms_only_where_they_were_measured_to_win() {
+        if crate::platform::proc::any_oversubscribed() {
+            return;
+        }
+        let cases = [
+            (Coll::Barrier, Form::Blocking, 0, false),
+            (Coll::Barrier, Form::Nonblocking, 0, true),
+            (Coll::Allreduce, Form::Blocking, 8, false),
+            (Coll::Allreduce, Form::Blocking, 64, true),
+            (Coll::Allreduce, Form::Blocking, HIER_MAX_BYTES, true),
+            (Coll::Allreduce, Form::Blocking, HIER_MAX_BYTES + 1, false),
+            (Coll::Allreduce, Form::Nonblocking, 8, true),
+            (Coll::Allreduce, Form::Persistent, HIER_MAX_BYTES + 1, false),
+            (Coll::Bcast, Form::Nonblocking, 8, false),
+            (Coll::Reduce, Form::Blocking, 4096, false),
+        ];
+        for (c, f, bytes, want) in cases {
+            assert_eq!(hier_wins(c, f, bytes), want, "{c:?} {f:?} {bytes} B");
         }
     }
 

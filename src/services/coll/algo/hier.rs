@@ -1,0 +1,235 @@
+//! Layer: services. May use: core, platform.
+//!
+//! Two-level (node-aware) collectives for a communicator whose ranks live on several
+//! nodes (`core::transport::node::Layout`). The ranks of a node meet in their node's
+//! segment, copy in and copy out as in [`super::shm`]; only one rank per node, its leader
+//! (its lowest rank), talks to the other nodes, through a point-to-point schedule among
+//! the leaders that is built by the flat builders and embedded in the collective's
+//! (`Builder::embed`). A flat algorithm sends up to one message per rank across the
+//! network per step; this one sends one per node.
+//!
+//! Phases of a rank's flag: [`PUT`] (its operand or the root's data is in its slot) and
+//! [`DONE`] (a leader's slot holds the result for its node). A reduction combines a node's
+//! operands in rank order and the leaders' in node order, so it is right for
+//! non-commutative operations where every node's ranks are consecutive (`Layout::blocks`).
+
+use std::sync::Arc;
+
+use super::shm::{PUT, Slots, combine, operand, put_operand};
+use super::{Rank, Reduction, barrier, bcast, reduce};
+use crate::core::dtype::TypeInfo;
+use crate::core::sched::{ALL_PEERS, Addr, Builder, Data, Schedule};
+use crate::core::transport::node::Layout;
+use crate::services::coll::select::Choice;
+
+/// The flag phase at which a leader's slot holds its node's result.
+const DONE: u8 = 2;
+
+/// The leader's index on its node.
+const LEADER: i32 = 0;
+
+/// This rank's place in a communicator that spans several nodes.
+#[derive(Clone, Debug)]
+pub struct Hier {
+    pub layout: Arc<Layout>,
+    /// This rank in the communicator.
+    pub me: Rank,
+}
+
+impl Hier {
+    fn node_of(&self, r: i32) -> i32 {
+        self.layout.node_of[r as usize] as i32
+    }
+    fn local_of(&self, r: i32) -> i32 {
+        self.layout.local_of[r as usize] as i32
+    }
+    /// This rank on its node.
+    fn local(&self) -> Rank {
+        let node = self.node_of(self.me.rank);
+        Rank {
+            rank: self.local_of(self.me.rank),
+            size: self.layout.nodes[node as usize].len() as i32,
+        }
+    }
+    fn is_leader(&self) -> bool {
+        self.local().rank == LEADER
+    }
+    /// This node among the nodes (a leader's rank among the leaders).
+    pub fn leaders(&self) -> Rank {
+        Rank {
+            rank: self.node_of(self.me.rank),
+            size: self.layout.nodes.len() as i32,
+        }
+    }
+}
+
+/// Embeds the leaders' part `sub` (built for [`Hier::leaders`]) after `deps`.
+fn leaders_part(
+    b: &mut Builder,
+    h: &Hier,
+    sub: &Schedule,
+    deps: &[u32],
+    send: Addr,
+    recv: Addr,
+) -> u32 {
+    b.embed(sub, deps, &h.layout.leaders(), send, recv)
+}
+
+/// Barrier: the node's ranks check in with their leader, the leaders run a barrier, each
+/// leader lets its node go.
+pub fn barrier(h: &Hier, lead: &Choice) -> Schedule {
+    let mut b = Builder::new("shm:two-level");
+    let c = b.claim();
+    let p = b.post(PUT, &[c]);
+    if h.is_leader() {
+        let w = b.watch(ALL_PEERS, PUT, &[p]);
+        let sub = barrier::build(lead, h.leaders());
+        let x = leaders_part(&mut b, h, &sub, &[w], Addr::send(0), Addr::recv(0));
+        let d = b.post(DONE, &[x]);
+        b.release(&[d]);
+    } else {
+        let w = b.watch(LEADER, DONE, &[p]);
+        b.release(&[w]);
+    }
+    b.finish()
+}
+
+/// Bcast of `data` (`bytes` bytes of signature) from `root`: the root's node reads the
+/// root's slot, the root's leader sends to the other leaders, each of them hands it to
+/// its node through its slot.
+pub fn bcast(sl: Slots, h: &Hier, lead: &Choice, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
+    let bytes = data.count * ti.size;
+    let mut b = Builder::new("shm:two-level");
+    let me = h.local();
+    let root_local = h.local_of(root);
+    let on_root_node = h.node_of(root) == h.leaders().rank;
+    let sub = || bcast::build(lead, h.leaders(), data, ti, h.node_of(root));
+    if h.me.rank == root {
+        let c = b.claim();
+        let cp = b.copy(data, sl.packed(me.rank, 0, bytes), &[c]);
+        if me.rank == LEADER {
+            let p = b.post(DONE, &[cp]);
+            let x = leaders_part(&mut b, h, &sub(), &[], Addr::send(0), Addr::recv(0));
+            b.release(&[p, x]);
+        } else {
+            let p = b.post(PUT, &[cp]);
+            b.release(&[p]);
+        }
+    } else if on_root_node {
+        // a rank that writes nothing into its cell claims nothing (see `Builder::claim`)
+        let phase = if root_local == LEADER { DONE } else { PUT };
+        let w = b.watch(root_local, phase, &[]);
+        let cp = b.copy(sl.packed(root_local, 0, bytes), data, &[w]);
+        if me.rank == LEADER {
+            let x = leaders_part(&mut b, h, &sub(), &[cp], Addr::send(0), Addr::recv(0));
+            b.release(&[x]);
+        } else {
+            b.release(&[cp]);
+        }
+    } else if me.rank == LEADER {
+        let c = b.claim();
+        let x = leaders_part(&mut b, h, &sub(), &[], Addr::send(0), Addr::recv(0));
+        let cp = b.copy(data, sl.packed(me.rank, 0, bytes), &[c, x]);
+        let p = b.post(DONE, &[cp]);
+        b.release(&[p]);
+    } else {
+        let w = b.watch(LEADER, DONE, &[]);
+        let cp = b.copy(sl.packed(LEADER, 0, bytes), data, &[w]);
+        b.release(&[cp]);
+    }
+    b.finish()
+}
+
+/// A leader's combination of its node's operands, in rank order, into `into` (after `w`,
+/// the watch of every operand).
+fn node_sum(b: &mut Builder, sl: Slots, me: Rank, red: &Reduction, into: Addr, w: u32) -> u32 {
+    combine(b, sl, red, 0..me.size, 0, red.count, into, &[w]).unwrap_or(w)
+}
+
+/// A leader hands the result at `from` to its node: into its slot, then [`DONE`].
+fn to_node(b: &mut Builder, sl: Slots, red: &Reduction, from: Addr, after: u32) -> u32 {
+    let cp = b.copy(
+        red.data(from),
+        sl.typed(LEADER, red, 0, red.count),
+        &[after],
+    );
+    b.post(DONE, &[cp])
+}
+
+/// A rank takes its leader's result into its receive buffer.
+fn from_leader(b: &mut Builder, sl: Slots, red: &Reduction, after: u32) -> u32 {
+    let w = b.watch(LEADER, DONE, &[after]);
+    b.copy(
+        sl.typed(LEADER, red, 0, red.count),
+        red.data(Addr::recv(0)),
+        &[w],
+    )
+}
+
+/// Reduce to `root`: each leader combines its node's operands, the leaders reduce to the
+/// root's leader, which hands the result to the root through its slot if it is not the
+/// root itself.
+pub fn reduce(
+    sl: Slots,
+    h: &Hier,
+    lead: &Choice,
+    red: &Reduction,
+    inplace: bool,
+    root: i32,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level");
+    let me = h.local();
+    let c = b.claim();
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
+    let lroot = h.node_of(root);
+    if me.rank != LEADER {
+        let last = if h.me.rank == root {
+            from_leader(&mut b, sl, red, p)
+        } else {
+            p
+        };
+        b.release(&[last]);
+        return b.finish();
+    }
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let (acc, end) = if h.me.rank == root {
+        (Addr::recv(0), None)
+    } else {
+        let acc = b.scratch_for(red.count, &red.ti);
+        (acc, Some(acc))
+    };
+    let sum = node_sum(&mut b, sl, me, red, acc, w);
+    // the leaders' reduce: at their root in place (in the receive buffer, or for a root
+    // that is not its node's leader in `acc`), elsewhere from `acc`
+    let at_root = h.leaders().rank == lroot;
+    let sub = reduce::reduce(lead, h.leaders(), red, at_root, lroot);
+    let recv = if at_root { acc } else { Addr::recv(0) };
+    let x = leaders_part(&mut b, h, &sub, &[sum], acc, recv);
+    let last = match end {
+        Some(acc) if at_root => to_node(&mut b, sl, red, acc, x),
+        _ => x,
+    };
+    b.release(&[last]);
+    b.finish()
+}
+
+/// Allreduce: each leader combines its node's operands, the leaders allreduce, each
+/// leader hands the result to its node through its slot.
+pub fn allreduce(sl: Slots, h: &Hier, lead: &Choice, red: &Reduction, inplace: bool) -> Schedule {
+    let mut b = Builder::new("shm:two-level");
+    let me = h.local();
+    let c = b.claim();
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
+    let last = if me.rank == LEADER {
+        let w = b.watch(ALL_PEERS, PUT, &[p]);
+        let sum = node_sum(&mut b, sl, me, red, Addr::recv(0), w);
+        let sub = reduce::allreduce(lead, h.leaders(), red, true);
+        let recv = Addr::recv(0);
+        let x = leaders_part(&mut b, h, &sub, &[sum], Addr::send(0), recv);
+        to_node(&mut b, sl, red, recv, x)
+    } else {
+        from_leader(&mut b, sl, red, p)
+    };
+    b.release(&[last]);
+    b.finish()
+}
