@@ -412,7 +412,10 @@ fn gather_common(
     let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         if ch.algo == Algo::Shm {
-            return Ok(algo::shm::gather(c.slots(), me, send, &rblocks, root));
+            return Ok(match c.hier() {
+                Some(h) => algo::hier::gather(c.slots(), &h, send, &rblocks, root, block),
+                None => algo::shm::gather(c.slots(), me, send, &rblocks, root),
+            });
         }
         Ok(algo::rooted::gather(
             &ch,
@@ -588,14 +591,10 @@ fn scatter_common(
     let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         if ch.algo == Algo::Shm {
-            return Ok(algo::shm::scatter(
-                c.slots(),
-                me,
-                &sblocks,
-                recv,
-                root,
-                block,
-            ));
+            return Ok(match c.hier() {
+                Some(h) => algo::hier::scatter(c.slots(), &h, &sblocks, recv, root, block),
+                None => algo::shm::scatter(c.slots(), me, &sblocks, recv, root, block),
+            });
         }
         Ok(algo::rooted::scatter(
             &ch,

@@ -791,7 +791,7 @@ impl<'a> Ctx<'a> {
 /// the operation commutes, or a reduction in node order is in rank order).
 fn hier_serves(coll: Coll, in_order: bool) -> bool {
     match coll {
-        Coll::Barrier | Coll::Bcast => true,
+        Coll::Barrier | Coll::Bcast | Coll::Gather | Coll::Scatter => true,
         Coll::Reduce | Coll::Allreduce => in_order,
         _ => false,
     }

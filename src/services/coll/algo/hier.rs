@@ -5,8 +5,9 @@
 //! segment, copy in and copy out as in [`super::shm`]; only one rank per node, its leader
 //! (its lowest rank), talks to the other nodes, through a point-to-point schedule among
 //! the leaders that is built by the flat builders and embedded in the collective's
-//! (`Builder::embed`). A flat algorithm sends up to one message per rank across the
-//! network per step; this one sends one per node.
+//! (`Builder::embed`); in Gather and Scatter each node's blocks travel as one message
+//! between its leader and the root. A flat algorithm sends up to one message per rank
+//! across the network per step; these send one per node.
 //!
 //! Phases of a rank's flag: [`PUT`] (its operand or the root's data is in its slot) and
 //! [`DONE`] (a leader's slot holds the result for its node). A reduction combines a node's
@@ -16,10 +17,11 @@
 use std::sync::Arc;
 
 use super::shm::{PUT, Slots, combine, operand, put_operand};
-use super::{Rank, Reduction, barrier, bcast, reduce};
+use super::{Block, Rank, Reduction, barrier, bcast, reduce};
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::{ALL_PEERS, Addr, Builder, Data, Schedule};
 use crate::core::transport::node::Layout;
+use crate::platform::abi::MPI_PACKED;
 use crate::services::coll::select::Choice;
 
 /// The flag phase at which a leader's slot holds its node's result.
@@ -53,6 +55,10 @@ impl Hier {
     }
     fn is_leader(&self) -> bool {
         self.local().rank == LEADER
+    }
+    /// The ranks of node `k`, in order (the first is its leader).
+    fn ranks_of(&self, k: i32) -> &[i32] {
+        &self.layout.nodes[k as usize]
     }
     /// This node among the nodes (a leader's rank among the leaders).
     pub fn leaders(&self) -> Rank {
@@ -231,5 +237,129 @@ pub fn allreduce(sl: Slots, h: &Hier, lead: &Choice, red: &Reduction, inplace: b
         from_leader(&mut b, sl, red, p)
     };
     b.release(&[last]);
+    b.finish()
+}
+
+/// Gather of `block`-byte blocks to `root` (`send`: this rank's, `None` in place at the
+/// root; `recv`: the root's blocks). The root reads its own node's slots; every other
+/// node's leader sends the node's blocks, straight from their slots, as one message to the
+/// root, which receives them into their places.
+pub fn gather(
+    sl: Slots,
+    h: &Hier,
+    send: Option<Block>,
+    recv: &[Block],
+    root: i32,
+    block: i64,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level");
+    let me = h.local();
+    let root_node = h.node_of(root);
+    if h.me.rank == root {
+        // the root only reads its node's slots: no claim
+        let mut done = Vec::new();
+        if let Some(s) = send {
+            done.push(b.copy(s.data, recv[root as usize].data, &[]));
+        }
+        let w = b.watch(ALL_PEERS, PUT, &[]);
+        done.push(w);
+        for &r in h.ranks_of(root_node) {
+            if r != root {
+                let from = sl.packed(h.local_of(r), 0, block);
+                done.push(b.copy(from, recv[r as usize].data, &[w]));
+            }
+        }
+        for k in (0..h.leaders().size).filter(|&k| k != root_node) {
+            let ranks = h.ranks_of(k);
+            let to = super::multi(&mut b, ranks.iter().map(|&r| &recv[r as usize]));
+            done.push(b.recv(to, ranks[0], &[]));
+        }
+        b.release(&done);
+        return b.finish();
+    }
+    let c = b.claim();
+    let mine = send.map_or(Vec::new(), |s| {
+        vec![b.copy(s.data, sl.packed(me.rank, 0, block), &[c])]
+    });
+    let p = b.post(PUT, &[&mine[..], &[c]].concat());
+    let mut done = vec![p];
+    if me.rank == LEADER && h.leaders().rank != root_node {
+        let w = b.watch(ALL_PEERS, PUT, &[p]);
+        let n = me.size as i64;
+        let parts: Vec<_> = (0..me.size)
+            .map(|l| (sl.at(l, 0), block, MPI_PACKED(), 1))
+            .collect();
+        let from = if n == 1 {
+            sl.packed(LEADER, 0, block)
+        } else {
+            b.blocks(&parts)
+        };
+        done.push(b.send(from, root, &[w]));
+    }
+    b.release(&done);
+    b.finish()
+}
+
+/// Scatter of `block`-byte blocks from `root` (`send`: the root's blocks; `recv`: this
+/// rank's, `None` in place at the root). The root puts its own node's blocks into its slot
+/// and sends each other node's blocks as one message to its leader, which receives them
+/// into its slot; every rank reads its block from the slot of its node's source.
+pub fn scatter(
+    sl: Slots,
+    h: &Hier,
+    send: &[Block],
+    recv: Option<Block>,
+    root: i32,
+    block: i64,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level");
+    let me = h.local();
+    let root_node = h.node_of(root);
+    let on_root_node = h.leaders().rank == root_node;
+    // where this rank's node finds the blocks: the root's slot, or its leader's
+    let source = if on_root_node {
+        h.local_of(root)
+    } else {
+        LEADER
+    };
+    if h.me.rank == root {
+        let c = b.claim();
+        let mut copies = vec![c];
+        for (l, &r) in h.ranks_of(root_node).iter().enumerate() {
+            if r != root {
+                let to = sl.packed(me.rank, l as i64 * block, block);
+                copies.push(b.copy(send[r as usize].data, to, &[c]));
+            }
+        }
+        let p = b.post(PUT, &copies);
+        let mut done = vec![p];
+        for k in (0..h.leaders().size).filter(|&k| k != root_node) {
+            let ranks = h.ranks_of(k);
+            let from = super::multi(&mut b, ranks.iter().map(|&r| &send[r as usize]));
+            done.push(b.send(from, ranks[0], &[]));
+        }
+        if let Some(rv) = recv {
+            done.push(b.copy(send[root as usize].data, rv.data, &[]));
+        }
+        b.release(&done);
+        return b.finish();
+    }
+    let mut done = Vec::new();
+    let ready = if me.rank == LEADER && !on_root_node {
+        let c = b.claim();
+        let into = sl.packed(LEADER, 0, me.size as i64 * block);
+        let r = b.recv(into, root, &[c]);
+        let p = b.post(PUT, &[r]);
+        done.push(p);
+        p
+    } else {
+        b.watch(source, PUT, &[])
+    };
+    done.push(ready);
+    if let Some(rv) = recv {
+        let from = sl.packed(source, me.rank as i64 * block, block);
+        done.push(b.copy(from, rv.data, &[ready]));
+    }
+    b.release(&done);
     b.finish()
 }
