@@ -214,31 +214,33 @@ impl Node {
         let rank = mpi_comm::rank(comm).map_err(|e| format!("MPI_Comm_rank: {}", e.code()))?;
         let mut node_comm = mpi_comm::split_type_shared(comm)
             .map_err(|e| format!("MPI_Comm_split_type: {}", e.code()))?;
-        let r = Self::setup_on(comm, node_comm, rank, size, channels, depth, slot, nb_seq);
+        let shape = Geometry {
+            ranks: 0,
+            channels: 2 + channels,
+            depth,
+            slot,
+        };
+        let r = Self::on_node(comm, node_comm, rank, size, nb_seq, shape);
         let _ = mpi_comm::free(&mut node_comm);
         r
     }
 
-    /// [`Node::setup`] once the node communicator `node_comm` exists.
-    #[allow(clippy::too_many_arguments)]
-    fn setup_on(
+    /// [`Node::setup`] once the node communicator `node_comm` exists (`geo` without its
+    /// rank count, which is the node's).
+    fn on_node(
         comm: MPI_Comm,
         node_comm: MPI_Comm,
         rank: c_int,
         size: c_int,
-        channels: u32,
-        depth: u32,
-        slot: usize,
         nb_seq: u32,
+        geo: Geometry,
     ) -> Result<Option<Node>, String> {
         let code = |what: &str, e: crate::platform::mpi::MpiError| format!("{what}: {}", e.code());
         let local_size = mpi_comm::size(node_comm).map_err(|e| code("MPI_Comm_size", e))?;
         let local = mpi_comm::rank(node_comm).map_err(|e| code("MPI_Comm_rank", e))?;
         let geo = Geometry {
             ranks: local_size as u32,
-            channels: 2 + channels,
-            depth,
-            slot,
+            ..geo
         };
         let len = geo.bytes();
         // the node's first rank creates the memory; the others learn where it is
