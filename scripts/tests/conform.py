@@ -127,6 +127,8 @@ def plan(level):
             runs.append(("coll_matrix", n, "shim-shm", dict(shm, **lvl)))
         if n == 2 or full:
             runs.append(("coll_matrix", n, "shim-shm-thread", dict(shm, SHIM_PROGRESS="thread", **lvl)))
+            # single copy (algo/single.rs) from the first byte
+            runs.append(("coll_matrix", n, "shim-shm-single", dict(shm, SHIM_SHM_SINGLE_COPY="0", **lvl)))
         if n in (2, 3) or full:
             runs.append(("coll_matrix", n, "shim-thread", dict(shim, SHIM_PROGRESS="thread", **lvl)))
         if n <= 2 or full:

@@ -330,6 +330,10 @@ pub unsafe fn bcast(
                         let lead = c.leaders_choice(&h, Coll::Bcast, count * ti.size, true);
                         algo::hier::bcast(c.slots(), &h, &lead, data, &ti, root)
                     }
+                    None if c.single_copy() => {
+                        let blk = algo::Block::new(Addr::recv(0), count, datatype, &ti);
+                        algo::single::bcast(c.slots(), me, blk, root)
+                    }
                     None => algo::shm::bcast(c.slots(), me, data, count * ti.size, root),
                 },
                 _ => algo::bcast::build(&ch, me, data, &ti, root),
@@ -414,6 +418,9 @@ fn gather_common(
         if ch.algo == Algo::Shm {
             return Ok(match c.hier() {
                 Some(h) => algo::hier::gather(c.slots(), &h, send, &rblocks, root, block),
+                None if c.single_copy() => {
+                    algo::single::gather(c.slots(), me, send, &rblocks, root, block)
+                }
                 None => algo::shm::gather(c.slots(), me, send, &rblocks, root),
             });
         }
@@ -593,6 +600,9 @@ fn scatter_common(
         if ch.algo == Algo::Shm {
             return Ok(match c.hier() {
                 Some(h) => algo::hier::scatter(c.slots(), &h, &sblocks, recv, root, block),
+                None if c.single_copy() => {
+                    algo::single::scatter(c.slots(), me, &sblocks, recv, root, block)
+                }
                 None => algo::shm::scatter(c.slots(), me, &sblocks, recv, root, block),
             });
         }
@@ -759,6 +769,9 @@ fn allgather_common(
     let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
+            Algo::Shm if c.single_copy() => {
+                algo::single::allgather(c.slots(), me, send, &rblocks, avg)
+            }
             Algo::Shm => algo::shm::allgather(c.slots(), me, send, &rblocks, avg),
             _ => algo::allgather::build(&ch, me, send, &rblocks),
         })
@@ -927,6 +940,9 @@ fn alltoall_common(
     let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
+            Algo::Shm if c.single_copy() => {
+                algo::single::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes)
+            }
             Algo::Shm => algo::shm::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes),
             _ => algo::alltoall::build(&ch, me, &sblocks, &rblocks, inplace, regular),
         })

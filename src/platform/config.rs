@@ -170,7 +170,13 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_SHM_SLOT",
         default: "16K",
         allowed: "a size in bytes from 64 to 16M, with an optional K or M suffix (rounded up to 64)",
-        doc: "Bytes each rank has in shared memory per collective in flight: the largest contribution (a rank's data; all its blocks for Alltoall and for Scatter at the root; a reduction's operand by its true extent) that the shared-memory algorithms take. The segment of a communicator of n ranks holds (2 + SHIM_SHM_CHANNELS) x SHIM_SHM_DEPTH x n slots.",
+        doc: "Bytes each rank has in shared memory per collective in flight: the largest contribution (a rank's data; all its blocks for Alltoall and for Scatter at the root; a reduction's operand by its true extent) that the copy-in-copy-out algorithms take (larger ones: SHIM_SHM_SINGLE_COPY). The segment of a communicator of n ranks holds (2 + SHIM_SHM_CHANNELS) x SHIM_SHM_DEPTH x n slots.",
+    },
+    VarSpec {
+        name: "SHIM_SHM_SINGLE_COPY",
+        default: "auto",
+        allowed: "auto, off, or a size in bytes (0 up, with an optional K or M suffix)",
+        doc: "Where the shared-memory Bcast, Gather, Scatter, Allgather and Alltoall move data with one copy: each rank reads the others' buffers straight from their memory (`process_vm_readv`, allowed by the same ptrace rule as the segment's mapping) instead of through the slots. `auto`: data larger than SHIM_SHM_SLOT, which copy-in-copy-out cannot take; a size: a footprint (as for SHIM_SHM_SLOT) of at least that many bytes; `off`: never. Where the kernel refuses it (probed at the segment's setup) the point-to-point path takes what the slots cannot.",
     },
     VarSpec {
         name: "SHIM_TIMEOUT",
@@ -182,7 +188,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_TRANSPORT",
         default: "auto",
         allowed: "auto, pmpi, shm",
-        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT` (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data, not in a job with an oversubscribed node (more processes than processors) (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
+        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT`, and beyond it with one copy (`SHIM_SHM_SINGLE_COPY`) for Bcast, Gather, Scatter, Allgather and Alltoall (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data, and those five beyond the slot with one copy, not in a job with an oversubscribed node (more processes than processors) (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
     },
     VarSpec {
         name: "SHIM_TUNING_FILE",
@@ -285,6 +291,8 @@ pub struct ShmConfig {
     pub channels: u32,
     pub depth: u32,
     pub slot: u64,
+    /// Footprints from this many bytes move with one copy (`None`: never).
+    pub single_copy: Option<u64>,
 }
 
 impl Default for ShmConfig {
@@ -294,6 +302,7 @@ impl Default for ShmConfig {
             channels: 4,
             depth: 16,
             slot: 16 * 1024,
+            single_copy: Some(16 * 1024 + 1),
         }
     }
 }
@@ -680,6 +689,18 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
             _ => l.errors.push(error("SHIM_SHM_SLOT", &v)),
         }
     }
+    // after the slot: `auto` is relative to it
+    c.shm.single_copy = Some(c.shm.slot + 1);
+    if let Some(v) = get("SHIM_SHM_SINGLE_COPY") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "auto" => {}
+            "off" => c.shm.single_copy = None,
+            t => match parse_size(t) {
+                Some(n) => c.shm.single_copy = Some(n),
+                None => l.errors.push(error("SHIM_SHM_SINGLE_COPY", &v)),
+            },
+        }
+    }
     if let Some(v) = get("SHIM_RANKS_PER_NODE") {
         match v.trim().parse::<u32>() {
             Ok(n) if n >= 1 => c.ranks_per_node = Some(n),
@@ -804,6 +825,33 @@ pub(crate) mod tests {
         assert!(msg.contains("off, on, rank"), "{msg}");
         assert!(msg.contains("SHIM_DISABLE=\"maybe\""), "{msg}");
         assert!(msg.contains("SHIM_LOG=\"loud\""), "{msg}");
+    }
+
+    #[test]
+    fn single_copy_starts_above_the_slot_unless_told() {
+        // (SHIM_SHM_SLOT, SHIM_SHM_SINGLE_COPY, the footprint single copy starts from)
+        let table: [(Option<&str>, Option<&str>, Option<u64>); 7] = [
+            (None, None, Some(16 * 1024 + 1)),
+            (Some("4K"), None, Some(4096 + 1)),
+            (Some("100"), Some("auto"), Some(128 + 1)),
+            (None, Some("off"), None),
+            (None, Some("0"), Some(0)),
+            (Some("4K"), Some("64K"), Some(64 * 1024)),
+            (None, Some(" OFF "), None),
+        ];
+        for (slot, single, want) in table {
+            let mut env = Vec::new();
+            env.extend(slot.map(|v| ("SHIM_SHM_SLOT", v)));
+            env.extend(single.map(|v| ("SHIM_SHM_SINGLE_COPY", v)));
+            let l = load(&env);
+            assert!(l.errors.is_empty(), "{env:?}: {:?}", l.errors);
+            assert_eq!(l.config.shm.single_copy, want, "{env:?}");
+        }
+        for bad in ["yes", "-1", "1X", ""] {
+            let l = load(&[("SHIM_SHM_SINGLE_COPY", bad)]);
+            assert_eq!(l.errors.len(), 1, "{bad:?}");
+            assert!(l.errors[0].to_string().contains("auto, off, or a size"));
+        }
     }
 
     #[test]

@@ -158,6 +158,22 @@ pub enum Action {
     /// Shared memory: tells the other ranks that this rank is done with the region (its
     /// slot may be overwritten, its reads are over).
     Release,
+    /// Single copy: writes where `src` is in this process (an address) at `at`, in this
+    /// rank's own slot, for the ranks that [`Action::Fetch`] from it. The bytes there must
+    /// stay as they are until those ranks say they are done.
+    Expose {
+        src: Addr,
+        at: Addr,
+    },
+    /// Single copy: `bytes` bytes from rank `peer`'s memory, `off` bytes after the address
+    /// it exposed at `at` (in its slot), into `dst` here, with one `process_vm_readv`.
+    Fetch {
+        peer: c_int,
+        at: Addr,
+        off: i64,
+        dst: Addr,
+        bytes: i64,
+    },
 }
 
 /// `Action::Watch` of every rank but this one.
@@ -435,6 +451,29 @@ impl Builder {
     pub fn release(&mut self, deps: &[ActionId]) -> ActionId {
         self.push(Action::Release, deps)
     }
+    pub fn expose(&mut self, src: Addr, at: Addr, deps: &[ActionId]) -> ActionId {
+        self.push(Action::Expose { src, at }, deps)
+    }
+    pub fn fetch(
+        &mut self,
+        peer: c_int,
+        at: Addr,
+        off: i64,
+        dst: Addr,
+        bytes: i64,
+        deps: &[ActionId],
+    ) -> ActionId {
+        self.push(
+            Action::Fetch {
+                peer,
+                at,
+                off,
+                dst,
+                bytes,
+            },
+            deps,
+        )
+    }
 
     /// Reserves `bytes` of scratch (64-byte aligned) and returns its offset.
     pub fn scratch(&mut self, bytes: i64) -> i64 {
@@ -674,7 +713,12 @@ impl Builder {
             shm: self.actions.iter().any(|a| {
                 matches!(
                     a,
-                    Action::Claim | Action::Post { .. } | Action::Watch { .. } | Action::Release
+                    Action::Claim
+                        | Action::Post { .. }
+                        | Action::Watch { .. }
+                        | Action::Release
+                        | Action::Expose { .. }
+                        | Action::Fetch { .. }
                 )
             }),
             _retained: retained,
@@ -720,7 +764,9 @@ fn retain_objects(
             | Action::Post { .. }
             | Action::Watch { .. }
             | Action::Claim
-            | Action::Release => {}
+            | Action::Release
+            | Action::Expose { .. }
+            | Action::Fetch { .. } => {}
         }
     }
     types.sort_unstable();

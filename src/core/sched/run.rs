@@ -283,6 +283,15 @@ impl Run {
                 node.release(place);
                 self.local_done(v, MPI_SUCCESS);
             }
+            Action::Expose { .. } | Action::Fetch { .. } => {
+                let rc = match &self.shm {
+                    Some((node, _)) => {
+                        single_copy(&sched.actions[v as usize], node, |a| self.addr(a))
+                    }
+                    None => return self.no_segment(),
+                };
+                self.local_done(v, rc);
+            }
             Action::Watch { .. } | Action::Claim => {
                 if self.shm.is_none() {
                     return self.no_segment();
@@ -509,6 +518,52 @@ impl Run {
     }
 }
 
+/// The single-copy actions ([`Action::Expose`], [`Action::Fetch`]) on the segment of
+/// `node`, with the run's addresses; the MPI error code.
+fn single_copy(a: &Action, node: &Node, addr: impl Fn(Addr) -> *mut c_void) -> c_int {
+    use crate::platform::shm::{Cma, cma};
+    match *a {
+        Action::Expose { src, at } => {
+            // SAFETY: `at` is 8 bytes of this rank's own slot (the builder's layout).
+            unsafe { addr(at).cast::<u64>().write_unaligned(addr(src) as u64) };
+            MPI_SUCCESS
+        }
+        Action::Fetch {
+            peer,
+            at,
+            off,
+            dst,
+            bytes,
+        } => {
+            // SAFETY: the peer wrote its address there before the flag this fetch waited
+            // for (release and acquire).
+            let remote = unsafe { addr(at).cast::<u64>().read_unaligned() } as usize;
+            let Some(&pid) = node.pids.get(peer as usize) else {
+                return MPI_ERR_INTERN;
+            };
+            // SAFETY: `dst` holds `bytes` bytes of this rank's buffer or scratch (the
+            // extents the builder computed from the call); the kernel checks the peer's.
+            let r = unsafe {
+                cma(
+                    Cma::Read,
+                    pid,
+                    addr(dst).cast(),
+                    remote.wrapping_add_signed(off as isize),
+                    bytes as usize,
+                )
+            };
+            match r {
+                Ok(()) => MPI_SUCCESS,
+                Err(e) => {
+                    tracing::warn!(target: "shim::shm", "single copy of {bytes} bytes from rank {peer} of the node failed: {e}");
+                    MPI_ERR_OTHER
+                }
+            }
+        }
+        _ => MPI_ERR_INTERN,
+    }
+}
+
 /// Runs a shared-memory schedule of a blocking collective to completion on the calling
 /// thread, without a `Run`: its actions one after another in the order built (a topological
 /// order in which every `Post` comes before the waits of the same schedule, so no rank
@@ -580,6 +635,7 @@ pub fn run_inline(
                 }
                 MPI_SUCCESS
             }
+            Action::Expose { .. } | Action::Fetch { .. } => single_copy(a, node, addr),
             Action::Nop => MPI_SUCCESS,
             // not in a schedule `inline_ok` accepts
             Action::Send { .. } | Action::Recv { .. } => MPI_ERR_INTERN,

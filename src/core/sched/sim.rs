@@ -280,7 +280,9 @@ pub fn check_races(s: &Schedule) -> Result<(), String> {
             | Action::Post { .. }
             | Action::Watch { .. }
             | Action::Claim
-            | Action::Release => {}
+            | Action::Release
+            | Action::Expose { .. }
+            | Action::Fetch { .. } => {}
         }
     }
     // ancestors as bit sets: the builder only lets an action depend on earlier ones
@@ -457,7 +459,9 @@ pub fn simulate(
                     Action::Post { .. }
                     | Action::Watch { .. }
                     | Action::Claim
-                    | Action::Release => {
+                    | Action::Release
+                    | Action::Expose { .. }
+                    | Action::Fetch { .. } => {
                         return Err("shared-memory schedules are not simulated".into());
                     }
                 }

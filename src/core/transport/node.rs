@@ -37,6 +37,12 @@ use crate::platform::abi::*;
 use crate::platform::mpi::{coll as mpi_coll, comm as mpi_comm, p2p};
 use crate::platform::shm::Segment;
 
+/// A byte every rank owns whose address it tells the others at setup, so that each can
+/// try one single-copy read before relying on it.
+static CMA_PROBE: u8 = 0x5a;
+/// Words per rank in the node's setup allgather.
+const W: usize = 5;
+
 /// Bytes before the acknowledgement lines.
 const HEADER: usize = 64;
 /// Offset of a cell's flag.
@@ -156,6 +162,11 @@ pub struct Node {
     /// Where the communicator's ranks live when it spans several nodes (`None`: all on
     /// this one).
     pub layout: Option<std::sync::Arc<Layout>>,
+    /// The process of each rank of the node (single copy reads from it).
+    pub pids: Vec<libc::pid_t>,
+    /// Whether every rank of the communicator may read its node's other ranks' memory
+    /// (CMA, `process_vm_readv`): the single-copy algorithms need it.
+    pub cma: bool,
     /// The first instance of the non-blocking channel that runs in shared memory (see
     /// [`Node::setup`]).
     pub nb_from: u32,
@@ -246,7 +257,15 @@ impl Node {
         // the node's first rank creates the memory; the others learn where it is
         let mut created: Option<Segment> = None;
         let mut fd_kept: Option<std::os::fd::OwnedFd> = None;
-        let mut mine = [rank as i64, -1, -1];
+        // [comm rank, creator's pid, its descriptor, own pid, an address of its own for the
+        // single-copy probe]
+        let mut mine = [
+            rank as i64,
+            -1,
+            -1,
+            std::process::id() as i64,
+            core::ptr::addr_of!(CMA_PROBE) as i64,
+        ];
         if local == 0 {
             match Segment::create_anonymous("libshim-node", len) {
                 Ok((seg, fd)) => {
@@ -259,11 +278,19 @@ impl Node {
                 Err(e) => tracing::info!(target: "shim::shm", "no node segment: {e}"),
             }
         }
-        let mut here = vec![0i64; 3 * local_size as usize];
-        // SAFETY: three words from every rank of the node.
+        let mut here = vec![0i64; W * local_size as usize];
+        // SAFETY: W words from every rank of the node.
         unsafe { mpi_coll::allgather_i64(&mine, &mut here, node_comm) }
             .map_err(|e| code("MPI_Allgather", e))?;
         let (pid, fd) = (here[1], here[2]);
+        let pids: Vec<libc::pid_t> = here.chunks(W).map(|w| w[3] as libc::pid_t).collect();
+        // one copy between ranks needs the ptrace policy's consent (Yama, containers,
+        // seccomp): only a real read of a peer's byte tells
+        let next = (local as usize + 1) % local_size as usize;
+        let cma_ok = next == local as usize
+            || crate::platform::shm::cma_probe(pids[next], here[W * next + 4] as usize)
+                .map_err(|e| tracing::info!(target: "shim::shm", "no single copy (CMA) from rank {next} of the node: {e}"))
+                .is_ok();
         if created.is_none() && pid >= 0 {
             match Segment::open_peer(pid as libc::pid_t, fd as i32, len) {
                 Ok(s) => created = Some(s),
@@ -273,14 +300,19 @@ impl Node {
             }
         }
         // every rank learns every rank's node (by its leader), start and success
-        let mut all = vec![0i64; 3 * size as usize];
-        let word = [here[0], nb_seq as i64, created.is_some() as i64];
-        // SAFETY: three words from every rank.
+        let mut all = vec![0i64; 4 * size as usize];
+        let word = [
+            here[0],
+            nb_seq as i64,
+            created.is_some() as i64,
+            cma_ok as i64,
+        ];
+        // SAFETY: four words from every rank.
         unsafe { mpi_coll::allgather_i64(&word, &mut all, comm) }
             .map_err(|e| code("MPI_Allgather", e))?;
         // every rank of the node has mapped it (or given up): the creator's descriptor goes
         drop(fd_kept);
-        let at = |r: usize, k: usize| all[3 * r + k];
+        let at = |r: usize, k: usize| all[4 * r + k];
         let nb_from = (0..size as usize)
             .map(|r| at(r, 1) as u32)
             .max()
@@ -299,7 +331,7 @@ impl Node {
             // §7.4.2, MPI_Comm_split_type with equal keys): the layout's local indices agree
             let node = &l.nodes[l.node_of[rank as usize] as usize];
             let same = node.len() == local_size as usize
-                && (0..local_size as usize).all(|k| here[3 * k] == node[k] as i64);
+                && (0..local_size as usize).all(|k| here[W * k] == node[k] as i64);
             if !same {
                 return Err(
                     "the node communicator's ranks are not in the communicator's order".into(),
@@ -311,6 +343,8 @@ impl Node {
             geo,
             rank: local as u32,
             layout: layout.map(std::sync::Arc::new),
+            pids,
+            cma: (0..size as usize).all(|r| at(r, 3) != 0),
             nb_from,
             next: [AtomicU32::new(0), AtomicU32::new(0)],
             persistent: AtomicU32::new(0),
@@ -508,6 +542,8 @@ mod tests {
             geo,
             rank: 0,
             layout: None,
+            pids: vec![std::process::id() as libc::pid_t; geo.ranks as usize],
+            cma: true,
             nb_from: 0,
             next: [AtomicU32::new(0), AtomicU32::new(0)],
             persistent: AtomicU32::new(0),

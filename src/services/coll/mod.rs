@@ -170,6 +170,8 @@ pub struct Ctx<'a> {
     shm_fallback: Cell<bool>,
     /// Whether the shared-memory decision was made (once per call: it takes an instance).
     shm_decided: Cell<bool>,
+    /// The call runs on the segment with one copy (`algo::single`; set with the ticket).
+    single: Cell<bool>,
     ticket: RefCell<Option<Ticket>>,
     /// The call could use shared memory once the segment exists: its verdict must not be
     /// remembered (`memo`), or the ranks would stop counting alike.
@@ -238,6 +240,7 @@ impl<'a> Ctx<'a> {
             fallback: Cell::new(false),
             shm_fallback: Cell::new(false),
             shm_decided: Cell::new(false),
+            single: Cell::new(false),
             ticket: RefCell::new(None),
             no_memo: Cell::new(false),
             red: Cell::new(None),
@@ -608,14 +611,21 @@ impl<'a> Ctx<'a> {
         // `auto` takes the segment where it was measured to win: one rule on one node,
         // another across nodes (known once the segment exists, below)
         let auto = transport == Transport::Auto && allowed == Some(false);
-        let one_node = select::shm_wins(coll, self.size(), footprint);
+        // beyond the slot, or from `SHIM_SHM_SINGLE_COPY`, one copy from the others' memory
+        // (`algo::single`), where the collective has it and the node allows it (below)
+        let big = footprint > cfg.slot as i64;
+        let mut single = select::single_copy_serves(coll)
+            && cfg.single_copy.is_some_and(|t| footprint as u64 >= t);
+        let copy_wins = select::shm_wins(coll, self.size(), footprint);
+        let single_wins = single && select::single_copy_wins(coll, self.size(), footprint);
+        let one_node = copy_wins || single_wins;
         let across = select::hier_wins(coll, form, footprint);
         if transport == Transport::Pmpi
             || self.size() < 2
             || self.st.inter
             || allowed.is_none()
             || (auto && !one_node && !across)
-            || footprint > cfg.slot as i64
+            || (big && !single)
             // no data: nothing to move, and nothing to wait for (MPI-4.0 §6.1: a collective
             // may complete as soon as the caller's part is done); the point-to-point path's
             // schedules are empty there (0.6 µs against 0.03 for MPICH's 0-byte Bcast)
@@ -657,9 +667,15 @@ impl<'a> Ctx<'a> {
         // across nodes, the collectives with a two-level algorithm (`algo::hier`); decided
         // before the non-blocking instance is counted: a counted instance must run on the
         // segment, or the ones after it would wait for its acknowledgement
+        if single && (node.layout.is_some() || !node.cma) {
+            // no single copy across nodes or where the kernel refused it: the slots take
+            // what fits
+            single = false;
+        }
         let wins = match &node.layout {
-            Some(l) => hier_serves(coll, commutative || l.blocks()) && (!auto || across),
-            None => !auto || one_node,
+            Some(l) => !big && hier_serves(coll, commutative || l.blocks()) && (!auto || across),
+            None if big && !single => false,
+            None => !auto || if single { single_wins } else { copy_wins },
         };
         if !wins {
             return false;
@@ -690,7 +706,13 @@ impl<'a> Ctx<'a> {
             tracing::trace!(target: "shim::shm", "{} instance {} ({:?})", self.name(), p.instance, form);
         }
         *self.ticket.borrow_mut() = Some(ticket);
+        self.single.set(single);
         true
+    }
+
+    /// Whether this call, on the segment, moves its data with one copy (`algo::single`).
+    pub fn single_copy(&self) -> bool {
+        self.single.get()
     }
 
     /// Sets the segment up (every rank of the communicator is in this call): `None` where

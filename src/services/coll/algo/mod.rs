@@ -20,6 +20,7 @@ pub mod reduce_scatter;
 pub mod rooted;
 pub mod scan;
 pub mod shm;
+pub mod single;
 
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::{ActionId, Addr, Builder, Data};
@@ -42,6 +43,8 @@ pub struct Block {
     pub hi: i64,
     /// Extent of the datatype (to tell whether two blocks continue each other).
     pub extent: i64,
+    /// Its bytes lie one after another in type map order from `lo` (`TypeInfo::dense`).
+    pub dense: bool,
 }
 
 impl Block {
@@ -53,6 +56,7 @@ impl Block {
             lo,
             hi: lo + ti.span(count),
             extent: ti.extent,
+            dense: ti.dense(),
         }
     }
 

@@ -661,6 +661,21 @@ pub fn hier_wins(coll: Coll, form: Form, footprint: i64) -> bool {
     }
 }
 
+/// Whether `coll` has a single-copy algorithm on the segment (`algo::single`).
+pub fn single_copy_serves(coll: Coll) -> bool {
+    matches!(
+        coll,
+        Coll::Bcast | Coll::Gather | Coll::Scatter | Coll::Allgather | Coll::Alltoall
+    )
+}
+
+/// Whether `SHIM_TRANSPORT=auto` takes `coll` on one node, needing `footprint` bytes
+/// (beyond the slot), to the single-copy algorithm: where it was measured to win (README,
+/// "The node transport"). Not on an oversubscribed node (see [`shm_wins`]).
+pub fn single_copy_wins(coll: Coll, _p: i32, _footprint: i64) -> bool {
+    !crate::platform::proc::any_oversubscribed() && single_copy_serves(coll)
+}
+
 /// The largest footprint [`hier_wins`] takes: the largest size measured to win.
 pub const HIER_MAX_BYTES: i64 = 4096;
 
