@@ -1200,6 +1200,7 @@ pub unsafe fn reduce(
                         let lead = c.leaders_choice(&h, Coll::Reduce, r.bytes(), r.commutative);
                         algo::hier::reduce(c.slots(), &h, &lead, &r, inplace, root)
                     }
+                    None if c.single_copy() => algo::single::reduce(c.slots(), me, &r, inplace, root),
                     None => algo::shm::reduce(c.slots(), me, &r, inplace, root),
                 },
                 _ => algo::reduce::reduce(&ch, me, &r, inplace, root),
@@ -1251,6 +1252,7 @@ pub unsafe fn allreduce(
                         let lead = c.leaders_choice(&h, Coll::Allreduce, r.bytes(), r.commutative);
                         algo::hier::allreduce(c.slots(), &h, &lead, &r, inplace)
                     }
+                    None if c.single_copy() => algo::single::allreduce(c.slots(), me, &r, inplace),
                     None => algo::shm::allreduce(c.slots(), me, &r, inplace),
                 },
                 _ => algo::reduce::allreduce(&ch, me, &r, inplace),

@@ -108,6 +108,10 @@ impl Data {
     pub const fn new(addr: Addr, count: i64, dt: MPI_Datatype) -> Data {
         Data { addr, count, dt }
     }
+    /// The same datatype and address, `count` elements.
+    pub const fn with_count(self, count: i64) -> Data {
+        Data { count, ..self }
+    }
 }
 
 /// One step of a schedule.

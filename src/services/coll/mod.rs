@@ -614,8 +614,10 @@ impl<'a> Ctx<'a> {
         // beyond the slot, or from `SHIM_SHM_SINGLE_COPY`, one copy from the others' memory
         // (`algo::single`), where the collective has it and the node allows it (below)
         let big = footprint > cfg.slot as i64;
+        // (a reduction reads its operands' slices in place: a datatype without holes)
         let mut single = select::single_copy_serves(coll)
-            && cfg.single_copy.is_some_and(|t| footprint as u64 >= t);
+            && cfg.single_copy.is_some_and(|t| footprint as u64 >= t)
+            && self.red.get().is_none_or(|(ti, _)| ti.dense());
         let copy_wins = select::shm_wins(coll, self.size(), footprint);
         let single_wins = single && select::single_copy_wins(coll, self.size(), footprint);
         let one_node = copy_wins || single_wins;

@@ -14,7 +14,7 @@
 //! overwrites its buffer while the others read it.
 
 use super::shm::{PUT, Slots};
-use super::{Block, Rank};
+use super::{Block, Rank, Reduction};
 use crate::core::sched::{ALL_PEERS, ActionId, Addr, Builder, Data, Schedule};
 use crate::platform::abi::MPI_PACKED;
 
@@ -93,9 +93,10 @@ fn expose(b: &mut Builder, sl: Slots, me: Rank, src: Addr, deps: &[ActionId]) ->
     b.post(PUT, &[e])
 }
 
-/// The end of a rank whose memory the others read: waits until they all have.
-fn wait_readers(b: &mut Builder, peer: i32, after: &[ActionId]) {
-    let w = b.watch(peer, READ, after);
+/// The end of a rank whose memory `peer` (every other rank: `ALL_PEERS`) reads until it
+/// reaches `phase`: waits for that, then releases.
+fn wait_readers(b: &mut Builder, peer: i32, phase: u8, after: &[ActionId]) {
+    let w = b.watch(peer, phase, after);
     let mut done = after.to_vec();
     done.push(w);
     b.release(&done);
@@ -120,7 +121,7 @@ pub fn bcast(sl: Slots, me: Rank, data: Block, root: i32) -> Schedule {
         let c = b.claim();
         let (src, ds) = source(&mut b, &[data], data.bytes, false, &[c]);
         let p = expose(&mut b, sl, me, src, &ds);
-        wait_readers(&mut b, ALL_PEERS, &[p]);
+        wait_readers(&mut b, ALL_PEERS, READ, &[p]);
     } else {
         let w = b.watch(root, PUT, &[]);
         let (f, last) = fetch_into(&mut b, sl, root, 0, &data, &[w]);
@@ -145,7 +146,7 @@ pub fn gather(
         let blocks: Vec<Block> = send.into_iter().collect();
         let (src, ds) = source(&mut b, &blocks, block, false, &[c]);
         let p = expose(&mut b, sl, me, src, &ds);
-        wait_readers(&mut b, root, &[p]);
+        wait_readers(&mut b, root, READ, &[p]);
         return b.finish();
     }
     let mut reads = Vec::new();
@@ -182,7 +183,7 @@ pub fn scatter(
         if let Some(rv) = recv {
             after.push(b.copy(send[root as usize].data, rv.data, &[]));
         }
-        wait_readers(&mut b, ALL_PEERS, &after);
+        wait_readers(&mut b, ALL_PEERS, READ, &after);
     } else if let Some(rv) = recv {
         let w = b.watch(root, PUT, &[]);
         let (f, last) = fetch_into(&mut b, sl, root, me.rank as i64 * block, &rv, &[w]);
@@ -272,5 +273,181 @@ pub fn alltoall(
         |_| me.rank as i64 * block,
         own,
     );
+    b.finish()
+}
+
+/// The flag phase at which a rank's reduced slice is ready (its reads of the others'
+/// operands are then over).
+const REDUCED: u8 = 2;
+/// The flag phase at which a rank has read every reduced slice it needs.
+const GOT: u8 = 3;
+
+/// Where this rank's reduced slice goes, as offsets of its slot: its operand's address at
+/// 0, its slice's at [`RESULT`].
+const RESULT: i64 = 8;
+
+/// The reduction of slice `me.rank` (elements `first..first + n`) of every rank's operand,
+/// in rank order, into `acc` (typed): the others' slices are read into scratch, this
+/// rank's is at `own`. Returns the last action (the reads included).
+#[allow(clippy::too_many_arguments)]
+fn reduce_slice(
+    b: &mut Builder,
+    sl: Slots,
+    me: Rank,
+    red: &Reduction,
+    first: i64,
+    n: i64,
+    own: Addr,
+    acc: Addr,
+    after: ActionId,
+) -> ActionId {
+    let (lo, ext) = (red.ti.true_lb, red.ti.extent);
+    // operand j's slice: (typed address, the action that brought it)
+    let mut x: Vec<(Addr, ActionId)> = Vec::with_capacity(me.size as usize);
+    for j in 0..me.size {
+        if j == me.rank {
+            x.push((own, after));
+            continue;
+        }
+        let s = b.scratch_for(n, &red.ti);
+        let w = b.watch(j, PUT, &[after]);
+        let f = b.fetch(
+            j,
+            sl.at(j, 0),
+            lo + first * ext,
+            s.add(lo),
+            n * red.ti.size,
+            &[w],
+        );
+        x.push((s, f));
+    }
+    let (top, got) = x[me.size as usize - 1];
+    let mut last = b.copy(
+        red.data(top).with_count(n),
+        red.data(acc).with_count(n),
+        &[got],
+    );
+    for &(src, got) in x[..me.size as usize - 1].iter().rev() {
+        last = b.reduce(src, acc, n, red.dt, red.op, &[last, got]);
+    }
+    last
+}
+
+/// This rank's operand for the slice (`first`, `n`): where it lies, or, in place (where the
+/// receive buffer is overwritten by the result), a copy in scratch.
+fn own_operand(
+    b: &mut Builder,
+    red: &Reduction,
+    inplace: bool,
+    first: i64,
+    n: i64,
+    deps: &[ActionId],
+) -> (Addr, Vec<ActionId>) {
+    let at = super::shm::operand(inplace).add(first * red.ti.extent);
+    if !inplace || n == 0 {
+        return (at, deps.to_vec());
+    }
+    let s = b.scratch_for(n, &red.ti);
+    let cp = b.copy(red.data(at).with_count(n), red.data(s).with_count(n), deps);
+    (s, vec![cp])
+}
+
+/// Allreduce of a dense datatype (one run of bytes per element range): every rank exposes
+/// its operand; rank r reads slice r of every other operand, reduces them in rank order
+/// (so non-commutative operations are right and every rank gets the same bits) into slice
+/// r of its receive buffer, and then reads the other slices from their ranks' receive
+/// buffers. Each byte of each operand is copied once.
+pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedule {
+    let mut b = Builder::new(NAME);
+    let (lo, ext) = (red.ti.true_lb, red.ti.extent);
+    let (first, n) = super::split(red.count, me.size as i64, me.rank as i64);
+    let c = b.claim();
+    let (own, ready) = own_operand(&mut b, red, inplace, first, n, &[c]);
+    let e0 = b.expose(
+        super::shm::operand(inplace).add(lo),
+        sl.at(me.rank, 0),
+        &ready,
+    );
+    let e1 = b.expose(Addr::recv(lo), sl.at(me.rank, RESULT), &[c]);
+    let p = b.post(PUT, &[e0, e1]);
+    let last = if n > 0 {
+        reduce_slice(
+            &mut b,
+            sl,
+            me,
+            red,
+            first,
+            n,
+            own,
+            Addr::recv(first * ext),
+            p,
+        )
+    } else {
+        p
+    };
+    let r = b.post(REDUCED, &[last]);
+    let mut reads = Vec::new();
+    for q in (0..me.size).filter(|&q| q != me.rank) {
+        let (f, m) = super::split(red.count, me.size as i64, q as i64);
+        if m == 0 {
+            continue;
+        }
+        let w = b.watch(q, REDUCED, &[r]);
+        let at = Addr::recv(lo + f * ext);
+        reads.push(b.fetch(q, sl.at(q, RESULT), f * ext, at, m * red.ti.size, &[w]));
+    }
+    reads.push(r);
+    let g = b.post(GOT, &reads);
+    wait_readers(&mut b, ALL_PEERS, GOT, &[g]);
+    b.finish()
+}
+
+/// Reduce of a dense datatype: as [`allreduce`], but a rank other than the root reduces
+/// its slice into scratch, and the root reads the slices into its receive buffer.
+pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) -> Schedule {
+    let mut b = Builder::new(NAME);
+    let (lo, ext) = (red.ti.true_lb, red.ti.extent);
+    let (first, n) = super::split(red.count, me.size as i64, me.rank as i64);
+    let c = b.claim();
+    let (own, ready) = own_operand(&mut b, red, inplace, first, n, &[c]);
+    let e0 = b.expose(
+        super::shm::operand(inplace).add(lo),
+        sl.at(me.rank, 0),
+        &ready,
+    );
+    let p = b.post(PUT, &[e0]);
+    let acc = if me.rank == root {
+        Addr::recv(first * ext)
+    } else {
+        b.scratch_for(n, &red.ti)
+    };
+    let mut last = if n > 0 {
+        reduce_slice(&mut b, sl, me, red, first, n, own, acc, p)
+    } else {
+        p
+    };
+    if me.rank != root {
+        last = b.expose(acc.add(lo), sl.at(me.rank, RESULT), &[last]);
+    }
+    let r = b.post(REDUCED, &[last]);
+    if me.rank != root {
+        // the root says GOT once every rank is done reading every operand and it has read
+        // every slice: this rank's operand and scratch are free then
+        wait_readers(&mut b, root, GOT, &[r]);
+        return b.finish();
+    }
+    let mut reads = vec![r];
+    for q in (0..me.size).filter(|&q| q != me.rank) {
+        let (f, m) = super::split(red.count, me.size as i64, q as i64);
+        let w = b.watch(q, REDUCED, &[r]);
+        if m > 0 {
+            let at = Addr::recv(lo + f * ext);
+            reads.push(b.fetch(q, sl.at(q, RESULT), 0, at, m * red.ti.size, &[w]));
+        } else {
+            reads.push(w);
+        }
+    }
+    let g = b.post(GOT, &reads);
+    b.release(&[g]);
     b.finish()
 }

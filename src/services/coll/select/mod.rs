@@ -665,7 +665,13 @@ pub fn hier_wins(coll: Coll, form: Form, footprint: i64) -> bool {
 pub fn single_copy_serves(coll: Coll) -> bool {
     matches!(
         coll,
-        Coll::Bcast | Coll::Gather | Coll::Scatter | Coll::Allgather | Coll::Alltoall
+        Coll::Bcast
+            | Coll::Gather
+            | Coll::Scatter
+            | Coll::Allgather
+            | Coll::Alltoall
+            | Coll::Reduce
+            | Coll::Allreduce
     )
 }
 
