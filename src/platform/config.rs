@@ -176,7 +176,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_SHM_SINGLE_COPY",
         default: "auto",
         allowed: "auto, off, or a size in bytes (0 up, with an optional K or M suffix)",
-        doc: "Where the shared-memory Bcast, Gather, Scatter, Allgather and Alltoall move data with one copy: each rank reads the others' buffers straight from their memory (`process_vm_readv`, allowed by the same ptrace rule as the segment's mapping) instead of through the slots. `auto`: data larger than SHIM_SHM_SLOT, which copy-in-copy-out cannot take; a size: a footprint (as for SHIM_SHM_SLOT) of at least that many bytes; `off`: never. Where the kernel refuses it (probed at the segment's setup) the point-to-point path takes what the slots cannot.",
+        doc: "Where the shared-memory Bcast, Gather, Scatter, Allgather, Alltoall, Reduce and Allreduce (datatypes without holes) move data with one copy: each rank reads the others' buffers straight from their memory (`process_vm_readv`, allowed by the same ptrace rule as the segment's mapping) instead of through the slots; a reduction is split, each rank reducing its slice of every operand. `auto`: data larger than SHIM_SHM_SLOT, which copy-in-copy-out cannot take; a size: a footprint (as for SHIM_SHM_SLOT) of at least that many bytes; `off`: never. Where the kernel refuses it (probed at the segment's setup) the point-to-point path takes what the slots cannot.",
     },
     VarSpec {
         name: "SHIM_TIMEOUT",
@@ -188,7 +188,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_TRANSPORT",
         default: "auto",
         allowed: "auto, pmpi, shm",
-        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT`, and beyond it with one copy (`SHIM_SHM_SINGLE_COPY`) for Bcast, Gather, Scatter, Allgather and Alltoall (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data, and those five beyond the slot with one copy, not in a job with an oversubscribed node (more processes than processors) (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
+        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT`, and beyond it with one copy (`SHIM_SHM_SINGLE_COPY`) for Bcast, Gather, Scatter, Allgather, Alltoall, Reduce and Allreduce (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data, and those seven beyond the slot with one copy, not in a job with an oversubscribed node (more processes than processors) (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
     },
     VarSpec {
         name: "SHIM_TUNING_FILE",

@@ -285,15 +285,11 @@ pub fn gather(
     let mut done = vec![p];
     if me.rank == LEADER && h.leaders().rank != root_node {
         let w = b.watch(ALL_PEERS, PUT, &[p]);
-        let n = me.size as i64;
+        // (one rank on the node: `blocks` gives its slot as plain data)
         let parts: Vec<_> = (0..me.size)
             .map(|l| (sl.at(l, 0), block, MPI_PACKED(), 1))
             .collect();
-        let from = if n == 1 {
-            sl.packed(LEADER, 0, block)
-        } else {
-            b.blocks(&parts)
-        };
+        let from = b.blocks(&parts);
         done.push(b.send(from, root, &[w]));
     }
     b.release(&done);

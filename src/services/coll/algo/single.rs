@@ -12,6 +12,11 @@
 //! is copied into the run's scratch first, and a reader whose own buffer has holes reads
 //! into scratch and unpacks; in-place Alltoall reads from a copy, since each rank
 //! overwrites its buffer while the others read it.
+//!
+//! Reductions (datatypes without holes: the operands are read in place) are split: rank r
+//! reads slice r of every other operand and reduces the slices in rank order, so every
+//! byte is read once, non-commutative operations are right and every rank gets the same
+//! bits; Allreduce then reads the other slices from their ranks' receive buffers.
 
 use super::shm::{PUT, Slots};
 use super::{Block, Rank, Reduction};

@@ -677,9 +677,20 @@ pub fn single_copy_serves(coll: Coll) -> bool {
 
 /// Whether `SHIM_TRANSPORT=auto` takes `coll` on one node, needing `footprint` bytes
 /// (beyond the slot), to the single-copy algorithm: where it was measured to win (README,
-/// "The node transport"). Not on an oversubscribed node (see [`shm_wins`]).
-pub fn single_copy_wins(coll: Coll, _p: i32, _footprint: i64) -> bool {
-    !crate::platform::proc::any_oversubscribed() && single_copy_serves(coll)
+/// "The node transport"): the data movers beyond the slot under all four libraries
+/// measured; reductions from the library's `single_reduce` parameter (Open MPI 4.1's own
+/// won below 1 MiB, Intel MPI's at some sizes up to 4 MiB: never there). Not on an
+/// oversubscribed node (see [`shm_wins`]).
+pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
+    if crate::platform::proc::any_oversubscribed() || !single_copy_serves(coll) {
+        return false;
+    }
+    match coll {
+        Coll::Reduce | Coll::Allreduce => {
+            footprint as f64 >= tuning::get().params.single_reduce
+        }
+        _ => true,
+    }
 }
 
 /// The largest footprint [`hier_wins`] takes: the largest size measured to win.

@@ -42,6 +42,9 @@ pub struct Params {
     pub native_call: f64,
     /// Messages above this many bytes pay a rendezvous round trip.
     pub eager: f64,
+    /// Bytes from which `auto` reduces with one copy on the node segment (beyond the slot
+    /// in any case; `algo::single`): measured per library with `scripts/bench/single-copy`.
+    pub single_reduce: f64,
 }
 
 impl Default for Params {
@@ -59,6 +62,7 @@ impl Default for Params {
             o_native: 0.15,
             native_call: 0.15,
             eager: 65536.0,
+            single_reduce: 0.0,
         }
     }
 }
@@ -75,6 +79,7 @@ pub const NAMES: &[&str] = &[
     "o_native",
     "native_call",
     "eager",
+    "single_reduce",
 ];
 
 impl Params {
@@ -90,6 +95,7 @@ impl Params {
             "o_native" => self.o_native,
             "native_call" => self.native_call,
             "eager" => self.eager,
+            "single_reduce" => self.single_reduce,
             _ => return None,
         })
     }
@@ -106,6 +112,7 @@ impl Params {
             "o_native" => &mut self.o_native,
             "native_call" => &mut self.native_call,
             "eager" => &mut self.eager,
+            "single_reduce" => &mut self.single_reduce,
             _ => return false,
         };
         *slot = v;

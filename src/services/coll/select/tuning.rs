@@ -238,6 +238,22 @@ mod library_tests {
     use super::*;
 
     #[test]
+    fn single_copy_reductions_start_where_each_library_was_measured() {
+        // (library version line, the bytes from which auto reduces with one copy)
+        let table = [
+            ("MPICH Version:\t4.0.2\n", 0.0),
+            ("MPICH Version:      5.0.2\n", 0.0),
+            ("Intel(R) MPI Library 2021.19.0 for Linux* OS\n", 1e18),
+            ("Open MPI v4.1.4, package: Debian OpenMPI", 1048576.0),
+            ("Open MPI v5.0.11, package: Open MPI", 0.0),
+            ("Some MPI 1.0", 0.0),
+        ];
+        for (version, want) in table {
+            assert_eq!(for_library(version).params.single_reduce, want, "{version}");
+        }
+    }
+
+    #[test]
     fn libraries_are_keyed_by_name_and_version() {
         let cases = [
             (
