@@ -769,10 +769,13 @@ fn allgather_common(
     let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
-            Algo::Shm if c.single_copy() => {
-                algo::single::allgather(c.slots(), me, send, &rblocks, avg)
-            }
-            Algo::Shm => algo::shm::allgather(c.slots(), me, send, &rblocks, avg),
+            Algo::Shm => match c.hier() {
+                Some(h) => algo::hier::allgather(c.slots(), &h, send, &rblocks, avg),
+                None if c.single_copy() => {
+                    algo::single::allgather(c.slots(), me, send, &rblocks, avg)
+                }
+                None => algo::shm::allgather(c.slots(), me, send, &rblocks, avg),
+            },
             _ => algo::allgather::build(&ch, me, send, &rblocks),
         })
     })

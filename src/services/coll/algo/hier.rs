@@ -6,7 +6,8 @@
 //! (its lowest rank), talks to the other nodes, through a point-to-point schedule among
 //! the leaders that is built by the flat builders and embedded in the collective's
 //! (`Builder::embed`); in Gather and Scatter each node's blocks travel as one message
-//! between its leader and the root. A flat algorithm sends up to one message per rank
+//! between its leader and the root, in Allgather between every pair of leaders (the node
+//! phase reads the ranks' memory with one copy, `super::single`). A flat algorithm sends up to one message per rank
 //! across the network per step; these send one per node.
 //!
 //! Phases of a rank's flag: [`PUT`] (its operand or the root's data is in its slot) and
@@ -17,7 +18,7 @@
 use std::sync::Arc;
 
 use super::shm::{PUT, Slots, combine, operand, put_operand};
-use super::{Block, Rank, Reduction, barrier, bcast, reduce};
+use super::{Block, Rank, Reduction, barrier, bcast, reduce, single};
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::{ALL_PEERS, Addr, Builder, Data, Schedule};
 use crate::core::transport::node::Layout;
@@ -26,6 +27,9 @@ use crate::services::coll::select::Choice;
 
 /// The flag phase at which a leader's slot holds its node's result.
 const DONE: u8 = 2;
+
+/// The flag phase at which a rank has read all it needs from its leader (Allgather).
+const READ: u8 = 3;
 
 /// The leader's index on its node.
 const LEADER: i32 = 0;
@@ -357,5 +361,57 @@ pub fn scatter(
         done.push(b.copy(from, rv.data, &[ready]));
     }
     b.release(&done);
+    b.finish()
+}
+
+/// Allgather of `block`-byte blocks (`send`: this rank's, `None` in place; `recv`: every
+/// rank's), with one copy inside a node (`algo::single`: the node must allow CMA). The
+/// leader reads its node's blocks from their ranks' memory into its receive buffer, sends
+/// them to every other leader as one message and receives each other node's likewise; its
+/// node's ranks then read every other block from its buffer.
+pub fn allgather(sl: Slots, h: &Hier, send: Option<Block>, recv: &[Block], block: i64) -> Schedule {
+    let mut b = Builder::new("shm:two-level");
+    let me = h.local();
+    let at = h.me.rank as usize;
+    let own = send.map(|s| b.copy(s.data, recv[at].data, &[]));
+    let c = b.claim();
+    if me.rank != LEADER {
+        let (src, ds) = single::source(&mut b, &[send.unwrap_or(recv[at])], block, false, &[c]);
+        let e = b.expose(src, sl.at(me.rank, 0), &ds);
+        let p = b.post(PUT, &[e]);
+        // the leader is done with this rank's block once its node's result is out
+        let w = b.watch(LEADER, DONE, &[p]);
+        let mut reads = vec![w];
+        let mut rest: Vec<u32> = own.into_iter().collect();
+        for (r, blk) in recv.iter().enumerate().filter(|&(r, _)| r != at) {
+            let (f, last) = single::fetch_into(&mut b, sl, LEADER, r as i64 * block, blk, &[w]);
+            reads.push(f);
+            rest.push(last);
+        }
+        rest.push(b.post(READ, &reads));
+        b.release(&rest);
+        return b.finish();
+    }
+    let node = h.leaders().rank;
+    let mut got: Vec<u32> = own.into_iter().collect();
+    for &r in h.ranks_of(node).iter().filter(|&&r| r != h.me.rank) {
+        let l = h.local_of(r);
+        let w = b.watch(l, PUT, &[]);
+        got.push(single::fetch_into(&mut b, sl, l, 0, &recv[r as usize], &[w]).1);
+    }
+    // one message each way per other node (their blocks are disjoint from this node's)
+    let mut all = got.clone();
+    for k in (0..h.leaders().size).filter(|&k| k != node) {
+        let ranks = h.ranks_of(k);
+        let out = super::multi(&mut b, h.ranks_of(node).iter().map(|&r| &recv[r as usize]));
+        all.push(b.send(out, ranks[0], &got));
+        let to = super::multi(&mut b, ranks.iter().map(|&r| &recv[r as usize]));
+        all.push(b.recv(to, ranks[0], &[]));
+    }
+    let (src, ds) = single::source(&mut b, recv, block, false, &all);
+    let e = b.expose(src, sl.at(LEADER, 0), &ds);
+    let p = b.post(DONE, &[e, c]);
+    let w = b.watch(ALL_PEERS, READ, &[p]);
+    b.release(&[w]);
     b.finish()
 }

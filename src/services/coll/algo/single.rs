@@ -40,7 +40,7 @@ fn contiguous(blk: &Block) -> Option<Addr> {
 /// The bytes of `blocks` (each of `block` bytes), one after another, for the others to
 /// read: where they already lie so, unless `copy`, else copied into scratch. Returns the
 /// address and what must be done before it is exposed.
-fn source(
+pub(super) fn source(
     b: &mut Builder,
     blocks: &[Block],
     block: i64,
@@ -70,7 +70,7 @@ fn source(
 
 /// Reads `dst.bytes` bytes from rank `peer`, `off` bytes into what it exposed, into `dst`
 /// (through scratch when `dst` has holes). Returns the read and the last action.
-fn fetch_into(
+pub(super) fn fetch_into(
     b: &mut Builder,
     sl: Slots,
     peer: i32,
@@ -357,6 +357,25 @@ fn own_operand(
     (s, vec![cp])
 }
 
+/// The start of a single-copy reduction: claims the region, finds this rank's operand for
+/// its slice (`first`, `n`: [`own_operand`]) and exposes where its whole operand lies.
+/// Returns the claim, the slice's operand and the exposure.
+fn expose_operand(
+    b: &mut Builder,
+    sl: Slots,
+    me: Rank,
+    red: &Reduction,
+    inplace: bool,
+    first: i64,
+    n: i64,
+) -> (ActionId, Addr, ActionId) {
+    let c = b.claim();
+    let (own, ready) = own_operand(b, red, inplace, first, n, &[c]);
+    let at = super::shm::operand(inplace).add(red.ti.true_lb);
+    let e = b.expose(at, sl.at(me.rank, 0), &ready);
+    (c, own, e)
+}
+
 /// Allreduce of a dense datatype (one run of bytes per element range): every rank exposes
 /// its operand; rank r reads slice r of every other operand, reduces them in rank order
 /// (so non-commutative operations are right and every rank gets the same bits) into slice
@@ -366,13 +385,7 @@ pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedul
     let mut b = Builder::new(NAME);
     let (lo, ext) = (red.ti.true_lb, red.ti.extent);
     let (first, n) = super::split(red.count, me.size as i64, me.rank as i64);
-    let c = b.claim();
-    let (own, ready) = own_operand(&mut b, red, inplace, first, n, &[c]);
-    let e0 = b.expose(
-        super::shm::operand(inplace).add(lo),
-        sl.at(me.rank, 0),
-        &ready,
-    );
+    let (c, own, e0) = expose_operand(&mut b, sl, me, red, inplace, first, n);
     let e1 = b.expose(Addr::recv(lo), sl.at(me.rank, RESULT), &[c]);
     let p = b.post(PUT, &[e0, e1]);
     let last = if n > 0 {
@@ -413,13 +426,7 @@ pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) ->
     let mut b = Builder::new(NAME);
     let (lo, ext) = (red.ti.true_lb, red.ti.extent);
     let (first, n) = super::split(red.count, me.size as i64, me.rank as i64);
-    let c = b.claim();
-    let (own, ready) = own_operand(&mut b, red, inplace, first, n, &[c]);
-    let e0 = b.expose(
-        super::shm::operand(inplace).add(lo),
-        sl.at(me.rank, 0),
-        &ready,
-    );
+    let (_, own, e0) = expose_operand(&mut b, sl, me, red, inplace, first, n);
     let p = b.post(PUT, &[e0]);
     let acc = if me.rank == root {
         Addr::recv(first * ext)

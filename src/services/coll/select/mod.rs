@@ -686,9 +686,7 @@ pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
         return false;
     }
     match coll {
-        Coll::Reduce | Coll::Allreduce => {
-            footprint as f64 >= tuning::get().params.single_reduce
-        }
+        Coll::Reduce | Coll::Allreduce => footprint as f64 >= tuning::get().params.single_reduce,
         _ => true,
     }
 }
