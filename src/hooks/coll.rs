@@ -943,10 +943,13 @@ fn alltoall_common(
     let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
-            Algo::Shm if c.single_copy() => {
-                algo::single::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes)
-            }
-            Algo::Shm => algo::shm::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes),
+            Algo::Shm => match c.hier() {
+                Some(h) => algo::hier::alltoall(c.slots(), &h, &sblocks, &rblocks, inplace, bytes),
+                None if c.single_copy() => {
+                    algo::single::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes)
+                }
+                None => algo::shm::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes),
+            },
             _ => algo::alltoall::build(&ch, me, &sblocks, &rblocks, inplace, regular),
         })
     })

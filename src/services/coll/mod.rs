@@ -675,8 +675,11 @@ impl<'a> Ctx<'a> {
             single = false;
         }
         let wins = match &node.layout {
-            // Allgather's node phase reads the ranks' memory (one copy): any size
-            Some(_) if coll == Coll::Allgather => node.cma && (!auto || across),
+            // Allgather's and Alltoall's node phase reads the ranks' memory (one copy): any
+            // size
+            Some(_) if matches!(coll, Coll::Allgather | Coll::Alltoall) => {
+                node.cma && (!auto || across)
+            }
             Some(l) => !big && hier_serves(coll, commutative || l.blocks()) && (!auto || across),
             None if big && !single => false,
             None => !auto || if single { single_wins } else { copy_wins },

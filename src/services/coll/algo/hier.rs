@@ -6,8 +6,8 @@
 //! (its lowest rank), talks to the other nodes, through a point-to-point schedule among
 //! the leaders that is built by the flat builders and embedded in the collective's
 //! (`Builder::embed`); in Gather and Scatter each node's blocks travel as one message
-//! between its leader and the root, in Allgather between every pair of leaders (the node
-//! phase reads the ranks' memory with one copy, `super::single`). A flat algorithm sends up to one message per rank
+//! between its leader and the root, in Allgather and Alltoall between every pair of
+//! leaders (their node phase reads the ranks' memory with one copy, `super::single`). A flat algorithm sends up to one message per rank
 //! across the network per step; these send one per node.
 //!
 //! Phases of a rank's flag: [`PUT`] (its operand or the root's data is in its slot) and
@@ -30,6 +30,9 @@ const DONE: u8 = 2;
 
 /// The flag phase at which a rank has read all it needs from its leader (Allgather).
 const READ: u8 = 3;
+
+/// Where a leader exposes what its node's ranks read from it (Alltoall), in its slot.
+const RESULT: i64 = 8;
 
 /// The leader's index on its node.
 const LEADER: i32 = 0;
@@ -413,5 +416,135 @@ pub fn allgather(sl: Slots, h: &Hier, send: Option<Block>, recv: &[Block], block
     let p = b.post(DONE, &[e, c]);
     let w = b.watch(ALL_PEERS, READ, &[p]);
     b.release(&[w]);
+    b.finish()
+}
+
+/// Alltoall of `block`-byte blocks (`send`: the blocks for every rank, `recv`: from every
+/// rank; in place, `recv` holds both), node-aggregated with one copy inside a node
+/// (`super::single`: the node must allow CMA). Every rank exposes its blocks; the ranks of a
+/// node read their blocks from each other directly; the leader reads its node's blocks for
+/// each other node into one message to that node's leader, receives that node's blocks
+/// for its own ranks likewise, and its ranks read theirs from it. One message per pair of
+/// nodes crosses the network where a flat algorithm sends one per pair of ranks.
+pub fn alltoall(
+    sl: Slots,
+    h: &Hier,
+    send: &[Block],
+    recv: &[Block],
+    inplace: bool,
+    block: i64,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level");
+    let me = h.local();
+    let at = h.me.rank as usize;
+    let node = h.leaders().rank;
+    let mine = h.ranks_of(node).to_vec();
+    let nl = mine.len() as i64;
+    let c = b.claim();
+    // in place, every rank overwrites what the others read: they read a copy
+    let (src, ds) = single::source(
+        &mut b,
+        if inplace { recv } else { send },
+        block,
+        inplace,
+        &[c],
+    );
+    let e = b.expose(src, sl.at(me.rank, 0), &ds);
+    let p = b.post(PUT, &[e]);
+    let mut reads = Vec::new();
+    let mut rest = Vec::new();
+    if !inplace {
+        rest.push(b.copy(send[at].data, recv[at].data, &[]));
+    }
+    for &q in mine.iter().filter(|&&q| q != h.me.rank) {
+        let l = h.local_of(q);
+        let w = b.watch(l, PUT, &[p]);
+        let (f, last) = single::fetch_into(
+            &mut b,
+            sl,
+            l,
+            h.me.rank as i64 * block,
+            &recv[q as usize],
+            &[w],
+        );
+        reads.push(f);
+        rest.push(last);
+    }
+    // the other nodes' blocks for this node: in the leader's scratch, node by node, each
+    // node's as [its rank][this node's rank] blocks
+    let others: Vec<i32> = (0..h.leaders().size).filter(|&k| k != node).collect();
+    let mut inbound = Vec::new();
+    let mut off = 0i64;
+    for &k in &others {
+        inbound.push(off);
+        off += h.ranks_of(k).len() as i64 * nl * block;
+    }
+    let in_bytes = off;
+    let done = if me.rank == LEADER {
+        let in_base = b.scratch(in_bytes);
+        let mut outs = Vec::new();
+        let mut arrived = Vec::new();
+        for (&k, &koff) in others.iter().zip(&inbound) {
+            let theirs = h.ranks_of(k);
+            let nk = theirs.len() as i64;
+            let out = b.scratch(nl * nk * block);
+            let mut got = Vec::new();
+            for (i, &q) in mine.iter().enumerate() {
+                let l = h.local_of(q);
+                let w = (q != h.me.rank).then(|| b.watch(l, PUT, &[p]));
+                for (j, &d) in theirs.iter().enumerate() {
+                    let to = Addr::scratch(out + (i as i64 * nk + j as i64) * block);
+                    got.push(match w {
+                        Some(w) => b.fetch(l, sl.at(l, 0), d as i64 * block, to, block, &[w]),
+                        None => b.copy(
+                            Data::new(src.add(d as i64 * block), block, MPI_PACKED()),
+                            Data::new(to, block, MPI_PACKED()),
+                            &ds,
+                        ),
+                    });
+                }
+            }
+            let msg = Data::new(Addr::scratch(out), nl * nk * block, MPI_PACKED());
+            outs.extend(got.iter().copied());
+            rest.push(b.send(msg, theirs[0], &got));
+            let into = Data::new(Addr::scratch(in_base + koff), nk * nl * block, MPI_PACKED());
+            arrived.push(b.recv(into, theirs[0], &[]));
+        }
+        let x = b.expose(Addr::scratch(in_base), sl.at(LEADER, RESULT), &arrived);
+        outs.push(x);
+        outs.push(p);
+        let d = b.post(DONE, &outs);
+        // the leader's own blocks from the other nodes
+        for (&k, &koff) in others.iter().zip(&inbound) {
+            for (i, &s) in h.ranks_of(k).iter().enumerate() {
+                let from = in_base + koff + (i as i64 * nl + me.rank as i64) * block;
+                let blk = &recv[s as usize];
+                rest.push(b.copy(
+                    Data::new(Addr::scratch(from), block, MPI_PACKED()),
+                    blk.data,
+                    &[d],
+                ));
+            }
+        }
+        d
+    } else {
+        let w = b.watch(LEADER, DONE, &[p]);
+        for (&k, &koff) in others.iter().zip(&inbound) {
+            for (i, &s) in h.ranks_of(k).iter().enumerate() {
+                let from = koff + (i as i64 * nl + me.rank as i64) * block;
+                let at = sl.at(LEADER, RESULT);
+                let (f, last) =
+                    single::fetch_exposed(&mut b, at, LEADER, from, &recv[s as usize], &[w]);
+                reads.push(f);
+                rest.push(last);
+            }
+        }
+        w
+    };
+    reads.push(done);
+    let r = b.post(READ, &reads);
+    let w = b.watch(ALL_PEERS, READ, &[r]);
+    rest.push(w);
+    b.release(&rest);
     b.finish()
 }

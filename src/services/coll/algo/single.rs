@@ -78,14 +78,26 @@ pub(super) fn fetch_into(
     dst: &Block,
     deps: &[ActionId],
 ) -> (ActionId, ActionId) {
+    fetch_exposed(b, sl.at(peer, 0), peer, off, dst, deps)
+}
+
+/// [`fetch_into`] of what `peer` exposed at `at` (an address in its slot).
+pub(super) fn fetch_exposed(
+    b: &mut Builder,
+    at: Addr,
+    peer: i32,
+    off: i64,
+    dst: &Block,
+    deps: &[ActionId],
+) -> (ActionId, ActionId) {
     match contiguous(dst) {
-        Some(at) => {
-            let f = b.fetch(peer, sl.at(peer, 0), off, at, dst.bytes, deps);
+        Some(to) => {
+            let f = b.fetch(peer, at, off, to, dst.bytes, deps);
             (f, f)
         }
         None => {
             let s = Addr::scratch(b.scratch(dst.bytes));
-            let f = b.fetch(peer, sl.at(peer, 0), off, s, dst.bytes, deps);
+            let f = b.fetch(peer, at, off, s, dst.bytes, deps);
             let u = b.copy(Data::new(s, dst.bytes, MPI_PACKED()), dst.data, &[f]);
             (f, u)
         }
