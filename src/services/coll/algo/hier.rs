@@ -380,8 +380,7 @@ pub fn allgather(sl: Slots, h: &Hier, send: Option<Block>, recv: &[Block], block
     let c = b.claim();
     if me.rank != LEADER {
         let (src, ds) = single::source(&mut b, &[send.unwrap_or(recv[at])], block, false, &[c]);
-        let e = b.expose(src, sl.at(me.rank, 0), &ds);
-        let p = b.post(PUT, &[e]);
+        let p = single::expose(&mut b, sl, me, src, &ds);
         // the leader is done with this rank's block once its node's result is out
         let w = b.watch(LEADER, DONE, &[p]);
         let mut reads = vec![w];
@@ -404,9 +403,9 @@ pub fn allgather(sl: Slots, h: &Hier, send: Option<Block>, recv: &[Block], block
     }
     // one message each way per other node (their blocks are disjoint from this node's)
     let mut all = got.clone();
+    let out = super::multi(&mut b, h.ranks_of(node).iter().map(|&r| &recv[r as usize]));
     for k in (0..h.leaders().size).filter(|&k| k != node) {
         let ranks = h.ranks_of(k);
-        let out = super::multi(&mut b, h.ranks_of(node).iter().map(|&r| &recv[r as usize]));
         all.push(b.send(out, ranks[0], &got));
         let to = super::multi(&mut b, ranks.iter().map(|&r| &recv[r as usize]));
         all.push(b.recv(to, ranks[0], &[]));
@@ -449,8 +448,7 @@ pub fn alltoall(
         inplace,
         &[c],
     );
-    let e = b.expose(src, sl.at(me.rank, 0), &ds);
-    let p = b.post(PUT, &[e]);
+    let p = single::expose(&mut b, sl, me, src, &ds);
     let mut reads = Vec::new();
     let mut rest = Vec::new();
     if !inplace {

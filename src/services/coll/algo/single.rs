@@ -105,7 +105,13 @@ pub(super) fn fetch_exposed(
 }
 
 /// Exposes the bytes at `src` in this rank's slot and publishes it; returns the post.
-fn expose(b: &mut Builder, sl: Slots, me: Rank, src: Addr, deps: &[ActionId]) -> ActionId {
+pub(super) fn expose(
+    b: &mut Builder,
+    sl: Slots,
+    me: Rank,
+    src: Addr,
+    deps: &[ActionId],
+) -> ActionId {
     let e = b.expose(src, sl.at(me.rank, 0), deps);
     b.post(PUT, &[e])
 }
@@ -210,7 +216,7 @@ pub fn scatter(
 }
 
 /// The part every rank of Allgather and Alltoall shares: exposes `src` (ready after
-/// `ready`), reads from every other rank `off(r)` bytes into its exposed memory into
+/// `ready`), reads from every other rank, `off` bytes into its exposed memory, into
 /// `recv[r]`, and waits until every rank is done reading this one's.
 fn all_read_all(
     b: &mut Builder,
@@ -219,7 +225,7 @@ fn all_read_all(
     src: Addr,
     ready: &[ActionId],
     recv: &[Block],
-    off: impl Fn(i32) -> i64,
+    off: i64,
     own: Option<ActionId>,
 ) {
     let p = expose(b, sl, me, src, ready);
@@ -231,7 +237,7 @@ fn all_read_all(
         .filter(|&(r, _)| r as i32 != me.rank)
     {
         let w = b.watch(r as i32, PUT, &[p]);
-        let (f, last) = fetch_into(b, sl, r as i32, off(r as i32), blk, &[w]);
+        let (f, last) = fetch_into(b, sl, r as i32, off, blk, &[w]);
         reads.push(f);
         rest.push(last);
     }
@@ -252,7 +258,7 @@ pub fn allgather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], block
     let mine = send.unwrap_or(recv[me.rank as usize]);
     let (src, ds) = source(&mut b, &[mine], block, false, &[c]);
     let own = send.map(|s| b.copy(s.data, recv[me.rank as usize].data, &[]));
-    all_read_all(&mut b, sl, me, src, &ds, recv, |_| 0, own);
+    all_read_all(&mut b, sl, me, src, &ds, recv, 0, own);
     b.finish()
 }
 
@@ -280,16 +286,7 @@ pub fn alltoall(
         let me = me.rank as usize;
         b.copy(send[me].data, recv[me].data, &[])
     });
-    all_read_all(
-        &mut b,
-        sl,
-        me,
-        src,
-        &ds,
-        recv,
-        |_| me.rank as i64 * block,
-        own,
-    );
+    all_read_all(&mut b, sl, me, src, &ds, recv, me.rank as i64 * block, own);
     b.finish()
 }
 
