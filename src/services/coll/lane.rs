@@ -22,8 +22,9 @@
 
 use core::cell::{Cell, RefCell};
 use core::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+use crate::core::comm::CommState;
 use crate::core::progress;
 use crate::core::sched::Schedule;
 use crate::core::transport::node::{self, Node};
@@ -36,6 +37,9 @@ const SLOTS: usize = memo::SLOTS;
 
 /// What a remembered call runs: its schedule on its segment, with its buffers.
 pub(super) struct Remembered {
+    /// The communicator's state: a repeated call takes its tag as `Ctx::launch` does
+    /// (weak: a remembered call must not keep a freed communicator's shadow alive).
+    pub comm: Weak<CommState>,
     pub node: Arc<Node>,
     pub sched: Arc<Schedule>,
     pub send: usize,
@@ -83,7 +87,11 @@ pub fn hit(fid: Fid, comm: MPI_Comm, same: impl FnOnce(&mut Words<'_>) -> bool) 
         }
         let run = e.run.try_borrow().ok()?;
         let r = run.as_ref()?;
+        // (before the instance is taken: a miss must leave both as they were)
+        let state = r.comm.upgrade()?;
         let place = r.node.next(node::BLOCKING);
+        let _ = state.next_tag(true);
+        drop(state);
         let rc = crate::core::sched::run::run_inline(
             &r.sched,
             &r.node,

@@ -419,11 +419,14 @@ impl<'a> Ctx<'a> {
         match self.call.variant {
             Variant::Blocking => {
                 crate::platform::counters::note_path(self.call.fid, "schedule", path);
-                // not a two-level run: its leaders take a tag for their messages, so every
-                // rank of the communicator must (an inline run takes none), or the tags of
-                // the point-to-point collectives after it would differ between ranks
-                if crate::core::sched::run::inline_ok(&sched) && self.hier().is_none() {
+                if crate::core::sched::run::inline_ok(&sched) {
                     if let Some(Ticket::Place(node, place)) = self.ticket.borrow_mut().take() {
+                        // every blocking collective takes a tag, whatever path it runs on
+                        // here: whether a rank's schedule has messages or scratch (a
+                        // two-level leader's, a single copy through scratch) differs
+                        // between ranks, and the tags of the point-to-point collectives
+                        // after it must not
+                        let _ = self.st.next_tag(true);
                         let rc = crate::core::sched::run::run_inline(
                             &sched,
                             &node,
@@ -437,6 +440,7 @@ impl<'a> Ctx<'a> {
                         }
                         if cacheable {
                             lane::offer(lane::Remembered {
+                                comm: Arc::downgrade(&self.st),
                                 node,
                                 sched,
                                 send: send as usize,
