@@ -176,7 +176,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_SHM_SINGLE_COPY",
         default: "auto",
         allowed: "auto, off, or a size in bytes (0 up, with an optional K or M suffix)",
-        doc: "Where the shared-memory Bcast, Gather, Scatter, Allgather, Alltoall, Reduce and Allreduce (datatypes without holes) move data with one copy: each rank reads the others' buffers straight from their memory (`process_vm_readv`, allowed by the same ptrace rule as the segment's mapping) instead of through the slots; a reduction is split, each rank reducing its slice of every operand. `auto`: data larger than SHIM_SHM_SLOT, which copy-in-copy-out cannot take; a size: a footprint (as for SHIM_SHM_SLOT) of at least that many bytes; `off`: never. Where the kernel refuses it (probed at the segment's setup) the point-to-point path takes what the slots cannot.",
+        doc: "Where the shared-memory Bcast, Gather, Scatter, Allgather, Alltoall, Reduce and Allreduce (datatypes without holes) move data with one copy: each rank reads the others' buffers straight from their memory (`process_vm_readv`, allowed by the same ptrace rule as the segment's mapping) instead of through the slots; a reduction is split, each rank reducing its slice of every operand. `auto`: data larger than SHIM_SHM_SLOT, which copy-in-copy-out cannot take; a size: a footprint (as for SHIM_SHM_SLOT) of at least that many bytes; `off`: never, and no process is read at all (the two-level Allgather and Alltoall across nodes, which read their node's ranks, then take the point-to-point path). Where the kernel refuses it (probed at the segment's setup) the point-to-point path takes what the slots cannot.",
     },
     VarSpec {
         name: "SHIM_TIMEOUT",

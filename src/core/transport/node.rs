@@ -213,7 +213,8 @@ impl Node {
     /// gets the same answer. `nb_seq` is how many non-blocking collectives this rank has
     /// started on the communicator: the first instance that uses shared memory is the
     /// largest over the ranks, so that a program that (wrongly) starts them in a different
-    /// order around this blocking call still matches.
+    /// order around this blocking call still matches. `cma`: whether single copy may be
+    /// used at all (`SHIM_SHM_SINGLE_COPY=off` says no: not even the probe reads a peer).
     pub fn setup(
         comm: MPI_Comm,
         size: c_int,
@@ -221,6 +222,7 @@ impl Node {
         depth: u32,
         slot: usize,
         nb_seq: u32,
+        cma: bool,
     ) -> Result<Option<Node>, String> {
         let rank = mpi_comm::rank(comm).map_err(|e| format!("MPI_Comm_rank: {}", e.code()))?;
         let mut node_comm = mpi_comm::split_type_shared(comm)
@@ -231,7 +233,7 @@ impl Node {
             depth,
             slot,
         };
-        let r = Self::on_node(comm, node_comm, rank, size, nb_seq, shape);
+        let r = Self::on_node(comm, node_comm, rank, size, nb_seq, shape, cma);
         let _ = mpi_comm::free(&mut node_comm);
         r
     }
@@ -245,6 +247,7 @@ impl Node {
         size: c_int,
         nb_seq: u32,
         geo: Geometry,
+        cma: bool,
     ) -> Result<Option<Node>, String> {
         let code = |what: &str, e: crate::platform::mpi::MpiError| format!("{what}: {}", e.code());
         let local_size = mpi_comm::size(node_comm).map_err(|e| code("MPI_Comm_size", e))?;
@@ -287,10 +290,11 @@ impl Node {
         // one copy between ranks needs the ptrace policy's consent (Yama, containers,
         // seccomp): only a real read of a peer's byte tells
         let next = (local as usize + 1) % local_size as usize;
-        let cma_ok = next == local as usize
-            || crate::platform::shm::cma_probe(pids[next], here[W * next + 4] as usize)
+        let cma_ok = cma
+            && (next == local as usize
+                || crate::platform::shm::cma_probe(pids[next], here[W * next + 4] as usize)
                 .map_err(|e| tracing::info!(target: "shim::shm", "no single copy (CMA) from rank {next} of the node: {e}"))
-                .is_ok();
+                    .is_ok());
         if created.is_none() && pid >= 0 {
             match Segment::open_peer(pid as libc::pid_t, fd as i32, len) {
                 Ok(s) => created = Some(s),

@@ -742,6 +742,7 @@ impl<'a> Ctx<'a> {
             cfg.depth,
             cfg.slot as usize,
             nb,
+            cfg.single_copy.is_some(),
         ) {
             Ok(Some(n)) => Some(n),
             Ok(None) => {
