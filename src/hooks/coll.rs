@@ -600,6 +600,9 @@ fn scatter_common(
         if ch.algo == Algo::Shm {
             return Ok(match c.hier() {
                 Some(h) => algo::hier::scatter(c.slots(), &h, &sblocks, recv, root, block),
+                None if c.single_copy() && !regular => {
+                    algo::single::scatterv(c.slots(), me, &sblocks, recv, root)
+                }
                 None if c.single_copy() => {
                     algo::single::scatter(c.slots(), me, &sblocks, recv, root, block)
                 }
@@ -772,7 +775,9 @@ fn allgather_common(
             Algo::Shm => match c.hier() {
                 Some(h) => algo::hier::allgather(c.slots(), &h, send, &rblocks, avg),
                 None if c.single_copy() => {
-                    algo::single::allgather(c.slots(), me, send, &rblocks, avg)
+                    // (Allgatherv: this rank's block may differ from the others')
+                    let mine = send.unwrap_or(rblocks[me.rank as usize]).bytes;
+                    algo::single::allgather(c.slots(), me, send, &rblocks, mine)
                 }
                 None => algo::shm::allgather(c.slots(), me, send, &rblocks, avg),
             },
@@ -1297,6 +1302,9 @@ fn reduce_scatter_common(
     let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], counts.clone());
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
+            Algo::Shm if c.single_copy() => {
+                algo::single::reduce_scatter(c.slots(), me, &r, &counts, inplace)
+            }
             Algo::Shm => algo::shm::reduce_scatter_block(c.slots(), me, &r, inplace),
             _ => algo::reduce_scatter::build(&ch, me, &r, &counts, inplace),
         })

@@ -592,6 +592,9 @@ impl<'a> Ctx<'a> {
             Coll::Scatter | Coll::Alltoall => bytes.saturating_mul(n),
             Coll::Reduce | Coll::Allreduce | Coll::Scan | Coll::Exscan => span(count),
             Coll::ReduceScatterBlock => span(count.saturating_mul(n)),
+            // only the root knows every block: no size all ranks agree on, so as large as
+            // any, and the choice does not depend on it (single copy, where forced)
+            Coll::Gatherv | Coll::Scatterv => i64::MAX,
             _ => bytes,
         }
     }
@@ -617,11 +620,14 @@ impl<'a> Ctx<'a> {
         let auto = transport == Transport::Auto && allowed == Some(false);
         // beyond the slot, or from `SHIM_SHM_SINGLE_COPY`, one copy from the others' memory
         // (`algo::single`), where the collective has it and the node allows it (below)
-        let big = footprint > cfg.slot as i64;
+        // (Reduce_scatter has single copy only: whatever size, it is as if beyond the slot)
+        let big = footprint > cfg.slot as i64 || !select::copy_in_out_serves(coll);
         // (a reduction reads its operands' slices in place: a datatype without holes)
         let mut single = select::single_copy_serves(coll)
             && cfg.single_copy.is_some_and(|t| footprint as u64 >= t)
-            && self.red.get().is_none_or(|(ti, _)| ti.dense());
+            && self.red.get().is_none_or(|(ti, _)| ti.dense())
+            // Scatterv's root exposes one address per rank in its slot
+            && (coll != Coll::Scatterv || 8 * self.size() as u64 <= cfg.slot);
         let copy_wins = select::shm_wins(coll, self.size(), footprint);
         let single_wins = single && select::single_copy_wins(coll, self.size(), footprint);
         let one_node = copy_wins || single_wins;

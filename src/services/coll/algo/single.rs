@@ -16,7 +16,12 @@
 //! Reductions (datatypes without holes: the operands are read in place) are split: rank r
 //! reads slice r of every other operand and reduces the slices in rank order, so every
 //! byte is read once, non-commutative operations are right and every rank gets the same
-//! bits; Allreduce then reads the other slices from their ranks' receive buffers.
+//! bits; Allreduce then reads the other slices from their ranks' receive buffers, and
+//! Reduce_scatter(_block)'s slices are its blocks.
+//!
+//! The v forms: Gatherv's and Allgatherv's readers know every block's size (the root, or
+//! everyone); Scatterv's root alone knows where each block lies, so it exposes one address
+//! per rank.
 
 use super::shm::{PUT, Slots};
 use super::{Block, Rank, Reduction};
@@ -177,7 +182,12 @@ pub fn gather(
     if let Some(s) = send {
         rest.push(b.copy(s.data, recv[root as usize].data, &[]));
     }
-    for (r, blk) in recv.iter().enumerate().filter(|&(r, _)| r as i32 != root) {
+    // (Gatherv: a rank with nothing to send is not read)
+    for (r, blk) in recv
+        .iter()
+        .enumerate()
+        .filter(|&(r, x)| r as i32 != root && !x.empty())
+    {
         let w = b.watch(r as i32, PUT, &[]);
         let (f, last) = fetch_into(&mut b, sl, r as i32, 0, blk, &[w]);
         reads.push(f);
@@ -212,6 +222,50 @@ pub fn scatter(
         let (f, last) = fetch_into(&mut b, sl, root, me.rank as i64 * block, &rv, &[w]);
         done_reading(&mut b, &[f], &[last]);
     }
+    b.finish()
+}
+
+/// Where the root of Scatterv exposes rank `r`'s block: one address per rank, `r` words
+/// into its slot (the slot holds one per rank: `Ctx::shm_decide`).
+fn block_address(sl: Slots, root: i32, r: i32) -> Addr {
+    sl.at(root, 8 * r as i64)
+}
+
+/// Scatterv: `send` is the root's blocks (any sizes, anywhere in its buffer), `recv` this
+/// rank's block (`None`: in place at the root). Only the root knows where each block lies:
+/// it exposes one address per rank, and every other rank reads its block from there.
+pub fn scatterv(sl: Slots, me: Rank, send: &[Block], recv: Option<Block>, root: i32) -> Schedule {
+    let mut b = Builder::new(NAME);
+    if me.rank == root {
+        let c = b.claim();
+        let mut ready = vec![c];
+        for (r, blk) in send
+            .iter()
+            .enumerate()
+            .filter(|&(r, x)| r as i32 != root && !x.empty())
+        {
+            let (src, ds) = source(&mut b, core::slice::from_ref(blk), blk.bytes, false, &[c]);
+            ready.push(b.expose(src, block_address(sl, root, r as i32), &ds));
+        }
+        let p = b.post(PUT, &ready);
+        let mut after = vec![p];
+        if let Some(rv) = recv {
+            after.push(b.copy(send[root as usize].data, rv.data, &[]));
+        }
+        wait_readers(&mut b, ALL_PEERS, READ, &after);
+        return b.finish();
+    }
+    // a rank with nothing to receive still says it is done, for the root's wait
+    let (reads, rest) = match recv.filter(|x| !x.empty()) {
+        Some(rv) => {
+            let w = b.watch(root, PUT, &[]);
+            let at = block_address(sl, root, me.rank);
+            let (f, last) = fetch_exposed(&mut b, at, root, 0, &rv, &[w]);
+            (vec![f], vec![last])
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    done_reading(&mut b, &reads, &rest);
     b.finish()
 }
 
@@ -470,5 +524,48 @@ pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) ->
     }
     let g = b.post(GOT, &reads);
     b.release(&[g]);
+    b.finish()
+}
+
+/// Reduce_scatter and Reduce_scatter_block of a dense datatype: every rank exposes its
+/// operand (the blocks of `counts`, one after another); rank r reads block r of every other
+/// operand and reduces them in rank order into its receive buffer, then waits until every
+/// rank is done reading its operand. Each byte of each operand is read once. In place, the
+/// result overwrites the receive buffer's first block while another rank may still read
+/// it: it is reduced into scratch and copied there once every rank is done.
+pub fn reduce_scatter(
+    sl: Slots,
+    me: Rank,
+    red: &Reduction,
+    counts: &[i64],
+    inplace: bool,
+) -> Schedule {
+    let mut b = Builder::new(NAME);
+    let (lo, ext) = (red.ti.true_lb, red.ti.extent);
+    let first: i64 = counts[..me.rank as usize].iter().sum();
+    let n = counts[me.rank as usize];
+    let c = b.claim();
+    let operand = super::shm::operand(inplace);
+    let e = b.expose(operand.add(lo), sl.at(me.rank, 0), &[c]);
+    let p = b.post(PUT, &[e]);
+    let acc = if inplace {
+        b.scratch_for(n, &red.ti)
+    } else {
+        Addr::recv(0)
+    };
+    let last = if n > 0 {
+        let own = operand.add(first * ext);
+        reduce_slice(&mut b, sl, me, red, first, n, own, acc, p)
+    } else {
+        p
+    };
+    let r = b.post(REDUCED, &[last]);
+    let w = b.watch(ALL_PEERS, REDUCED, &[r]);
+    let mut done = vec![w];
+    if inplace && n > 0 {
+        let to = red.data(Addr::recv(0)).with_count(n);
+        done.push(b.copy(red.data(acc).with_count(n), to, &[w]));
+    }
+    b.release(&done);
     b.finish()
 }

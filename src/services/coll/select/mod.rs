@@ -183,7 +183,7 @@ const BCAST_ALGOS: &[Algo] = &[
     Algo::Shm,
 ];
 const ROOTED_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Binomial, Algo::Shm];
-const ROOTED_V_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Binomial];
+const ROOTED_V_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Binomial, Algo::Shm];
 const ALLGATHERV_ALGOS: &[Algo] = &[
     Algo::Native,
     Algo::Ring,
@@ -194,6 +194,7 @@ const ALLGATHERV_ALGOS: &[Algo] = &[
     Algo::KPrefix,
     Algo::KShift,
     Algo::Hypercube,
+    Algo::Shm,
 ];
 const ALLGATHER_ALGOS: &[Algo] = &[
     Algo::Native,
@@ -238,6 +239,7 @@ const REDSCAT_ALGOS: &[Algo] = &[
     Algo::RecursiveHalving,
     Algo::Pairwise,
     Algo::ReduceScatterv,
+    Algo::Shm,
 ];
 const REDSCAT_BLOCK_ALGOS: &[Algo] = &[
     Algo::Native,
@@ -672,6 +674,21 @@ pub fn single_copy_serves(coll: Coll) -> bool {
             | Coll::Alltoall
             | Coll::Reduce
             | Coll::Allreduce
+            | Coll::ReduceScatter
+            | Coll::ReduceScatterBlock
+            | Coll::Gatherv
+            | Coll::Scatterv
+            | Coll::Allgatherv
+    )
+}
+
+/// Whether `coll` has a copy-in-copy-out algorithm on the segment (`algo::shm`): all that
+/// have a shared-memory one but Reduce_scatter, Gatherv, Scatterv and Allgatherv, which
+/// have only single copy.
+pub fn copy_in_out_serves(coll: Coll) -> bool {
+    !matches!(
+        coll,
+        Coll::ReduceScatter | Coll::Gatherv | Coll::Scatterv | Coll::Allgatherv
     )
 }
 
@@ -686,7 +703,11 @@ pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
         return false;
     }
     match coll {
-        Coll::Reduce | Coll::Allreduce => footprint as f64 >= tuning::get().params.single_reduce,
+        Coll::Reduce | Coll::Allreduce | Coll::ReduceScatter | Coll::ReduceScatterBlock => {
+            footprint as f64 >= tuning::get().params.single_reduce
+        }
+        // no size every rank knows (only the root knows the blocks): taken where forced
+        Coll::Gatherv | Coll::Scatterv => false,
         _ => true,
     }
 }
@@ -1103,6 +1124,24 @@ pub fn fmt_bytes(b: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_shm_choice_has_an_algorithm_on_the_segment() {
+        // a collective that accepts `shm` runs copy-in-copy-out, single copy or both, and
+        // those with no size every rank knows decide without one: single copy only, never
+        // by `auto`
+        for spec in super::COLLS.iter() {
+            let c = spec.coll;
+            let shm = spec.algos.contains(&super::Algo::Shm);
+            if super::single_copy_serves(c) || shm && !super::copy_in_out_serves(c) {
+                assert!(shm && super::single_copy_serves(c), "{}", spec.mpi);
+            }
+            if shm && !spec.sized {
+                assert!(!super::copy_in_out_serves(c), "{}", spec.mpi);
+                assert!(!super::single_copy_wins(c, 2, i64::MAX), "{}", spec.mpi);
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
