@@ -950,6 +950,9 @@ fn alltoall_common(
         Ok(match ch.algo {
             Algo::Shm => match c.hier() {
                 Some(h) => algo::hier::alltoall(c.slots(), &h, &sblocks, &rblocks, inplace, bytes),
+                None if c.single_copy() && !regular => {
+                    algo::single::alltoallv(c.slots(), me, &sblocks, &rblocks, inplace)
+                }
                 None if c.single_copy() => {
                     algo::single::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes)
                 }
@@ -1402,6 +1405,9 @@ fn scan_common(
     let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], vec![count]);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
+            Algo::Shm if c.single_copy() => {
+                algo::single::scan(c.slots(), me, &r, inplace, exclusive)
+            }
             Algo::Shm => algo::shm::scan(c.slots(), me, &r, inplace, exclusive),
             _ => algo::scan::build(&ch, me, &r, inplace, exclusive),
         })

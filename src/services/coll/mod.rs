@@ -592,9 +592,9 @@ impl<'a> Ctx<'a> {
             Coll::Scatter | Coll::Alltoall => bytes.saturating_mul(n),
             Coll::Reduce | Coll::Allreduce | Coll::Scan | Coll::Exscan => span(count),
             Coll::ReduceScatterBlock => span(count.saturating_mul(n)),
-            // only the root knows every block: no size all ranks agree on, so as large as
-            // any, and the choice does not depend on it (single copy, where forced)
-            Coll::Gatherv | Coll::Scatterv => i64::MAX,
+            // only the root (each pair) knows the blocks: no size all ranks agree on, so as
+            // large as any, and the choice does not depend on it (single copy, where forced)
+            Coll::Gatherv | Coll::Scatterv | Coll::Alltoallv | Coll::Alltoallw => i64::MAX,
             _ => bytes,
         }
     }
@@ -626,8 +626,7 @@ impl<'a> Ctx<'a> {
         let mut single = select::single_copy_serves(coll)
             && cfg.single_copy.is_some_and(|t| footprint as u64 >= t)
             && self.red.get().is_none_or(|(ti, _)| ti.dense())
-            // Scatterv's root exposes one address per rank in its slot
-            && (coll != Coll::Scatterv || 8 * self.size() as u64 <= cfg.slot);
+            && (!select::single_copy_addresses(coll) || 8 * self.size() as u64 <= cfg.slot);
         let copy_wins = select::shm_wins(coll, self.size(), footprint);
         let single_wins = single && select::single_copy_wins(coll, self.size(), footprint);
         let one_node = copy_wins || single_wins;

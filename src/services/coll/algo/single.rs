@@ -17,11 +17,12 @@
 //! reads slice r of every other operand and reduces the slices in rank order, so every
 //! byte is read once, non-commutative operations are right and every rank gets the same
 //! bits; Allreduce then reads the other slices from their ranks' receive buffers, and
-//! Reduce_scatter(_block)'s slices are its blocks.
+//! Reduce_scatter(_block)'s slices are its blocks. Scan's rank r reads the whole operands
+//! of the ranks below it.
 //!
-//! The v forms: Gatherv's and Allgatherv's readers know every block's size (the root, or
-//! everyone); Scatterv's root alone knows where each block lies, so it exposes one address
-//! per rank.
+//! The v and w forms: Gatherv's and Allgatherv's readers know every block's size (the
+//! root, or everyone); in Scatterv and Alltoallv(w) only the sender knows where each block
+//! lies, so it exposes one address per rank.
 
 use super::shm::{PUT, Slots};
 use super::{Block, Rank, Reduction};
@@ -225,10 +226,11 @@ pub fn scatter(
     b.finish()
 }
 
-/// Where the root of Scatterv exposes rank `r`'s block: one address per rank, `r` words
-/// into its slot (the slot holds one per rank: `Ctx::shm_decide`).
-fn block_address(sl: Slots, root: i32, r: i32) -> Addr {
-    sl.at(root, 8 * r as i64)
+/// Where rank `q` (Scatterv's root, or any rank in Alltoallv) exposes its block for rank
+/// `r`: one address per rank, `r` words into its slot (the slot holds one per rank:
+/// `Ctx::shm_decide`).
+fn block_address(sl: Slots, q: i32, r: i32) -> Addr {
+    sl.at(q, 8 * r as i64)
 }
 
 /// Scatterv: `send` is the root's blocks (any sizes, anywhere in its buffer), `recv` this
@@ -272,6 +274,7 @@ pub fn scatterv(sl: Slots, me: Rank, send: &[Block], recv: Option<Block>, root: 
 /// The part every rank of Allgather and Alltoall shares: exposes `src` (ready after
 /// `ready`), reads from every other rank, `off` bytes into its exposed memory, into
 /// `recv[r]`, and waits until every rank is done reading this one's.
+#[allow(clippy::too_many_arguments)]
 fn all_read_all(
     b: &mut Builder,
     sl: Slots,
@@ -283,25 +286,75 @@ fn all_read_all(
     own: Option<ActionId>,
 ) {
     let p = expose(b, sl, me, src, ready);
+    read_all(b, me, p, recv, |r| (sl.at(r, 0), off), own);
+}
+
+/// Reads `recv[r]` from every other rank r (`from(r)`: where in r's slot its address lies,
+/// and the offset from it) once it has published (after this rank's own `published`), says
+/// so, and waits until every rank is done reading this one's; `own`: this rank's own
+/// block's copy.
+fn read_all(
+    b: &mut Builder,
+    me: Rank,
+    published: ActionId,
+    recv: &[Block],
+    from: impl Fn(i32) -> (Addr, i64),
+    own: Option<ActionId>,
+) {
     let mut reads = Vec::new();
     let mut rest: Vec<ActionId> = own.into_iter().collect();
     for (r, blk) in recv
         .iter()
         .enumerate()
-        .filter(|&(r, _)| r as i32 != me.rank)
+        .filter(|&(r, x)| r as i32 != me.rank && !x.empty())
     {
-        let w = b.watch(r as i32, PUT, &[p]);
-        let (f, last) = fetch_into(b, sl, r as i32, off, blk, &[w]);
+        let w = b.watch(r as i32, PUT, &[published]);
+        let (at, off) = from(r as i32);
+        let (f, last) = fetch_exposed(b, at, r as i32, off, blk, &[w]);
         reads.push(f);
         rest.push(last);
     }
     if reads.is_empty() {
-        reads.push(p);
+        reads.push(published);
     }
     let d = b.post(READ, &reads);
     let w = b.watch(ALL_PEERS, READ, &[d]);
     rest.push(w);
     b.release(&rest);
+}
+
+/// Alltoallv and Alltoallw: `send` holds the block for every rank (in place: `recv` does),
+/// any sizes and types, anywhere in the buffer. Only the sender knows where its block for
+/// rank r lies: it exposes one address per rank (as Scatterv's root), and rank r reads its
+/// block of every other rank from there. In place, each rank overwrites what the others
+/// read: they read copies.
+pub fn alltoallv(sl: Slots, me: Rank, send: &[Block], recv: &[Block], inplace: bool) -> Schedule {
+    let mut b = Builder::new(NAME);
+    let c = b.claim();
+    let blocks = if inplace { recv } else { send };
+    let mut ready = vec![c];
+    for (r, blk) in blocks
+        .iter()
+        .enumerate()
+        .filter(|&(r, x)| r as i32 != me.rank && !x.empty())
+    {
+        let (src, ds) = source(&mut b, core::slice::from_ref(blk), blk.bytes, inplace, &[c]);
+        ready.push(b.expose(src, block_address(sl, me.rank, r as i32), &ds));
+    }
+    let p = b.post(PUT, &ready);
+    let own = (!inplace).then(|| {
+        let me = me.rank as usize;
+        b.copy(send[me].data, recv[me].data, &[])
+    });
+    read_all(
+        &mut b,
+        me,
+        p,
+        recv,
+        |r| (block_address(sl, r, me.rank), 0),
+        own,
+    );
+    b.finish()
 }
 
 /// Allgather: `send` is this rank's block (`None`: in place, it is `recv[me]`), `recv`
@@ -354,30 +407,44 @@ const GOT: u8 = 3;
 /// 0, its slice's at [`RESULT`].
 const RESULT: i64 = 8;
 
-/// The reduction of slice `me.rank` (elements `first..first + n`) of every rank's operand,
-/// in rank order, into `acc` (typed): the others' slices are read into scratch, this
-/// rank's is at `own`. Returns the last action (the reads included).
+/// The reduction of slice `first..first + n` (elements) of the operands of ranks
+/// `0..upto`, in rank order, into `acc` (typed): the others' slices are read into scratch,
+/// this rank's is at `own`. Returns the last action (the reads included); `upto` is at
+/// least 1.
 #[allow(clippy::too_many_arguments)]
 fn reduce_slice(
     b: &mut Builder,
     sl: Slots,
     me: Rank,
     red: &Reduction,
-    first: i64,
-    n: i64,
+    (first, n): (i64, i64),
+    upto: i32,
     own: Addr,
     acc: Addr,
     after: ActionId,
 ) -> ActionId {
     let (lo, ext) = (red.ti.true_lb, red.ti.extent);
+    let top = upto - 1;
+    // the operand the reduction starts from, read straight into `acc`: the last one, or,
+    // where the operation commutes (any order, MPI-4.0 §6.9.1), another rank's rather than
+    // this rank's own, which would have to be copied there
+    let base = if red.commutative && top == me.rank && upto > 1 {
+        top - 1
+    } else {
+        top
+    };
     // operand j's slice: (typed address, the action that brought it)
-    let mut x: Vec<(Addr, ActionId)> = Vec::with_capacity(me.size as usize);
-    for j in 0..me.size {
+    let mut x: Vec<(Addr, ActionId)> = Vec::with_capacity(upto as usize);
+    for j in 0..upto {
         if j == me.rank {
             x.push((own, after));
             continue;
         }
-        let s = b.scratch_for(n, &red.ti);
+        let s = if j == base {
+            acc
+        } else {
+            b.scratch_for(n, &red.ti)
+        };
         let w = b.watch(j, PUT, &[after]);
         let f = b.fetch(
             j,
@@ -389,13 +456,23 @@ fn reduce_slice(
         );
         x.push((s, f));
     }
-    let (top, got) = x[me.size as usize - 1];
-    let mut last = b.copy(
-        red.data(top).with_count(n),
-        red.data(acc).with_count(n),
-        &[got],
-    );
-    for &(src, got) in x[..me.size as usize - 1].iter().rev() {
+    let (at, got) = x[base as usize];
+    let mut last = if base == me.rank {
+        b.copy(
+            red.data(at).with_count(n),
+            red.data(acc).with_count(n),
+            &[got],
+        )
+    } else {
+        got
+    };
+    // the others from the last down: acc = x_j op acc, so rank order where it matters
+    for (_, &(src, got)) in x
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|&(j, _)| j != base as usize)
+    {
         last = b.reduce(src, acc, n, red.dt, red.op, &[last, got]);
     }
     last
@@ -457,8 +534,8 @@ pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedul
             sl,
             me,
             red,
-            first,
-            n,
+            (first, n),
+            me.size,
             own,
             Addr::recv(first * ext),
             p,
@@ -497,7 +574,7 @@ pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) ->
         b.scratch_for(n, &red.ti)
     };
     let mut last = if n > 0 {
-        reduce_slice(&mut b, sl, me, red, first, n, own, acc, p)
+        reduce_slice(&mut b, sl, me, red, (first, n), me.size, own, acc, p)
     } else {
         p
     };
@@ -555,7 +632,7 @@ pub fn reduce_scatter(
     };
     let last = if n > 0 {
         let own = operand.add(first * ext);
-        reduce_slice(&mut b, sl, me, red, first, n, own, acc, p)
+        reduce_slice(&mut b, sl, me, red, (first, n), me.size, own, acc, p)
     } else {
         p
     };
@@ -563,6 +640,41 @@ pub fn reduce_scatter(
     let w = b.watch(ALL_PEERS, REDUCED, &[r]);
     let mut done = vec![w];
     if inplace && n > 0 {
+        let to = red.data(Addr::recv(0)).with_count(n);
+        done.push(b.copy(red.data(acc).with_count(n), to, &[w]));
+    }
+    b.release(&done);
+    b.finish()
+}
+
+/// Scan and Exscan (`exclusive`) of a dense datatype: every rank exposes its operand; rank
+/// r reads the whole operands of ranks 0..r and reduces them, with its own for Scan, in
+/// rank order into its receive buffer (Exscan's rank 0 leaves it untouched, MPI-4.0
+/// §6.11.2), then waits until every rank is done reading its operand. In place the
+/// receive buffer holds the operand the later ranks read: the result goes to scratch and is
+/// copied there once every rank is done.
+pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool) -> Schedule {
+    let mut b = Builder::new(NAME);
+    let n = red.count;
+    let c = b.claim();
+    let operand = super::shm::operand(inplace);
+    let e = b.expose(operand.add(red.ti.true_lb), sl.at(me.rank, 0), &[c]);
+    let p = b.post(PUT, &[e]);
+    let upto = if exclusive { me.rank } else { me.rank + 1 };
+    let acc = if inplace {
+        b.scratch_for(n, &red.ti)
+    } else {
+        Addr::recv(0)
+    };
+    let last = if upto > 0 {
+        reduce_slice(&mut b, sl, me, red, (0, n), upto, operand, acc, p)
+    } else {
+        p
+    };
+    let r = b.post(REDUCED, &[last]);
+    let w = b.watch(ALL_PEERS, REDUCED, &[r]);
+    let mut done = vec![w];
+    if inplace && upto > 0 {
         let to = red.data(Addr::recv(0)).with_count(n);
         done.push(b.copy(red.data(acc).with_count(n), to, &[w]));
     }

@@ -215,7 +215,7 @@ const ALLTOALL_ALGOS: &[Algo] = &[
     Algo::Bruck,
     Algo::Shm,
 ];
-const ALLTOALLV_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Pairwise];
+const ALLTOALLV_ALGOS: &[Algo] = &[Algo::Native, Algo::Linear, Algo::Pairwise, Algo::Shm];
 const REDUCE_ALGOS: &[Algo] = &[
     Algo::Native,
     Algo::Binomial,
@@ -679,35 +679,51 @@ pub fn single_copy_serves(coll: Coll) -> bool {
             | Coll::Gatherv
             | Coll::Scatterv
             | Coll::Allgatherv
+            | Coll::Alltoallv
+            | Coll::Alltoallw
+            | Coll::Scan
+            | Coll::Exscan
     )
 }
 
 /// Whether `coll` has a copy-in-copy-out algorithm on the segment (`algo::shm`): all that
-/// have a shared-memory one but Reduce_scatter, Gatherv, Scatterv and Allgatherv, which
-/// have only single copy.
+/// have a shared-memory one but Reduce_scatter and the v and w forms, which have only
+/// single copy.
 pub fn copy_in_out_serves(coll: Coll) -> bool {
     !matches!(
         coll,
-        Coll::ReduceScatter | Coll::Gatherv | Coll::Scatterv | Coll::Allgatherv
+        Coll::ReduceScatter
+            | Coll::Gatherv
+            | Coll::Scatterv
+            | Coll::Allgatherv
+            | Coll::Alltoallv
+            | Coll::Alltoallw
     )
+}
+
+/// Whether `coll`'s single-copy algorithm exposes one address per rank in the slot (only
+/// the sender knows where each block lies): the slot must hold 8 bytes per rank.
+pub fn single_copy_addresses(coll: Coll) -> bool {
+    matches!(coll, Coll::Scatterv | Coll::Alltoallv | Coll::Alltoallw)
 }
 
 /// Whether `SHIM_TRANSPORT=auto` takes `coll` on one node, needing `footprint` bytes
 /// (beyond the slot), to the single-copy algorithm: where it was measured to win (README,
-/// "The node transport"): the data movers beyond the slot under all four libraries
-/// measured; reductions from the library's `single_reduce` parameter (Open MPI 4.1's own
-/// won below 1 MiB, Intel MPI's at some sizes up to 4 MiB: never there). Not on an
-/// oversubscribed node (see [`shm_wins`]).
+/// "The node transport"): the data movers, Reduce_scatter(_block), Scan and Exscan beyond
+/// the slot under all four libraries measured; Allreduce from the library's `single_reduce`
+/// parameter (Open MPI 4.1's own won below 1 MiB, Intel MPI's at some sizes up to 4 MiB:
+/// never there), Reduce from its `single_root` (Open MPI 4.1's own won at every size).
+/// Not on an oversubscribed node (see [`shm_wins`]).
 pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
     if crate::platform::proc::any_oversubscribed() || !single_copy_serves(coll) {
         return false;
     }
     match coll {
-        Coll::Reduce | Coll::Allreduce | Coll::ReduceScatter | Coll::ReduceScatterBlock => {
-            footprint as f64 >= tuning::get().params.single_reduce
-        }
-        // no size every rank knows (only the root knows the blocks): taken where forced
-        Coll::Gatherv | Coll::Scatterv => false,
+        Coll::Allreduce => footprint as f64 >= tuning::get().params.single_reduce,
+        Coll::Reduce => footprint as f64 >= tuning::get().params.single_root,
+        // no size every rank knows (only the root, or each pair, knows the blocks): taken
+        // where forced
+        Coll::Gatherv | Coll::Scatterv | Coll::Alltoallv | Coll::Alltoallw => false,
         _ => true,
     }
 }

@@ -45,6 +45,9 @@ pub struct Params {
     /// Bytes from which `auto` reduces with one copy on the node segment (beyond the slot
     /// in any case; `algo::single`): measured per library with `scripts/bench/single-copy`.
     pub single_reduce: f64,
+    /// The same for Reduce (`algo::single::reduce`: the root waits for every slice, the
+    /// others for the root), where some libraries' own Reduce is faster than their Allreduce.
+    pub single_root: f64,
 }
 
 impl Default for Params {
@@ -63,6 +66,7 @@ impl Default for Params {
             native_call: 0.15,
             eager: 65536.0,
             single_reduce: 0.0,
+            single_root: 0.0,
         }
     }
 }
@@ -80,6 +84,7 @@ pub const NAMES: &[&str] = &[
     "native_call",
     "eager",
     "single_reduce",
+    "single_root",
 ];
 
 impl Params {
@@ -96,6 +101,7 @@ impl Params {
             "native_call" => self.native_call,
             "eager" => self.eager,
             "single_reduce" => self.single_reduce,
+            "single_root" => self.single_root,
             _ => return None,
         })
     }
@@ -113,6 +119,7 @@ impl Params {
             "native_call" => &mut self.native_call,
             "eager" => &mut self.eager,
             "single_reduce" => &mut self.single_reduce,
+            "single_root" => &mut self.single_root,
             _ => return false,
         };
         *slot = v;

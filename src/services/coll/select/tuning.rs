@@ -239,17 +239,23 @@ mod library_tests {
 
     #[test]
     fn single_copy_reductions_start_where_each_library_was_measured() {
-        // (library version line, the bytes from which auto reduces with one copy)
+        // (library version line, the bytes from which auto takes one copy for Allreduce,
+        // and for Reduce)
         let table = [
-            ("MPICH Version:\t4.0.2\n", 0.0),
-            ("MPICH Version:      5.0.2\n", 0.0),
-            ("Intel(R) MPI Library 2021.19.0 for Linux* OS\n", 1e18),
-            ("Open MPI v4.1.4, package: Debian OpenMPI", 1048576.0),
-            ("Open MPI v5.0.11, package: Open MPI", 0.0),
-            ("Some MPI 1.0", 0.0),
+            ("MPICH Version:\t4.0.2\n", 0.0, 0.0),
+            ("MPICH Version:      5.0.2\n", 0.0, 0.0),
+            (
+                "Intel(R) MPI Library 2021.19.0 for Linux* OS\n",
+                1e18,
+                1048576.0,
+            ),
+            ("Open MPI v4.1.4, package: Debian OpenMPI", 1048576.0, 1e18),
+            ("Open MPI v5.0.11, package: Open MPI", 0.0, 0.0),
+            ("Some MPI 1.0", 0.0, 0.0),
         ];
-        for (version, want) in table {
-            assert_eq!(for_library(version).params.single_reduce, want, "{version}");
+        for (version, all, root) in table {
+            let p = for_library(version).params;
+            assert_eq!((p.single_reduce, p.single_root), (all, root), "{version}");
         }
     }
 
