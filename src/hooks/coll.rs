@@ -419,7 +419,7 @@ fn gather_common(
             return Ok(match c.hier() {
                 Some(h) => algo::hier::gather(c.slots(), &h, send, &rblocks, root, block),
                 None if c.single_copy() => {
-                    algo::single::gather(c.slots(), me, send, &rblocks, root, block)
+                    algo::single::gather(c.slots(), me, send, &rblocks, root)
                 }
                 None => algo::shm::gather(c.slots(), me, send, &rblocks, root),
             });
@@ -773,12 +773,8 @@ fn allgather_common(
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
             Algo::Shm => match c.hier() {
-                Some(h) => algo::hier::allgather(c.slots(), &h, send, &rblocks, avg),
-                None if c.single_copy() => {
-                    // (Allgatherv: this rank's block may differ from the others')
-                    let mine = send.unwrap_or(rblocks[me.rank as usize]).bytes;
-                    algo::single::allgather(c.slots(), me, send, &rblocks, mine)
-                }
+                Some(h) => algo::hier::allgather(c.slots(), &h, send, &rblocks),
+                None if c.single_copy() => algo::single::allgather(c.slots(), me, send, &rblocks),
                 None => algo::shm::allgather(c.slots(), me, send, &rblocks, avg),
             },
             _ => algo::allgather::build(&ch, me, send, &rblocks),

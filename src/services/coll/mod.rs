@@ -685,8 +685,8 @@ impl<'a> Ctx<'a> {
         }
         let wins = match &node.layout {
             // Allgather's and Alltoall's node phase reads the ranks' memory (one copy): any
-            // size
-            Some(_) if matches!(coll, Coll::Allgather | Coll::Alltoall) => {
+            // size (Allgatherv, which has no copy-in-copy-out form: from the single-copy size)
+            Some(_) if matches!(coll, Coll::Allgather | Coll::Allgatherv | Coll::Alltoall) => {
                 node.cma && (!auto || across)
             }
             Some(l) => !big && hier_serves(coll, commutative || l.blocks()) && (!auto || across),

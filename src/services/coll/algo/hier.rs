@@ -367,26 +367,32 @@ pub fn scatter(
     b.finish()
 }
 
-/// Allgather of `block`-byte blocks (`send`: this rank's, `None` in place; `recv`: every
+/// Allgather and Allgatherv (`send`: this rank's block, `None` in place; `recv`: every
 /// rank's), with one copy inside a node (`algo::single`: the node must allow CMA). The
 /// leader reads its node's blocks from their ranks' memory into its receive buffer, sends
 /// them to every other leader as one message and receives each other node's likewise; its
 /// node's ranks then read every other block from its buffer.
-pub fn allgather(sl: Slots, h: &Hier, send: Option<Block>, recv: &[Block], block: i64) -> Schedule {
+pub fn allgather(sl: Slots, h: &Hier, send: Option<Block>, recv: &[Block]) -> Schedule {
     let mut b = Builder::new("shm:two-level");
     let me = h.local();
     let at = h.me.rank as usize;
     let own = send.map(|s| b.copy(s.data, recv[at].data, &[]));
     let c = b.claim();
     if me.rank != LEADER {
-        let (src, ds) = single::source(&mut b, &[send.unwrap_or(recv[at])], block, false, &[c]);
+        let (src, ds) = single::source(&mut b, &[send.unwrap_or(recv[at])], false, &[c]);
         let p = single::expose(&mut b, sl, me, src, &ds);
         // the leader is done with this rank's block once its node's result is out
         let w = b.watch(LEADER, DONE, &[p]);
         let mut reads = vec![w];
         let mut rest: Vec<u32> = own.into_iter().collect();
-        for (r, blk) in recv.iter().enumerate().filter(|&(r, _)| r != at) {
-            let (f, last) = single::fetch_into(&mut b, sl, LEADER, r as i64 * block, blk, &[w]);
+        // where the leader's blocks lie, one after another
+        let from = single::offsets(recv);
+        for (r, blk) in recv
+            .iter()
+            .enumerate()
+            .filter(|&(r, x)| r != at && !x.empty())
+        {
+            let (f, last) = single::fetch_into(&mut b, sl, LEADER, from[r], blk, &[w]);
             reads.push(f);
             rest.push(last);
         }
@@ -396,7 +402,11 @@ pub fn allgather(sl: Slots, h: &Hier, send: Option<Block>, recv: &[Block], block
     }
     let node = h.leaders().rank;
     let mut got: Vec<u32> = own.into_iter().collect();
-    for &r in h.ranks_of(node).iter().filter(|&&r| r != h.me.rank) {
+    for &r in h
+        .ranks_of(node)
+        .iter()
+        .filter(|&&r| r != h.me.rank && !recv[r as usize].empty())
+    {
         let l = h.local_of(r);
         let w = b.watch(l, PUT, &[]);
         got.push(single::fetch_into(&mut b, sl, l, 0, &recv[r as usize], &[w]).1);
@@ -410,7 +420,7 @@ pub fn allgather(sl: Slots, h: &Hier, send: Option<Block>, recv: &[Block], block
         let to = super::multi(&mut b, ranks.iter().map(|&r| &recv[r as usize]));
         all.push(b.recv(to, ranks[0], &[]));
     }
-    let (src, ds) = single::source(&mut b, recv, block, false, &all);
+    let (src, ds) = single::source(&mut b, recv, false, &all);
     let e = b.expose(src, sl.at(LEADER, 0), &ds);
     let p = b.post(DONE, &[e, c]);
     let w = b.watch(ALL_PEERS, READ, &[p]);
@@ -441,13 +451,7 @@ pub fn alltoall(
     let nl = mine.len() as i64;
     let c = b.claim();
     // in place, every rank overwrites what the others read: they read a copy
-    let (src, ds) = single::source(
-        &mut b,
-        if inplace { recv } else { send },
-        block,
-        inplace,
-        &[c],
-    );
+    let (src, ds) = single::source(&mut b, if inplace { recv } else { send }, inplace, &[c]);
     let p = single::expose(&mut b, sl, me, src, &ds);
     let mut reads = Vec::new();
     let mut rest = Vec::new();

@@ -43,29 +43,44 @@ fn contiguous(blk: &Block) -> Option<Addr> {
     })
 }
 
-/// The bytes of `blocks` (each of `block` bytes), one after another, for the others to
-/// read: where they already lie so, unless `copy`, else copied into scratch. Returns the
-/// address and what must be done before it is exposed.
+/// Where each of `blocks` starts when they lie one after another: the sums of the sizes
+/// before it.
+pub(super) fn offsets(blocks: &[Block]) -> Vec<i64> {
+    blocks
+        .iter()
+        .scan(0, |at, x| {
+            let o = *at;
+            *at += x.bytes;
+            Some(o)
+        })
+        .collect()
+}
+
+/// The bytes of `blocks`, one after another (at [`offsets`]), for the others to read:
+/// where they already lie so, unless `copy`, else copied into scratch. Returns the address
+/// and what must be done before it is exposed.
 pub(super) fn source(
     b: &mut Builder,
     blocks: &[Block],
-    block: i64,
     copy: bool,
     deps: &[ActionId],
 ) -> (Addr, Vec<ActionId>) {
-    if let Some(first) = blocks.first().and_then(contiguous).filter(|_| !copy) {
+    let at = offsets(blocks);
+    // (an empty block may lie anywhere)
+    let start = blocks.iter().find(|x| !x.empty()).and_then(contiguous);
+    if let Some(first) = start.filter(|_| !copy) {
         let run = blocks
             .iter()
-            .enumerate()
-            .all(|(r, x)| x.bytes == block && contiguous(x) == Some(first.add(r as i64 * block)));
+            .zip(&at)
+            .all(|(x, &o)| x.empty() || contiguous(x) == Some(first.add(o)));
         if run {
             return (first, deps.to_vec());
         }
     }
-    let off = b.scratch(block * blocks.len() as i64);
+    let off = b.scratch(blocks.iter().map(|x| x.bytes).sum());
     let mut done: Vec<ActionId> = Vec::new();
-    for (r, x) in blocks.iter().enumerate().filter(|(_, x)| !x.empty()) {
-        let to = Data::new(Addr::scratch(off + r as i64 * block), x.bytes, MPI_PACKED());
+    for (x, &o) in blocks.iter().zip(&at).filter(|(x, _)| !x.empty()) {
+        let to = Data::new(Addr::scratch(off + o), x.bytes, MPI_PACKED());
         done.push(b.copy(x.data, to, deps));
     }
     if done.is_empty() {
@@ -148,7 +163,7 @@ pub fn bcast(sl: Slots, me: Rank, data: Block, root: i32) -> Schedule {
     let mut b = Builder::new(NAME);
     if me.rank == root {
         let c = b.claim();
-        let (src, ds) = source(&mut b, &[data], data.bytes, false, &[c]);
+        let (src, ds) = source(&mut b, &[data], false, &[c]);
         let p = expose(&mut b, sl, me, src, &ds);
         wait_readers(&mut b, ALL_PEERS, READ, &[p]);
     } else {
@@ -159,21 +174,14 @@ pub fn bcast(sl: Slots, me: Rank, data: Block, root: i32) -> Schedule {
     b.finish()
 }
 
-/// Gather: `send` is this rank's block (`None`: in place at the root), `recv` the root's
-/// blocks, all of `block` bytes; the root reads every other rank's send buffer.
-pub fn gather(
-    sl: Slots,
-    me: Rank,
-    send: Option<Block>,
-    recv: &[Block],
-    root: i32,
-    block: i64,
-) -> Schedule {
+/// Gather and Gatherv: `send` is this rank's block (`None`: in place at the root), `recv`
+/// the root's blocks; the root reads every other rank's send buffer.
+pub fn gather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], root: i32) -> Schedule {
     let mut b = Builder::new(NAME);
     if me.rank != root {
         let c = b.claim();
         let blocks: Vec<Block> = send.into_iter().collect();
-        let (src, ds) = source(&mut b, &blocks, block, false, &[c]);
+        let (src, ds) = source(&mut b, &blocks, false, &[c]);
         let p = expose(&mut b, sl, me, src, &ds);
         wait_readers(&mut b, root, READ, &[p]);
         return b.finish();
@@ -211,7 +219,7 @@ pub fn scatter(
     let mut b = Builder::new(NAME);
     if me.rank == root {
         let c = b.claim();
-        let (src, ds) = source(&mut b, send, block, false, &[c]);
+        let (src, ds) = source(&mut b, send, false, &[c]);
         let p = expose(&mut b, sl, me, src, &ds);
         let mut after = vec![p];
         if let Some(rv) = recv {
@@ -246,7 +254,7 @@ pub fn scatterv(sl: Slots, me: Rank, send: &[Block], recv: Option<Block>, root: 
             .enumerate()
             .filter(|&(r, x)| r as i32 != root && !x.empty())
         {
-            let (src, ds) = source(&mut b, core::slice::from_ref(blk), blk.bytes, false, &[c]);
+            let (src, ds) = source(&mut b, core::slice::from_ref(blk), false, &[c]);
             ready.push(b.expose(src, block_address(sl, root, r as i32), &ds));
         }
         let p = b.post(PUT, &ready);
@@ -338,7 +346,7 @@ pub fn alltoallv(sl: Slots, me: Rank, send: &[Block], recv: &[Block], inplace: b
         .enumerate()
         .filter(|&(r, x)| r as i32 != me.rank && !x.empty())
     {
-        let (src, ds) = source(&mut b, core::slice::from_ref(blk), blk.bytes, inplace, &[c]);
+        let (src, ds) = source(&mut b, core::slice::from_ref(blk), inplace, &[c]);
         ready.push(b.expose(src, block_address(sl, me.rank, r as i32), &ds));
     }
     let p = b.post(PUT, &ready);
@@ -357,13 +365,13 @@ pub fn alltoallv(sl: Slots, me: Rank, send: &[Block], recv: &[Block], inplace: b
     b.finish()
 }
 
-/// Allgather: `send` is this rank's block (`None`: in place, it is `recv[me]`), `recv`
-/// every rank's block (all of `block` bytes).
-pub fn allgather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], block: i64) -> Schedule {
+/// Allgather and Allgatherv: `send` is this rank's block (`None`: in place, it is
+/// `recv[me]`), `recv` every rank's block.
+pub fn allgather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block]) -> Schedule {
     let mut b = Builder::new(NAME);
     let c = b.claim();
     let mine = send.unwrap_or(recv[me.rank as usize]);
-    let (src, ds) = source(&mut b, &[mine], block, false, &[c]);
+    let (src, ds) = source(&mut b, &[mine], false, &[c]);
     let own = send.map(|s| b.copy(s.data, recv[me.rank as usize].data, &[]));
     all_read_all(&mut b, sl, me, src, &ds, recv, 0, own);
     b.finish()
@@ -382,13 +390,7 @@ pub fn alltoall(
     let mut b = Builder::new(NAME);
     let c = b.claim();
     // in place, each rank overwrites the blocks the others read: they read a copy
-    let (src, ds) = source(
-        &mut b,
-        if inplace { recv } else { send },
-        block,
-        inplace,
-        &[c],
-    );
+    let (src, ds) = source(&mut b, if inplace { recv } else { send }, inplace, &[c]);
     let own = (!inplace).then(|| {
         let me = me.rank as usize;
         b.copy(send[me].data, recv[me].data, &[])

@@ -249,7 +249,7 @@ mod library_tests {
                 1e18,
                 1048576.0,
             ),
-            ("Open MPI v4.1.4, package: Debian OpenMPI", 1048576.0, 1e18),
+            ("Open MPI v4.1.4, package: Debian OpenMPI", 0.0, 1e18),
             ("Open MPI v5.0.11, package: Open MPI", 0.0, 0.0),
             ("Some MPI 1.0", 0.0, 0.0),
         ];
