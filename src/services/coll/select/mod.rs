@@ -622,10 +622,12 @@ pub fn shm_allowed(coll: Coll) -> Option<bool> {
     }
 }
 
-/// The most slot bytes a call may need for `SHIM_TRANSPORT=auto` to take it to the segment:
-/// up to 1 KiB the segment beat all three libraries measured at 2 ranks (Intel MPI's own
-/// shared-memory collectives tie it from 2 KiB and win some from 4 KiB; MPICH's lose to it
-/// up to the slot).
+/// The most slot bytes a call may need for `SHIM_TRANSPORT=auto` to take it to the segment
+/// (a reduction: unless the library's tuning says otherwise, `shm_reduce_max`): up to 1 KiB
+/// the segment beat all three libraries measured at 2 ranks (Intel MPI's own shared-memory
+/// collectives tie it from 2 KiB and win some from 4 KiB, MPICH 5's Allreduce, Reduce and
+/// Bcast from 2 KiB; Debian's MPICH 4.0.2's reductions lose to it up to the slot, its Bcast,
+/// Gather and Scatter from 2 to 8 KiB did not in the last runs).
 pub const AUTO_SHM_MAX_BYTES: i64 = 1024;
 
 /// Whether `SHIM_TRANSPORT=auto` takes `coll` on `p` ranks, needing `footprint` slot bytes,
@@ -633,14 +635,24 @@ pub const AUTO_SHM_MAX_BYTES: i64 = 1024;
 /// transport"). Not in a job with an oversubscribed node: there a waiting rank and the rank
 /// it waits for share a core, and what decides is how soon the waiter gives it up, which the
 /// library's point-to-point path and its own collectives were measured for, the segment's
-/// flags not. Not above [`AUTO_SHM_MAX_BYTES`]. Bcast from 8 ranks stays, though MPICH 5's
-/// own was up to 1.3 times faster there on 16 cores: handing it to the library while the
+/// flags not. Not above [`AUTO_SHM_MAX_BYTES`] (a reduction: the library's
+/// `shm_reduce_max`). Bcast from 8 ranks stays, though MPICH 5's own was up to 1.3 times
+/// faster there on 16 cores: handing it to the library while the
 /// calls around it (IMB's Barriers) run on the segment made it twice as slow as the
 /// library's (0.34 against 0.17 µs at 2 ranks here, 1.24 against 0.58 at 8 on 16 cores),
 /// each rank leaving the segment's Barrier at its own moment. Every input is the same on
 /// every rank (`proc::any_oversubscribed` is the job's), so all ranks decide alike.
-pub fn shm_wins(_coll: Coll, _p: i32, footprint: i64) -> bool {
-    !crate::platform::proc::any_oversubscribed() && footprint <= AUTO_SHM_MAX_BYTES
+pub fn shm_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
+    let reduction = matches!(
+        coll,
+        Coll::Reduce | Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scan | Coll::Exscan
+    );
+    let max = if reduction {
+        tuning::get().params.shm_reduce_max
+    } else {
+        AUTO_SHM_MAX_BYTES as f64
+    };
+    !crate::platform::proc::any_oversubscribed() && footprint as f64 <= max
 }
 
 /// Whether `SHIM_TRANSPORT=auto` takes `coll`, called in `form` and needing `footprint`
@@ -1201,10 +1213,15 @@ mod tests {
     #[test]
     fn auto_takes_the_segment_only_where_it_was_measured_to_win() {
         // (collective, ranks, slot bytes) -> whether SHIM_TRANSPORT=auto uses the segment
+        // (up to the library's measured limit: here the built-in tuning's)
+        let max = tuning::get().params.shm_reduce_max as i64;
         let cases = [
             (Coll::Allreduce, 2, 8, true),
-            (Coll::Allreduce, 16, AUTO_SHM_MAX_BYTES, true),
-            (Coll::Allreduce, 2, AUTO_SHM_MAX_BYTES + 1, false),
+            (Coll::Allreduce, 16, max, true),
+            (Coll::Allreduce, 2, max + 1, false),
+            // the data movers up to 1 KiB under every library
+            (Coll::Bcast, 2, AUTO_SHM_MAX_BYTES, true),
+            (Coll::Bcast, 2, AUTO_SHM_MAX_BYTES + 1, false),
             (Coll::Barrier, 16, 0, true),
             (Coll::Bcast, 16, 8, true),
             (Coll::Alltoall, 8, 8, true),

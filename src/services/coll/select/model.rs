@@ -48,6 +48,9 @@ pub struct Params {
     /// The same for Reduce (`algo::single::reduce`: the root waits for every slice, the
     /// others for the root), where some libraries' own Reduce is faster than their Allreduce.
     pub single_root: f64,
+    /// The most slot bytes a reduction may need for `auto` to take it to the segment's
+    /// copy-in-copy-out (`select::shm_wins`): measured per library with IMB.
+    pub shm_reduce_max: f64,
 }
 
 impl Default for Params {
@@ -67,6 +70,7 @@ impl Default for Params {
             eager: 65536.0,
             single_reduce: 0.0,
             single_root: 0.0,
+            shm_reduce_max: super::AUTO_SHM_MAX_BYTES as f64,
         }
     }
 }
@@ -85,6 +89,7 @@ pub const NAMES: &[&str] = &[
     "eager",
     "single_reduce",
     "single_root",
+    "shm_reduce_max",
 ];
 
 impl Params {
@@ -102,6 +107,7 @@ impl Params {
             "eager" => self.eager,
             "single_reduce" => self.single_reduce,
             "single_root" => self.single_root,
+            "shm_reduce_max" => self.shm_reduce_max,
             _ => return None,
         })
     }
@@ -120,6 +126,7 @@ impl Params {
             "eager" => &mut self.eager,
             "single_reduce" => &mut self.single_reduce,
             "single_root" => &mut self.single_root,
+            "shm_reduce_max" => &mut self.shm_reduce_max,
             _ => return false,
         };
         *slot = v;
