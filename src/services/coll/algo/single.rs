@@ -608,10 +608,8 @@ pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) ->
 
 /// Reduce_scatter and Reduce_scatter_block of a dense datatype: every rank exposes its
 /// operand (the blocks of `counts`, one after another); rank r reads block r of every other
-/// operand and reduces them in rank order into its receive buffer, then waits until every
-/// rank is done reading its operand. Each byte of each operand is read once. In place, the
-/// result overwrites the receive buffer's first block while another rank may still read
-/// it: it is reduced into scratch and copied there once every rank is done.
+/// operand and reduces them in rank order into its receive buffer. Each byte of each
+/// operand is read once.
 pub fn reduce_scatter(
     sl: Slots,
     me: Rank,
@@ -619,64 +617,54 @@ pub fn reduce_scatter(
     counts: &[i64],
     inplace: bool,
 ) -> Schedule {
-    let mut b = Builder::new(NAME);
-    let (lo, ext) = (red.ti.true_lb, red.ti.extent);
     let first: i64 = counts[..me.rank as usize].iter().sum();
     let n = counts[me.rank as usize];
-    let c = b.claim();
-    let operand = super::shm::operand(inplace);
-    let e = b.expose(operand.add(lo), sl.at(me.rank, 0), &[c]);
-    let p = b.post(PUT, &[e]);
-    let acc = if inplace {
-        b.scratch_for(n, &red.ti)
-    } else {
-        Addr::recv(0)
-    };
-    let last = if n > 0 {
-        let own = operand.add(first * ext);
-        reduce_slice(&mut b, sl, me, red, (first, n), me.size, own, acc, p)
-    } else {
-        p
-    };
-    let r = b.post(REDUCED, &[last]);
-    let w = b.watch(ALL_PEERS, REDUCED, &[r]);
-    let mut done = vec![w];
-    if inplace && n > 0 {
-        let to = red.data(Addr::recv(0)).with_count(n);
-        done.push(b.copy(red.data(acc).with_count(n), to, &[w]));
-    }
-    b.release(&done);
-    b.finish()
+    reduce_own(sl, me, red, inplace, (first, n), me.size)
 }
 
 /// Scan and Exscan (`exclusive`) of a dense datatype: every rank exposes its operand; rank
 /// r reads the whole operands of ranks 0..r and reduces them, with its own for Scan, in
 /// rank order into its receive buffer (Exscan's rank 0 leaves it untouched, MPI-4.0
-/// §6.11.2), then waits until every rank is done reading its operand. In place the
-/// receive buffer holds the operand the later ranks read: the result goes to scratch and is
-/// copied there once every rank is done.
+/// §6.11.2).
 pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool) -> Schedule {
+    let upto = if exclusive { me.rank } else { me.rank + 1 };
+    reduce_own(sl, me, red, inplace, (0, red.count), upto)
+}
+
+/// The reductions whose result is this rank's alone: exposes this rank's operand, reduces
+/// elements `first..first + n` of the operands of ranks `0..upto` in rank order into the
+/// receive buffer, and waits until every rank is done reading its operand. In place the
+/// receive buffer holds the operand the others read: the result goes to scratch and is
+/// copied there once every rank is done.
+fn reduce_own(
+    sl: Slots,
+    me: Rank,
+    red: &Reduction,
+    inplace: bool,
+    (first, n): (i64, i64),
+    upto: i32,
+) -> Schedule {
     let mut b = Builder::new(NAME);
-    let n = red.count;
     let c = b.claim();
     let operand = super::shm::operand(inplace);
     let e = b.expose(operand.add(red.ti.true_lb), sl.at(me.rank, 0), &[c]);
     let p = b.post(PUT, &[e]);
-    let upto = if exclusive { me.rank } else { me.rank + 1 };
     let acc = if inplace {
         b.scratch_for(n, &red.ti)
     } else {
         Addr::recv(0)
     };
-    let last = if upto > 0 {
-        reduce_slice(&mut b, sl, me, red, (0, n), upto, operand, acc, p)
+    let any = n > 0 && upto > 0;
+    let last = if any {
+        let own = operand.add(first * red.ti.extent);
+        reduce_slice(&mut b, sl, me, red, (first, n), upto, own, acc, p)
     } else {
         p
     };
     let r = b.post(REDUCED, &[last]);
     let w = b.watch(ALL_PEERS, REDUCED, &[r]);
     let mut done = vec![w];
-    if inplace && upto > 0 {
+    if inplace && any {
         let to = red.data(Addr::recv(0)).with_count(n);
         done.push(b.copy(red.data(acc).with_count(n), to, &[w]));
     }
