@@ -594,7 +594,7 @@ impl<'a> Ctx<'a> {
             Coll::ReduceScatterBlock => span(count.saturating_mul(n)),
             // only the root (each pair) knows the blocks: no size all ranks agree on, so as
             // large as any, and the choice does not depend on it (single copy, where forced)
-            Coll::Gatherv | Coll::Scatterv | Coll::Alltoallv | Coll::Alltoallw => i64::MAX,
+            _ if !select::spec_of(coll).sized => i64::MAX,
             _ => bytes,
         }
     }

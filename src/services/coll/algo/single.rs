@@ -241,6 +241,29 @@ fn block_address(sl: Slots, q: i32, r: i32) -> Addr {
     sl.at(q, 8 * r as i64)
 }
 
+/// Exposes `blocks[r]` for every other rank r at its [`block_address`] in this rank's slot
+/// (through scratch where it has holes, or where `copy`), once `c` is done, and publishes
+/// them; returns the post.
+fn expose_each(
+    b: &mut Builder,
+    sl: Slots,
+    me: Rank,
+    blocks: &[Block],
+    copy: bool,
+    c: ActionId,
+) -> ActionId {
+    let mut ready = vec![c];
+    for (r, blk) in blocks
+        .iter()
+        .enumerate()
+        .filter(|&(r, x)| r as i32 != me.rank && !x.empty())
+    {
+        let (src, ds) = source(b, core::slice::from_ref(blk), copy, &[c]);
+        ready.push(b.expose(src, block_address(sl, me.rank, r as i32), &ds));
+    }
+    b.post(PUT, &ready)
+}
+
 /// Scatterv: `send` is the root's blocks (any sizes, anywhere in its buffer), `recv` this
 /// rank's block (`None`: in place at the root). Only the root knows where each block lies:
 /// it exposes one address per rank, and every other rank reads its block from there.
@@ -248,16 +271,7 @@ pub fn scatterv(sl: Slots, me: Rank, send: &[Block], recv: Option<Block>, root: 
     let mut b = Builder::new(NAME);
     if me.rank == root {
         let c = b.claim();
-        let mut ready = vec![c];
-        for (r, blk) in send
-            .iter()
-            .enumerate()
-            .filter(|&(r, x)| r as i32 != root && !x.empty())
-        {
-            let (src, ds) = source(&mut b, core::slice::from_ref(blk), false, &[c]);
-            ready.push(b.expose(src, block_address(sl, root, r as i32), &ds));
-        }
-        let p = b.post(PUT, &ready);
+        let p = expose_each(&mut b, sl, me, send, false, c);
         let mut after = vec![p];
         if let Some(rv) = recv {
             after.push(b.copy(send[root as usize].data, rv.data, &[]));
@@ -279,28 +293,10 @@ pub fn scatterv(sl: Slots, me: Rank, send: &[Block], recv: Option<Block>, root: 
     b.finish()
 }
 
-/// The part every rank of Allgather and Alltoall shares: exposes `src` (ready after
-/// `ready`), reads from every other rank, `off` bytes into its exposed memory, into
-/// `recv[r]`, and waits until every rank is done reading this one's.
-#[allow(clippy::too_many_arguments)]
-fn all_read_all(
-    b: &mut Builder,
-    sl: Slots,
-    me: Rank,
-    src: Addr,
-    ready: &[ActionId],
-    recv: &[Block],
-    off: i64,
-    own: Option<ActionId>,
-) {
-    let p = expose(b, sl, me, src, ready);
-    read_all(b, me, p, recv, |r| (sl.at(r, 0), off), own);
-}
-
-/// Reads `recv[r]` from every other rank r (`from(r)`: where in r's slot its address lies,
-/// and the offset from it) once it has published (after this rank's own `published`), says
-/// so, and waits until every rank is done reading this one's; `own`: this rank's own
-/// block's copy.
+/// The part every rank of Allgather and Alltoall(v, w) shares: reads `recv[r]` from every
+/// other rank r (`from(r)`: where in r's slot its address lies, and the offset from it)
+/// once it has published (after this rank's own `published`), says so, and waits until
+/// every rank is done reading this one's; `own`: this rank's own block's copy.
 fn read_all(
     b: &mut Builder,
     me: Rank,
@@ -339,17 +335,14 @@ fn read_all(
 pub fn alltoallv(sl: Slots, me: Rank, send: &[Block], recv: &[Block], inplace: bool) -> Schedule {
     let mut b = Builder::new(NAME);
     let c = b.claim();
-    let blocks = if inplace { recv } else { send };
-    let mut ready = vec![c];
-    for (r, blk) in blocks
-        .iter()
-        .enumerate()
-        .filter(|&(r, x)| r as i32 != me.rank && !x.empty())
-    {
-        let (src, ds) = source(&mut b, core::slice::from_ref(blk), inplace, &[c]);
-        ready.push(b.expose(src, block_address(sl, me.rank, r as i32), &ds));
-    }
-    let p = b.post(PUT, &ready);
+    let p = expose_each(
+        &mut b,
+        sl,
+        me,
+        if inplace { recv } else { send },
+        inplace,
+        c,
+    );
     let own = (!inplace).then(|| {
         let me = me.rank as usize;
         b.copy(send[me].data, recv[me].data, &[])
@@ -373,7 +366,8 @@ pub fn allgather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block]) -> Sc
     let mine = send.unwrap_or(recv[me.rank as usize]);
     let (src, ds) = source(&mut b, &[mine], false, &[c]);
     let own = send.map(|s| b.copy(s.data, recv[me.rank as usize].data, &[]));
-    all_read_all(&mut b, sl, me, src, &ds, recv, 0, own);
+    let p = expose(&mut b, sl, me, src, &ds);
+    read_all(&mut b, me, p, recv, |r| (sl.at(r, 0), 0), own);
     b.finish()
 }
 
@@ -395,7 +389,16 @@ pub fn alltoall(
         let me = me.rank as usize;
         b.copy(send[me].data, recv[me].data, &[])
     });
-    all_read_all(&mut b, sl, me, src, &ds, recv, me.rank as i64 * block, own);
+    // rank r's block is r blocks into what each rank exposes
+    let p = expose(&mut b, sl, me, src, &ds);
+    read_all(
+        &mut b,
+        me,
+        p,
+        recv,
+        |r| (sl.at(r, 0), me.rank as i64 * block),
+        own,
+    );
     b.finish()
 }
 

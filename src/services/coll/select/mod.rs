@@ -735,7 +735,7 @@ pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
         Coll::Reduce => footprint as f64 >= tuning::get().params.single_root,
         // no size every rank knows (only the root, or each pair, knows the blocks): taken
         // where forced
-        Coll::Gatherv | Coll::Scatterv | Coll::Alltoallv | Coll::Alltoallw => false,
+        _ if !spec_of(coll).sized => false,
         _ => true,
     }
 }
