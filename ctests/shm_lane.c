@@ -13,7 +13,9 @@
  *     the handle), with the same arguments otherwise;
  *   - an algorithm forced and released through the shim's C API between two repeats (a
  *     remembered call must not outlive it);
- *   - a second communicator's calls between the first one's (one entry per function).
+ *   - a second communicator's calls between the first one's (one entry per function);
+ *   - the root moving to the next rank on every repeat, as IMB does (each root keeps its
+ *     own remembered call, up to four; with more ranks a root takes another's entry).
  * Run with SHIM_TRANSPORT=shm SHIM_SHM_AFTER=0 (scripts/tests/shm-tests); without the
  * transport it checks the ordinary path. */
 #include "common.h"
@@ -35,15 +37,16 @@ static void same(const int *a, const int *b, int n, const char *what, int round)
 }
 
 /* One round on `c`: each collective REPS times with the same arguments (count `k`, root,
- * in place or not from `salt`), new data each time. */
-static void round_on(MPI_Comm c, int salt, int k, int round) {
+ * in place or not from `salt`), new data each time; with `rotate` the root moves to the
+ * next rank on every repeat. */
+static void round_rooted(MPI_Comm c, int salt, int k, int round, int rotate) {
     int rank, n;
     MPI_Comm_rank(c, &rank);
     MPI_Comm_size(c, &n);
     static int sbuf[CAP * MAXN], a[CAP * MAXN], b[CAP * MAXN], ia[CAP * MAXN], ib[CAP * MAXN];
-    int root = (salt + round) % n;
     int inplace = salt % 2;
     for (int rep = 0; rep < REPS; rep++) {
+        int root = (salt + round + (rotate ? rep : 0)) % n;
         int seed = round * 10 + rep + 1;
         fill(sbuf, CAP * MAXN, seed);
         MPI_OK(MPI_Barrier(c));
@@ -100,6 +103,10 @@ static void round_on(MPI_Comm c, int salt, int k, int round) {
     }
 }
 
+static void round_on(MPI_Comm c, int salt, int k, int round) {
+    round_rooted(c, salt, k, round, 0);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     me = g_rank, np = g_size;
@@ -136,6 +143,8 @@ int main(int argc, char **argv) {
         round_on(MPI_COMM_WORLD, r, 2, round++);
     }
     MPI_OK(MPI_Comm_free(&d));
+    /* the root moving on every call: twice through the same roots, then a new count */
+    for (int r = 0; r < 3; r++) round_rooted(MPI_COMM_WORLD, 0, r < 2 ? 2 : 5, round++, 1);
     static const char *const names[] = {"MPI_Bcast", "MPI_Allreduce", "MPI_Reduce", "MPI_Barrier"};
     check_intercepted(names, 4);
     test_pass("shm_lane");

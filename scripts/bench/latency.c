@@ -5,8 +5,9 @@
  * measured alternately, REPS times each; a measurement is the maximum over ranks of the
  * mean time per call over a loop; the table gives the median of each and the ratio.
  *
- * Usage: latency [-a] [-c coll,coll,...] [-s minbytes] [-S maxbytes] [-r reps] [-f forms] [-x growth] [-o tuning]
- *   sizes grow by 8x from minbytes (8), ending at maxbytes (4 MiB); forms: b (blocking), n (I*+Wait)
+ * Usage: latency [-a] [-R] [-c coll,coll,...] [-s minbytes] [-S maxbytes] [-r reps] [-f forms] [-x growth] [-o tuning]
+ *   sizes grow by 8x from minbytes (8), ending at maxbytes (4 MiB); forms: b (blocking), n (I*+Wait);
+ *   -R: the rooted collectives move their root to the next rank on every call, as IMB does
  * Output: one markdown table row per point on rank 0's stdout.
  *
  * All-algorithms mode (-a): blocking form; for every collective, size and algorithm the
@@ -33,6 +34,8 @@ static const char *NAMES[] = {"Barrier", "Bcast", "Gather", "Gatherv", "Scatter"
                               "Neighbor_alltoall"};
 
 static int rank, size;
+/* -R: the root of the next rooted call (0 throughout without -R) */
+static int rotate, root;
 static double *sbuf, *rbuf;
 static int *counts, *displs, *bdispls;
 static MPI_Datatype *types;
@@ -44,6 +47,8 @@ static void call(int c, int n, int shim, int nb) {
     MPI_Request *r = nb ? &rq : NULL;
     MPI_Comm w = MPI_COMM_WORLD;
     for (int i = 0; i < size; i++) counts[i] = n, displs[i] = i * n, bdispls[i] = i * n * 8;
+    const int rt = root;
+    if (rotate) root = (root + 1) % size;
 #define PICK(BLK, NB) \
     do { \
         if (!shim) { if (r) P##NB; else P##BLK; } \
@@ -51,17 +56,17 @@ static void call(int c, int n, int shim, int nb) {
     } while (0)
     switch (c) {
     case BARRIER: PICK(MPI_Barrier(w), MPI_Ibarrier(w, r)); break;
-    case BCAST: PICK(MPI_Bcast(sbuf, n, MPI_DOUBLE, 0, w), MPI_Ibcast(sbuf, n, MPI_DOUBLE, 0, w, r)); break;
-    case GATHER: PICK(MPI_Gather(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, 0, w), MPI_Igather(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, 0, w, r)); break;
-    case GATHERV: PICK(MPI_Gatherv(sbuf, n, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, 0, w), MPI_Igatherv(sbuf, n, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, 0, w, r)); break;
-    case SCATTER: PICK(MPI_Scatter(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, 0, w), MPI_Iscatter(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, 0, w, r)); break;
-    case SCATTERV: PICK(MPI_Scatterv(sbuf, counts, displs, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, 0, w), MPI_Iscatterv(sbuf, counts, displs, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, 0, w, r)); break;
+    case BCAST: PICK(MPI_Bcast(sbuf, n, MPI_DOUBLE, rt, w), MPI_Ibcast(sbuf, n, MPI_DOUBLE, rt, w, r)); break;
+    case GATHER: PICK(MPI_Gather(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w), MPI_Igather(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w, r)); break;
+    case GATHERV: PICK(MPI_Gatherv(sbuf, n, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, rt, w), MPI_Igatherv(sbuf, n, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, rt, w, r)); break;
+    case SCATTER: PICK(MPI_Scatter(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w), MPI_Iscatter(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w, r)); break;
+    case SCATTERV: PICK(MPI_Scatterv(sbuf, counts, displs, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w), MPI_Iscatterv(sbuf, counts, displs, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w, r)); break;
     case ALLGATHER: PICK(MPI_Allgather(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, w), MPI_Iallgather(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, w, r)); break;
     case ALLGATHERV: PICK(MPI_Allgatherv(sbuf, n, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, w), MPI_Iallgatherv(sbuf, n, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, w, r)); break;
     case ALLTOALL: PICK(MPI_Alltoall(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, w), MPI_Ialltoall(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, w, r)); break;
     case ALLTOALLV: PICK(MPI_Alltoallv(sbuf, counts, displs, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, w), MPI_Ialltoallv(sbuf, counts, displs, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, w, r)); break;
     case ALLTOALLW: PICK(MPI_Alltoallw(sbuf, counts, bdispls, types, rbuf, counts, bdispls, types, w), MPI_Ialltoallw(sbuf, counts, bdispls, types, rbuf, counts, bdispls, types, w, r)); break;
-    case REDUCE: PICK(MPI_Reduce(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, 0, w), MPI_Ireduce(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, 0, w, r)); break;
+    case REDUCE: PICK(MPI_Reduce(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, rt, w), MPI_Ireduce(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, rt, w, r)); break;
     case ALLREDUCE: PICK(MPI_Allreduce(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, w), MPI_Iallreduce(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, w, r)); break;
     case REDUCE_SCATTER: PICK(MPI_Reduce_scatter(sbuf, rbuf, counts, MPI_DOUBLE, MPI_SUM, w), MPI_Ireduce_scatter(sbuf, rbuf, counts, MPI_DOUBLE, MPI_SUM, w, r)); break;
     case REDUCE_SCATTER_BLOCK: PICK(MPI_Reduce_scatter_block(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, w), MPI_Ireduce_scatter_block(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, w, r)); break;
@@ -270,6 +275,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "0";
         if (!strcmp(argv[i], "-a")) { all = 1; continue; }
+        if (!strcmp(argv[i], "-R")) { rotate = 1; continue; }
         if (!strcmp(argv[i], "-c")) colls = v;
         else if (!strcmp(argv[i], "-s")) minb = atol(v);
         else if (!strcmp(argv[i], "-S")) maxb = atol(v);

@@ -31,21 +31,23 @@ use crate::services::coll::{Call, Coll, Ctx, Done, Raised, inter, key, return_co
 macro_rules! hook {
     // A collective without array arguments: a call equal to the last one that went to the
     // system MPI goes there at once (see `memo`).
+    // A rooted collective names its root (`root r`): each root's call has its own entry.
     ($call:expr, $comm:expr, $native:ident,
-     memo[$($a:expr),*; types $($t:expr),*; ops $($o:expr),*], |$c:ident| $body:block) => {{
+     memo[$($a:expr),*; types $($t:expr),*; ops $($o:expr),* $(; root $r:expr)?], |$c:ident| $body:block) => {{
         // by value (`move`): no address escapes before the lane's checks
         let fid = $call.fid;
         let comm = $comm;
+        let way: usize = 0 $(+ memo::way($r))?;
         let same = move |w: &mut memo::Words<'_>| w.is(comm) $(&& w.is($a))*;
-        match crate::platform::guard::lane(fid, move |m| m.repeats(memo::open(), fid, same), $native) {
+        match crate::platform::guard::lane(fid, move |m| m.repeats(memo::open(), fid, way, same), $native) {
             Some(rc) => rc,
             // the ordinary path takes the address of a copy: the caller's closure stays in
             // registers on the lane
             None => crate::edge::entry::slow(fid, &{ *$native }, move |$native| {
-                if let Some(rc) = crate::services::coll::lane::hit(fid, comm, same) {
+                if let Some(rc) = crate::services::coll::lane::hit(fid, way, comm, same) {
                     return rc;
                 }
-                if memo::hit(fid, same) {
+                if memo::hit(fid, way, same) {
                     return $native();
                 }
                 // a datatype the program freed: the calls that go native check only some
@@ -62,7 +64,7 @@ macro_rules! hook {
                 memo::arm();
                 crate::services::coll::lane::arm();
                 let rc = hook!(@ctx $call, comm, $native, |$c| $body);
-                let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
+                let key = memo::Key::new(fid, way, comm, &[$(memo::Word::word($a)),*]);
                 crate::services::coll::lane::store(&key, rc, epoch);
                 memo::store(key, &memo::Arrays::NONE, memo::Shape::default(), rc, &[$($t),*], &[$($o),*], epoch);
                 rc
@@ -77,16 +79,17 @@ macro_rules! hook {
     // remembered one reads them with the remembered shape first, and looks the
     // communicator up only when that is not a hit.
     ($call:expr, $comm:expr, $native:ident,
-     memo_v[$($a:expr),*; arrays |$ac:ident, $aa:ident| $arr:expr; types $t:expr; ops $($o:expr),*],
+     memo_v[$($a:expr),*; arrays |$ac:ident, $aa:ident| $arr:expr; types $t:expr; ops $($o:expr),* $(; root $r:expr)?],
      |$c:ident| $body:block) => {{
         let fid = $call.fid;
         let comm = $comm;
+        let way: usize = 0 $(+ memo::way($r))?;
         let same = move |w: &mut memo::Words<'_>| w.is(comm) $(&& w.is($a))*;
         let same_arrays = move |$ac: &memo::Shape, $aa: &mut memo::Match<'_>| -> bool { $arr };
-        match crate::platform::guard::lane(fid, move |m| m.repeats_with(memo::open(), fid, same, same_arrays), $native) {
+        match crate::platform::guard::lane(fid, move |m| m.repeats_with(memo::open(), fid, way, same, same_arrays), $native) {
             Some(rc) => rc,
             None => crate::edge::entry::slow(fid, &{ *$native }, move |$native| {
-                if memo::hit_with(fid, same, same_arrays) {
+                if memo::hit_with(fid, way, same, same_arrays) {
                     return $native();
                 }
                 match Ctx::begin($call, comm, $native) {
@@ -115,7 +118,7 @@ macro_rules! hook {
                             // `types` may read the arrays too (Alltoallw's), with the same shape
                             #[allow(unused_variables)]
                             let $ac = &shape;
-                            let key = memo::Key::new(fid, comm, &[$(memo::Word::word($a)),*]);
+                            let key = memo::Key::new(fid, way, comm, &[$(memo::Word::word($a)),*]);
                             memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
                         }
                         rc
@@ -299,7 +302,7 @@ pub unsafe fn bcast(
     comm: MPI_Comm,
     native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
-    hook!(call, comm, native, memo[buffer, count, datatype, root; types datatype; ops MPI_OP_NULL()], |c| {
+    hook!(call, comm, native, memo[buffer, count, datatype, root; types datatype; ops MPI_OP_NULL(); root root], |c| {
         if c.st.inter {
             return inter::bcast(c, buffer, count, datatype, root);
         }
@@ -448,7 +451,7 @@ pub unsafe fn gather(
     comm: MPI_Comm,
     native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
-    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
+    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL(); root root], |c| {
         if c.st.inter {
             let q = c.remote() as i64;
             let recv = || Ok((vec![recvcount; q as usize], (0..q).map(|i| i * recvcount).collect()));
@@ -502,7 +505,7 @@ pub unsafe fn gatherv(
             // SAFETY: significant at the root only, sized by the group (MPI-4.0 §6.5)
             m.rank() != root || unsafe { a.counts(recvcounts, n) && a.counts(displs, n) }
         };
-        types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
+        types [sendtype, recvtype]; ops MPI_OP_NULL(); root root], |c| {
         if c.st.inter {
             let q = c.remote() as usize;
             let recv = || Ok((c.counts(recvcounts, q, "recvcounts")?, c.displs(displs, q, "displs")?));
@@ -633,7 +636,7 @@ pub unsafe fn scatter(
     comm: MPI_Comm,
     native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
-    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL()], |c| {
+    hook!(call, comm, native, memo[sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root; types sendtype, recvtype; ops MPI_OP_NULL(); root root], |c| {
         if c.st.inter {
             let q = c.remote() as i64;
             let send = || Ok((vec![sendcount; q as usize], (0..q).map(|i| i * sendcount).collect()));
@@ -687,7 +690,7 @@ pub unsafe fn scatterv(
             // SAFETY: significant at the root only, sized by the group (MPI-4.0 §6.6)
             m.rank() != root || unsafe { a.counts(sendcounts, n) && a.counts(displs, n) }
         };
-        types [sendtype, recvtype]; ops MPI_OP_NULL()], |c| {
+        types [sendtype, recvtype]; ops MPI_OP_NULL(); root root], |c| {
         if c.st.inter {
             let q = c.remote() as usize;
             let send = || Ok((c.counts(sendcounts, q, "sendcounts")?, c.displs(displs, q, "displs")?));
@@ -1171,7 +1174,7 @@ pub unsafe fn reduce(
     comm: MPI_Comm,
     native: &(impl Fn() -> c_int + Copy),
 ) -> c_int {
-    hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op, root; types datatype; ops op], |c| {
+    hook!(call, comm, native, memo[sendbuf, recvbuf, count, datatype, op, root; types datatype; ops op; root root], |c| {
         if c.st.inter {
             return inter::reduce(c, sendbuf, recvbuf, count, datatype, op, root);
         }

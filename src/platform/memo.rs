@@ -47,6 +47,18 @@ const ARGS: usize = 7;
 /// and `MPI_Allreduce` shared one, and IMB's Allreduce loop, a Barrier after each call,
 /// never hit).
 pub const SLOTS: usize = 32;
+/// Entries per function: a rooted collective's calls take the entry of their root (modulo
+/// `WAYS`), so that a loop rotating the root among up to `WAYS` ranks (IMB does, on every
+/// call) keeps every root's call; the other collectives use the first only.
+pub const WAYS: usize = 4;
+
+/// The entry (way) a call with `root` takes among its function's; 0 for calls without a
+/// root. Negative roots (an intercommunicator's `MPI_ROOT`, `MPI_PROC_NULL`) take a way too:
+/// the words still compare the root exactly.
+#[inline(always)]
+pub fn way(root: c_int) -> usize {
+    root as u32 as usize % WAYS
+}
 
 /// The epoch (counted in units of [`EPOCH_UNIT`]) and, in the bits below, the work that
 /// every intercepted call must advance ([`SCHEDULES`], [`DETACHED`]): one word that the fast
@@ -92,6 +104,7 @@ const ARRAY: usize = 16;
 #[derive(Clone, Copy)]
 pub struct Key {
     fid: u16,
+    way: usize,
     comm: usize,
     args: [usize; ARGS],
 }
@@ -105,6 +118,11 @@ impl Key {
         self.fid
     }
 
+    /// The entry among its function's ([`way`]).
+    pub fn way(&self) -> usize {
+        self.way
+    }
+
     /// The communicator and the scalar arguments, in the order [`Words`] compares them.
     pub fn words(&self) -> [usize; WORDS] {
         let mut w = [self.comm; WORDS];
@@ -113,13 +131,15 @@ impl Key {
     }
 
     /// `args`: every scalar argument that the checks and the decision read (at most
-    /// [`ARGS`]; buffers as addresses, handles and counts as integers).
+    /// [`ARGS`]; buffers as addresses, handles and counts as integers); `way`: the entry
+    /// among the function's ([`way`]).
     #[inline]
-    pub fn new(fid: Fid, comm: MPI_Comm, args: &[usize]) -> Key {
+    pub fn new(fid: Fid, way: usize, comm: MPI_Comm, args: &[usize]) -> Key {
         let mut a = [0usize; ARGS];
         a[..args.len()].copy_from_slice(args);
         Key {
             fid: fid as u16,
+            way: way % WAYS,
             comm: comm as usize,
             args: a,
         }
@@ -216,32 +236,46 @@ struct Entry {
 /// A thread's remembered calls (kept in `entry`'s thread-local with the re-entry flag: one
 /// thread-local access serves the fast lane).
 pub struct Memo {
-    slots: [Entry; SLOTS],
+    slots: [[Entry; WAYS]; SLOTS],
 }
 
 impl Memo {
     pub const fn new() -> Memo {
         Memo {
             slots: [const {
-                Entry {
-                    stamp: Cell::new(0),
-                    fid: Cell::new(0),
-                    words: [const { Cell::new(0) }; 1 + ARGS],
-                    len: Cell::new(0),
-                    v: [const { Cell::new(0) }; ARRAY],
-                    shape: Cell::new(Shape { size: 0, rank: 0 }),
-                }
+                [const {
+                    Entry {
+                        stamp: Cell::new(0),
+                        fid: Cell::new(0),
+                        words: [const { Cell::new(0) }; 1 + ARGS],
+                        len: Cell::new(0),
+                        v: [const { Cell::new(0) }; ARRAY],
+                        shape: Cell::new(Shape { size: 0, rank: 0 }),
+                    }
+                }; WAYS]
             }; SLOTS],
         }
     }
 
-    /// Whether a call of `fid` repeats the remembered one stamped `stamp`: `same` compares
-    /// its communicator and then its scalar arguments, in [`Key::new`]'s order, through
-    /// [`Words`]. A function's calls all have the same arguments, and arrays or none, so for
-    /// the calls without arrays this is the whole comparison.
     #[inline(always)]
-    pub fn repeats(&self, stamp: u64, fid: Fid, same: impl FnOnce(&mut Words<'_>) -> bool) -> bool {
-        let e = &self.slots[fid as usize % SLOTS];
+    fn entry(&self, fid: usize, way: usize) -> &Entry {
+        &self.slots[fid % SLOTS][way % WAYS]
+    }
+
+    /// Whether a call of `fid` repeats the remembered one stamped `stamp` in its `way`
+    /// ([`way`]): `same` compares its communicator and then its scalar arguments, in
+    /// [`Key::new`]'s order, through [`Words`]. A function's calls all have the same
+    /// arguments, and arrays or none, so for the calls without arrays this is the whole
+    /// comparison.
+    #[inline(always)]
+    pub fn repeats(
+        &self,
+        stamp: u64,
+        fid: Fid,
+        way: usize,
+        same: impl FnOnce(&mut Words<'_>) -> bool,
+    ) -> bool {
+        let e = self.entry(fid as usize, way);
         e.stamp.get() == stamp && e.fid.get() == fid as u16 && same(&mut Words(e.words.iter()))
     }
 
@@ -253,19 +287,20 @@ impl Memo {
         &self,
         stamp: u64,
         fid: Fid,
+        way: usize,
         same: impl FnOnce(&mut Words<'_>) -> bool,
         arrays: impl FnOnce(&Shape, &mut Match<'_>) -> bool,
     ) -> bool {
-        if !self.repeats(stamp, fid, same) {
+        if !self.repeats(stamp, fid, way, same) {
             return false;
         }
-        let e = &self.slots[fid as usize % SLOTS];
+        let e = self.entry(fid as usize, way);
         let mut m = Match { e, at: 0 };
         arrays(&e.shape.get(), &mut m) && m.at == e.len.get()
     }
 
     fn put(&self, stamp: u64, key: &Key, arrays: &Arrays, shape: Shape) {
-        let e = &self.slots[key.fid as usize % SLOTS];
+        let e = self.entry(key.fid as usize, key.way);
         e.stamp.set(stamp);
         e.fid.set(key.fid);
         let words = core::iter::once(&key.comm).chain(&key.args);
@@ -400,19 +435,20 @@ impl Match<'_> {
 /// [`Memo::repeats`]; no arrays) repeats a call that went to the system MPI in this epoch,
 /// on the ordinary path (which advances the pending work itself).
 #[inline]
-pub fn hit(fid: Fid, same: impl FnOnce(&mut Words<'_>) -> bool) -> bool {
-    !crate::platform::counters::enabled() && with_memo(|m| m.repeats(epoch(), fid, same))
+pub fn hit(fid: Fid, way: usize, same: impl FnOnce(&mut Words<'_>) -> bool) -> bool {
+    !crate::platform::counters::enabled() && with_memo(|m| m.repeats(epoch(), fid, way, same))
 }
 
 /// As [`hit`] for a call with array arguments, which `arrays` compares.
 #[inline]
 pub fn hit_with(
     fid: Fid,
+    way: usize,
     same: impl FnOnce(&mut Words<'_>) -> bool,
     arrays: impl FnOnce(&Shape, &mut Match<'_>) -> bool,
 ) -> bool {
     !crate::platform::counters::enabled()
-        && with_memo(|m| m.repeats_with(epoch(), fid, same, arrays))
+        && with_memo(|m| m.repeats_with(epoch(), fid, way, same, arrays))
 }
 
 thread_local! {
@@ -518,7 +554,7 @@ mod tests {
     }
 
     fn key(fid: Fid, a: &[usize]) -> Key {
-        Key::new(fid, MPI_COMM_WORLD(), a)
+        Key::new(fid, 0, MPI_COMM_WORLD(), a)
     }
 
     fn remember(count: usize, rc: c_int, types: &[MPI_Datatype]) {
@@ -537,7 +573,7 @@ mod tests {
     }
 
     fn hits(count: usize) -> bool {
-        hit(Fid::MPI_Allreduce, same(&args(count)))
+        hit(Fid::MPI_Allreduce, 0, same(&args(count)))
     }
 
     #[test]
@@ -546,7 +582,7 @@ mod tests {
         assert!(hits(1));
         assert!(!hits(2), "other arguments");
         assert!(
-            !hit(Fid::MPI_Iallreduce, same(&args(1))),
+            !hit(Fid::MPI_Iallreduce, 0, same(&args(1))),
             "another function in the same slot"
         );
         // a failed call, a derived datatype, or a call that ran a schedule: not remembered
@@ -593,46 +629,77 @@ mod tests {
         let c = |p: &[i32]| Counts::I32(p.as_ptr());
         let mut seen = None;
         // SAFETY (all `counts` calls below): the arrays hold the 3 entries read.
-        assert!(hit_with(Fid::MPI_Gatherv, same(&a), |s, m| {
+        assert!(hit_with(Fid::MPI_Gatherv, 0, same(&a), |s, m| {
             seen = Some((s.size(), s.rank()));
             unsafe { m.counts(c(&ones), s.size() as usize) }
         }));
         assert_eq!(seen, Some((3, 0)));
         assert!(
-            !hit_with(Fid::MPI_Gatherv, same(&a), |_, m| unsafe {
+            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
                 m.counts(c(&twos), 3)
             }),
             "an array changed behind the same pointer"
         );
         assert!(
-            !hit_with(Fid::MPI_Gatherv, same(&a), |_, m| unsafe {
+            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
                 m.counts(c(&ones), 2)
             }),
             "fewer entries"
         );
         assert!(
-            !hit_with(Fid::MPI_Gatherv, same(&a), |_, m| unsafe {
+            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
                 m.counts(c(&ones), 3) && m.counts(c(&ones), 1)
             }),
             "more entries"
         );
         assert!(
-            !hit_with(Fid::MPI_Gatherv, same(&a), |_, m| unsafe {
+            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
                 m.counts(Counts::I32(core::ptr::null()), 3)
             }),
             "a NULL array is not read"
         );
         assert!(
-            !hit_with(Fid::MPI_Gatherv, same(&a), |_, _| false),
+            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, _| false),
             "arrays that cannot be read"
         );
         let other = [8, 1, 3, 16, 3, 1];
         assert!(
-            !hit_with(Fid::MPI_Gatherv, same(&other), |_, _| panic!(
+            !hit_with(Fid::MPI_Gatherv, 0, same(&other), |_, _| panic!(
                 "arrays read for another call"
             )),
             "other scalar arguments: the arrays are not even read"
         );
+    }
+
+    #[test]
+    fn a_rotating_root_keeps_every_roots_call() {
+        // IMB's Bcast, Gather, Scatter and Reduce move the root on every call: each root's
+        // call has its own entry, up to WAYS roots, and the root is still compared exactly
+        let m = Memo::new();
+        let with_root = |r: usize| [8, 1, 3, r];
+        let remember = |r: usize| {
+            let k = Key::new(
+                Fid::MPI_Bcast,
+                way(r as c_int),
+                MPI_COMM_WORLD(),
+                &with_root(r),
+            );
+            m.put(EPOCH_UNIT, &k, &Arrays::NONE, Shape::default());
+        };
+        let hits =
+            |r: usize, a: &[usize]| m.repeats(EPOCH_UNIT, Fid::MPI_Bcast, way(r as c_int), same(a));
+        (0..WAYS).for_each(remember);
+        for r in 0..WAYS {
+            assert!(hits(r, &with_root(r)), "root {r}");
+            let other = with_root((r + 1) % WAYS);
+            assert!(!hits(r, &other), "root {r}'s entry holds root {r} only");
+        }
+        // one more root than ways takes the entry of the root WAYS below it
+        remember(WAYS);
+        assert!(!hits(0, &with_root(0)));
+        assert!(hits(1, &with_root(1)));
+        // an intercommunicator's negative roots have a way too
+        assert!(way(MPI_ROOT) < WAYS && way(MPI_PROC_NULL) < WAYS);
     }
 
     #[test]
@@ -665,9 +732,9 @@ mod tests {
         let m = Memo::new();
         let k = key(Fid::MPI_Bcast, &ARGS5);
         m.put(8 * EPOCH_UNIT, &k, &Arrays::NONE, Shape::default());
-        assert!(m.repeats(8 * EPOCH_UNIT, Fid::MPI_Bcast, same(&ARGS5)));
+        assert!(m.repeats(8 * EPOCH_UNIT, Fid::MPI_Bcast, 0, same(&ARGS5)));
         for flag in [SCHEDULES, DETACHED] {
-            assert!(!m.repeats(8 * EPOCH_UNIT | flag, Fid::MPI_Bcast, same(&ARGS5)));
+            assert!(!m.repeats(8 * EPOCH_UNIT | flag, Fid::MPI_Bcast, 0, same(&ARGS5)));
         }
         pending(DETACHED, true);
         assert_eq!(open() & DETACHED, DETACHED);
@@ -681,6 +748,7 @@ mod tests {
         let m = Memo::new();
         let k = Key::new(
             Fid::MPI_Bcast,
+            0,
             MPI_COMM_WORLD(),
             &[
                 (-5i32).word(),
@@ -690,7 +758,7 @@ mod tests {
         );
         m.put(EPOCH_UNIT, &k, &Arrays::NONE, Shape::default());
         let with = |a: c_int, b: i64, p: usize| {
-            m.repeats(EPOCH_UNIT, Fid::MPI_Bcast, |w| {
+            m.repeats(EPOCH_UNIT, Fid::MPI_Bcast, 0, |w| {
                 w.is(MPI_COMM_WORLD()) && w.is(a) && w.is(b) && w.is(p as *const u8)
             })
         };
@@ -699,7 +767,7 @@ mod tests {
         assert!(!with(-5, 0xffff_ffff, 0x10), "an i64 compares all its bits");
         assert!(!with(-5, -1, 0x1_0000_0010));
         assert!(
-            !m.repeats(EPOCH_UNIT, Fid::MPI_Bcast, |w| {
+            !m.repeats(EPOCH_UNIT, Fid::MPI_Bcast, 0, |w| {
                 w.is(MPI_COMM_WORLD())
                     && w.is(-5i32)
                     && w.is(-1i64)

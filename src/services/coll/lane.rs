@@ -32,8 +32,10 @@ use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
 use crate::platform::memo::{self, Words};
 
-/// Entries per thread, chosen by function id (as the memo's).
+/// Entries per thread, chosen by function id and, for rooted collectives, the root (as the
+/// memo's).
 const SLOTS: usize = memo::SLOTS;
+const WAYS: usize = memo::WAYS;
 
 /// What a remembered call runs: its schedule on its segment, with its buffers.
 pub(super) struct Remembered {
@@ -54,31 +56,38 @@ struct Entry {
 }
 
 thread_local! {
-    static LANE: [Entry; SLOTS] = const {
+    static LANE: [[Entry; WAYS]; SLOTS] = const {
         [const {
-            Entry {
-                stamp: Cell::new(0),
-                fid: Cell::new(0),
-                words: [const { Cell::new(0) }; memo::WORDS],
-                run: RefCell::new(None),
-            }
+            [const {
+                Entry {
+                    stamp: Cell::new(0),
+                    fid: Cell::new(0),
+                    words: [const { Cell::new(0) }; memo::WORDS],
+                    run: RefCell::new(None),
+                }
+            }; WAYS]
         }; SLOTS]
     };
     /// What the call in progress ran, offered by `Ctx::launch` for [`store`].
     static OFFERED: RefCell<Option<Remembered>> = const { RefCell::new(None) };
 }
 
-/// Runs a call of `fid` on `comm` that repeats a remembered one (`same` compares its
-/// communicator and scalar arguments, as for `memo::hit`); `None` sends it the ordinary
+/// Runs a call of `fid` on `comm` that repeats the one remembered in its `way` (`same`
+/// compares its communicator and scalar arguments, as for `memo::hit`); `None` sends it the ordinary
 /// way. Called on the ordinary path (`edge::entry::slow`: re-entry mark, panic guard and
 /// the progress rule already served).
 #[inline]
-pub fn hit(fid: Fid, comm: MPI_Comm, same: impl FnOnce(&mut Words<'_>) -> bool) -> Option<c_int> {
+pub fn hit(
+    fid: Fid,
+    way: usize,
+    comm: MPI_Comm,
+    same: impl FnOnce(&mut Words<'_>) -> bool,
+) -> Option<c_int> {
     if crate::platform::counters::enabled() {
         return None;
     }
     LANE.try_with(|lane| {
-        let e = &lane[fid as usize % SLOTS];
+        let e = &lane[fid as usize % SLOTS][way % WAYS];
         if e.stamp.get() != memo::epoch()
             || e.fid.get() != fid as u16
             || !same(&mut Words::over(&e.words))
@@ -139,7 +148,7 @@ pub fn store(key: &memo::Key, rc: c_int, epoch: u64) {
         return;
     }
     let _ = LANE.try_with(|lane| {
-        let e = &lane[key.fid() as usize % SLOTS];
+        let e = &lane[key.fid() as usize % SLOTS][key.way()];
         let Ok(mut run) = e.run.try_borrow_mut() else {
             return;
         };
