@@ -148,8 +148,11 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
         char *text = need > 0 ? malloc(need) : NULL;
         if (text && tuning(text, need) > 0)
             for (char *save, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
-                if (!strncmp(l, "param ", 6)) fprintf(tune, "%s\n", l);
+                if (!strncmp(l, "param ", 6) && strncmp(l, "param shm_rows ", 15)) fprintf(tune, "%s\n", l);
         free(text);
+        /* the segment's algorithms (copy-in-copy-out, and single copy beyond the slot) are
+         * among the candidates measured: the rows decide where `auto` takes the segment */
+        fprintf(tune, "param shm_rows 1\n");
     }
     point_t *pts = calloc(4096, sizeof(point_t));
     int npts = 0;

@@ -606,7 +606,8 @@ impl<'a> Ctx<'a> {
     /// `SHIM_SHM_AFTER`-th blocking call that could use it. Every input is the same on
     /// every rank (sizes the standard makes equal, counts of calls every rank makes in the
     /// same order), so all ranks decide alike. Decided once per call.
-    fn shm_decide(&self, coll: Coll, footprint: i64, commutative: bool) -> bool {
+    fn shm_decide(&self, coll: Coll, bytes: i64, commutative: bool) -> bool {
+        let footprint = self.footprint(coll, bytes);
         if self.shm_decided.replace(true) {
             return self.ticket.borrow().is_some();
         }
@@ -627,8 +628,13 @@ impl<'a> Ctx<'a> {
             && cfg.single_copy.is_some_and(|t| footprint as u64 >= t)
             && self.red.get().is_none_or(|(ti, _)| ti.dense())
             && (!select::single_copy_addresses(coll) || 8 * self.size() as u64 <= cfg.slot);
-        let copy_wins = select::shm_wins(coll, self.size(), footprint);
-        let single_wins = single && select::single_copy_wins(coll, self.size(), footprint);
+        // this machine's measured rows, where there are any, else the rules
+        let row = (form == select::Form::Blocking)
+            .then(|| select::segment_measured(coll, self.size(), bytes))
+            .flatten();
+        let copy_wins = row.unwrap_or_else(|| select::shm_wins(coll, self.size(), footprint));
+        let single_wins =
+            single && row.unwrap_or_else(|| select::single_copy_wins(coll, self.size(), footprint));
         let one_node = copy_wins || single_wins;
         let across = select::hier_wins(coll, form, footprint);
         if transport == Transport::Pmpi
@@ -795,7 +801,7 @@ impl<'a> Ctx<'a> {
         commutative: bool,
         native_ok: bool,
     ) -> select::Choice {
-        if self.shm_decide(coll, self.footprint(coll, bytes), commutative) {
+        if self.shm_decide(coll, bytes, commutative) {
             return select::Choice::new(select::Algo::Shm);
         }
         if select::shm_allowed(coll) == Some(true) {

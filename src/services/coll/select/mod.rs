@@ -740,6 +740,30 @@ pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
     }
 }
 
+/// Whether a tuning measured on this machine with the segment's algorithms among its
+/// candidates (`shm_rows`, written by `scripts/tools/shim-tune`) named the segment for a
+/// blocking call at this point (`bytes` as [`choose`] decides by); `None` where it has no
+/// row for it, or its rows
+/// predate single copy (the shipped ones): then [`shm_wins`] and [`single_copy_wins`] rule.
+/// Those rules were measured on one kind of machine; a machine where reading another
+/// process's memory is slow (README, "The node transport") needs its own rows. The rows are
+/// the same on every rank (checked at init), so all ranks decide alike.
+pub fn segment_measured(coll: Coll, p: i32, bytes: i64) -> Option<bool> {
+    segment_measured_with(&tuning::get(), coll, p, bytes)
+}
+
+fn segment_measured_with(tun: &tuning::Tuning, coll: Coll, p: i32, bytes: i64) -> Option<bool> {
+    // (the v and w forms have no size every rank knows: their rules stand)
+    if tun.params.shm_rows == 0.0
+        || !spec_of(coll).sized
+        || crate::platform::proc::any_oversubscribed()
+    {
+        return None;
+    }
+    tun.measured(coll, p, bucket_floor(bucket(bytes)))
+        .map(|a| a == Algo::Shm)
+}
+
 /// The largest footprint [`hier_wins`] takes: the largest size measured to win.
 pub const HIER_MAX_BYTES: i64 = 4096;
 
@@ -1152,6 +1176,46 @@ pub fn fmt_bytes(b: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rows_measured_with_the_segment_decide_where_they_exist() {
+        let parse =
+            |text: &str| super::tuning::Tuning::parse(text, "test", &Default::default()).unwrap();
+        let measured = parse(
+            "param shm_rows 1\nbest MPI_Gather 2 8 shm\nbest MPI_Gather 2 32768 native\n\
+             best MPI_Gatherv 2 8 shm\n",
+        );
+        let cases: &[(Coll, i32, i64, Option<bool>, &str)] = &[
+            (Coll::Gather, 2, 8, Some(true), "the row names the segment"),
+            (
+                Coll::Gather,
+                2,
+                32768,
+                Some(false),
+                "beyond the slot, the library",
+            ),
+            (
+                Coll::Gather,
+                2,
+                65536,
+                Some(false),
+                "within a factor of two of a row",
+            ),
+            (Coll::Gather, 2, 1 << 20, None, "no row near: the rules"),
+            (Coll::Gather, 4, 8, None, "another communicator size"),
+            (Coll::Bcast, 2, 8, None, "no row for the collective"),
+            (Coll::Gatherv, 2, 8, None, "no size every rank knows"),
+        ];
+        for &(c, p, bytes, want, why) in cases {
+            assert_eq!(segment_measured_with(&measured, c, p, bytes), want, "{why}");
+        }
+        // the shipped rows predate single copy: the rules decide
+        let shipped = parse("best MPI_Gather 2 32768 native\n");
+        assert_eq!(
+            segment_measured_with(&shipped, Coll::Gather, 2, 32768),
+            None
+        );
+    }
+
     #[test]
     fn every_shm_choice_has_an_algorithm_on_the_segment() {
         // a collective that accepts `shm` runs copy-in-copy-out, single copy or both, and

@@ -51,6 +51,11 @@ pub struct Params {
     /// The most slot bytes a reduction may need for `auto` to take it to the segment's
     /// copy-in-copy-out (`select::shm_wins`): measured per library with IMB.
     pub shm_reduce_max: f64,
+    /// 1 when the rows were measured with the segment's algorithms among the candidates
+    /// (`scripts/tools/shim-tune` on this machine): where a row exists, it decides whether
+    /// `auto` takes the segment (`select::segment_measured`), beyond the slot too. The
+    /// shipped rows predate single copy: 0 there.
+    pub shm_rows: f64,
 }
 
 impl Default for Params {
@@ -71,6 +76,7 @@ impl Default for Params {
             single_reduce: 0.0,
             single_root: 0.0,
             shm_reduce_max: super::AUTO_SHM_MAX_BYTES as f64,
+            shm_rows: 0.0,
         }
     }
 }
@@ -90,6 +96,7 @@ pub const NAMES: &[&str] = &[
     "single_reduce",
     "single_root",
     "shm_reduce_max",
+    "shm_rows",
 ];
 
 impl Params {
@@ -108,6 +115,7 @@ impl Params {
             "single_reduce" => self.single_reduce,
             "single_root" => self.single_root,
             "shm_reduce_max" => self.shm_reduce_max,
+            "shm_rows" => self.shm_rows,
             _ => return None,
         })
     }
@@ -127,6 +135,7 @@ impl Params {
             "single_reduce" => &mut self.single_reduce,
             "single_root" => &mut self.single_root,
             "shm_reduce_max" => &mut self.shm_reduce_max,
+            "shm_rows" => &mut self.shm_rows,
             _ => return false,
         };
         *slot = v;
