@@ -1178,8 +1178,7 @@ pub fn fmt_bytes(b: i64) -> String {
 mod tests {
     #[test]
     fn rows_measured_with_the_segment_decide_where_they_exist() {
-        let parse =
-            |text: &str| super::tuning::Tuning::parse(text, "test", &Default::default()).unwrap();
+        let parse = |text: &str| tuning::Tuning::parse(text, "test", &Default::default()).unwrap();
         let measured = parse(
             "param shm_rows 1\nbest MPI_Gather 2 8 shm\nbest MPI_Gather 2 32768 native\n\
              best MPI_Gatherv 2 8 shm\n",
