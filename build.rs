@@ -365,6 +365,14 @@ const HAND_WRITTEN_LARGE_COUNT: &[&str] = &[
     "MPI_Type_get_envelope_c",
     "MPI_Type_create_struct_c",
     "MPI_Op_create_c",
+    "MPI_Type_contiguous_c",
+    "MPI_Type_indexed_c",
+    "MPI_Type_create_indexed_block_c",
+    "MPI_Type_create_hindexed_c",
+    "MPI_Type_create_hindexed_block_c",
+    "MPI_Type_create_subarray_c",
+    "MPI_Type_create_darray_c",
+    "MPI_Type_get_contents_c",
 ];
 
 /// The body that runs a `_c` function through its classic form when the library lacks the
@@ -381,6 +389,20 @@ fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<Str
             args.join(", ")
         ));
     }
+    // MPI-3's `_x` form, where there is one, already takes MPI_Count (MPI_Type_size_x:
+    // a size beyond an int comes back whole, not as MPI_UNDEFINED)
+    if let Some(x) = by_name.get(format!("{base_name}_x").as_str()) {
+        if x.params
+            .iter()
+            .map(|p| &p.rtype)
+            .eq(f.params.iter().map(|p| &p.rtype))
+        {
+            return Some(format!(
+                "            // SAFETY: the caller's arguments; the same prototype.\n            return unsafe {{ P{base_name}_x({}) }};\n",
+                args.join(", ")
+            ));
+        }
+    }
     let base = by_name.get(base_name)?;
     if base.params.len() != f.params.len() || f.ret != "int" {
         return None;
@@ -395,15 +417,17 @@ fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<Str
             // MPI_Aint and MPI_Count are both 64-bit in the ABIs the shim serves
             ("MPI_Count", "MPI_Aint") => call.push(format!("{n} as MPI_Aint")),
             ("*mut MPI_Count", "*mut MPI_Aint") => call.push(format!("{n} as *mut MPI_Aint")),
-            ("MPI_Count", "c_int") => {
+            // (the `_c` windows' displacement unit is an MPI_Aint, MPI-4.0 §12.2)
+            ("MPI_Count" | "MPI_Aint", "c_int") => {
                 writeln!(pre, "            let Ok({n}) = c_int::try_from({n}) else {{ return crate::platform::abi::MPI_ERR_COUNT }};").unwrap();
                 call.push(n.clone());
             }
-            ("*mut MPI_Count", "*mut c_int") => {
-                writeln!(pre, "            // SAFETY: a caller's out (or in-out) count, or NULL.\n            let mut {n}__: c_int = if {n}.is_null() {{ 0 }} else {{ unsafe {{ *{n} }}.clamp(c_int::MIN as MPI_Count, c_int::MAX as MPI_Count) as c_int }};").unwrap();
+            (wide @ ("*mut MPI_Count" | "*mut MPI_Aint"), "*mut c_int") => {
+                let wide = wide.trim_start_matches("*mut ");
+                writeln!(pre, "            // SAFETY: a caller's out (or in-out) count, or NULL.\n            let mut {n}__: c_int = if {n}.is_null() {{ 0 }} else {{ unsafe {{ *{n} }}.clamp(c_int::MIN as {wide}, c_int::MAX as {wide}) as c_int }};").unwrap();
                 writeln!(
                     post,
-                    "            if !{n}.is_null() {{ unsafe {{ *{n} = {n}__ as MPI_Count }}; }}"
+                    "            if !{n}.is_null() {{ unsafe {{ *{n} = {n}__ as {wide} }}; }}"
                 )
                 .unwrap();
                 call.push(format!(

@@ -447,6 +447,288 @@ pub mod large_count {
         unsafe { pmpi::PMPI_Type_create_struct(n, bl.as_ptr(), dp.as_ptr(), types, newtype) }
     }
 
+    /// The caller's `n` counts at `p` as `int`s (`None` if one does not fit); no elements
+    /// when `n` is not positive, whatever `p` is (a zero-length array may be NULL).
+    ///
+    /// # Safety
+    /// `p` must point to `n` elements when `n > 0`.
+    unsafe fn narrow(p: *const MPI_Count, n: c_int) -> Option<Vec<c_int>> {
+        if n <= 0 || p.is_null() {
+            return Some(Vec::new());
+        }
+        // SAFETY: the caller's array of n counts.
+        let v = unsafe { core::slice::from_raw_parts(p, n as usize) };
+        v.iter().map(|&x| c_int::try_from(x).ok()).collect()
+    }
+
+    /// The caller's `n` displacements at `p` as `MPI_Aint`s (the same 64 bits here).
+    ///
+    /// # Safety
+    /// `p` must point to `n` elements when `n > 0`.
+    unsafe fn addresses(p: *const MPI_Count, n: c_int) -> Vec<MPI_Aint> {
+        if n <= 0 || p.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: the caller's array of n displacements.
+        unsafe { core::slice::from_raw_parts(p, n as usize) }
+            .iter()
+            .map(|&x| x as MPI_Aint)
+            .collect()
+    }
+
+    /// A count argument as an `int`, or `MPI_ERR_COUNT` from the caller.
+    macro_rules! int_or_count_error {
+        ($e:expr) => {
+            match $e {
+                Some(v) => v,
+                None => return MPI_ERR_COUNT,
+            }
+        };
+    }
+
+    /// `MPI_Type_contiguous_c` on the classic calls. A count beyond an `int` becomes a
+    /// struct of `q` blocks of `INT_MAX` elements (a vector) and the `r` left (a contiguous
+    /// type) at the displacement where the blocks end: the same type map, as BigMPI
+    /// (Hammond et al., ExaMPI 2014) and mpi4py's own fallback build it, so a program gets
+    /// the same type whether the shim is there or not.
+    ///
+    /// # Safety
+    /// `newtype` must be valid.
+    pub unsafe fn PMPI_Type_contiguous_c(
+        count: MPI_Count,
+        oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        if let Ok(n) = c_int::try_from(count) {
+            // SAFETY: the caller's arguments.
+            return unsafe { pmpi::PMPI_Type_contiguous(n, oldtype, newtype) };
+        }
+        let block = c_int::MAX as MPI_Count;
+        let (Ok(q), r) = (c_int::try_from(count / block), (count % block) as c_int) else {
+            return MPI_ERR_COUNT;
+        };
+        let (mut lb, mut extent): (MPI_Aint, MPI_Aint) = (0, 0);
+        let mut parts = [MPI_DATATYPE_NULL(); 2];
+        // SAFETY: the classic calls on the caller's old type and our own out-pointers.
+        unsafe {
+            let mut rc = pmpi::PMPI_Type_vector(q, c_int::MAX, c_int::MAX, oldtype, &mut parts[0]);
+            if rc == MPI_SUCCESS {
+                rc = pmpi::PMPI_Type_contiguous(r, oldtype, &mut parts[1]);
+            }
+            if rc == MPI_SUCCESS {
+                rc = pmpi::PMPI_Type_get_extent(oldtype, &mut lb, &mut extent);
+            }
+            if rc == MPI_SUCCESS {
+                let blocklengths: [c_int; 2] = [1, 1];
+                let displs: [MPI_Aint; 2] = [0, (q as MPI_Aint) * (block as MPI_Aint) * extent];
+                rc = pmpi::PMPI_Type_create_struct(
+                    2,
+                    blocklengths.as_ptr(),
+                    displs.as_ptr(),
+                    parts.as_ptr(),
+                    newtype,
+                );
+            }
+            for t in &mut parts {
+                if *t != MPI_DATATYPE_NULL() {
+                    pmpi::PMPI_Type_free(t);
+                }
+            }
+            rc
+        }
+    }
+
+    /// `MPI_Type_indexed_c` on `MPI_Type_indexed` (every count must fit in an `int`,
+    /// else `MPI_ERR_COUNT`, as in every classic fallback here).
+    ///
+    /// # Safety
+    /// The arrays must hold `count` elements; `newtype` must be valid.
+    pub unsafe fn PMPI_Type_indexed_c(
+        count: MPI_Count,
+        blocklengths: *const MPI_Count,
+        displs: *const MPI_Count,
+        oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        let n = int_or_count_error!(c_int::try_from(count).ok());
+        // SAFETY: the caller's arrays of count elements.
+        let (bl, dp) = unsafe {
+            (
+                int_or_count_error!(narrow(blocklengths, n)),
+                int_or_count_error!(narrow(displs, n)),
+            )
+        };
+        // SAFETY: arrays of n elements (or none) and the caller's out-pointer.
+        unsafe { pmpi::PMPI_Type_indexed(n, bl.as_ptr(), dp.as_ptr(), oldtype, newtype) }
+    }
+
+    /// `MPI_Type_create_indexed_block_c` on `MPI_Type_create_indexed_block`.
+    ///
+    /// # Safety
+    /// `displs` must hold `count` elements; `newtype` must be valid.
+    pub unsafe fn PMPI_Type_create_indexed_block_c(
+        count: MPI_Count,
+        blocklength: MPI_Count,
+        displs: *const MPI_Count,
+        oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        let n = int_or_count_error!(c_int::try_from(count).ok());
+        let b = int_or_count_error!(c_int::try_from(blocklength).ok());
+        // SAFETY: the caller's array of count elements.
+        let dp = unsafe { int_or_count_error!(narrow(displs, n)) };
+        // SAFETY: an array of n elements (or none) and the caller's out-pointer.
+        unsafe { pmpi::PMPI_Type_create_indexed_block(n, b, dp.as_ptr(), oldtype, newtype) }
+    }
+
+    /// `MPI_Type_create_hindexed_c` on `MPI_Type_create_hindexed`.
+    ///
+    /// # Safety
+    /// The arrays must hold `count` elements; `newtype` must be valid.
+    pub unsafe fn PMPI_Type_create_hindexed_c(
+        count: MPI_Count,
+        blocklengths: *const MPI_Count,
+        displs: *const MPI_Count,
+        oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        let n = int_or_count_error!(c_int::try_from(count).ok());
+        // SAFETY: the caller's arrays of count elements.
+        let (bl, dp) = unsafe {
+            (
+                int_or_count_error!(narrow(blocklengths, n)),
+                addresses(displs, n),
+            )
+        };
+        // SAFETY: arrays of n elements (or none) and the caller's out-pointer.
+        unsafe { pmpi::PMPI_Type_create_hindexed(n, bl.as_ptr(), dp.as_ptr(), oldtype, newtype) }
+    }
+
+    /// `MPI_Type_create_hindexed_block_c` on `MPI_Type_create_hindexed_block`.
+    ///
+    /// # Safety
+    /// `displs` must hold `count` elements; `newtype` must be valid.
+    pub unsafe fn PMPI_Type_create_hindexed_block_c(
+        count: MPI_Count,
+        blocklength: MPI_Count,
+        displs: *const MPI_Count,
+        oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        let n = int_or_count_error!(c_int::try_from(count).ok());
+        let b = int_or_count_error!(c_int::try_from(blocklength).ok());
+        // SAFETY: the caller's array of count elements.
+        let dp = unsafe { addresses(displs, n) };
+        // SAFETY: an array of n elements (or none) and the caller's out-pointer.
+        unsafe { pmpi::PMPI_Type_create_hindexed_block(n, b, dp.as_ptr(), oldtype, newtype) }
+    }
+
+    /// `MPI_Type_create_subarray_c` on `MPI_Type_create_subarray`.
+    ///
+    /// # Safety
+    /// The arrays must hold `ndims` elements; `newtype` must be valid.
+    pub unsafe fn PMPI_Type_create_subarray_c(
+        ndims: c_int,
+        sizes: *const MPI_Count,
+        subsizes: *const MPI_Count,
+        starts: *const MPI_Count,
+        order: c_int,
+        oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        // SAFETY: the caller's arrays of ndims elements.
+        let (sz, sub, st) = unsafe {
+            (
+                int_or_count_error!(narrow(sizes, ndims)),
+                int_or_count_error!(narrow(subsizes, ndims)),
+                int_or_count_error!(narrow(starts, ndims)),
+            )
+        };
+        // SAFETY: arrays of ndims elements (or none) and the caller's out-pointer.
+        unsafe {
+            pmpi::PMPI_Type_create_subarray(
+                ndims,
+                sz.as_ptr(),
+                sub.as_ptr(),
+                st.as_ptr(),
+                order,
+                oldtype,
+                newtype,
+            )
+        }
+    }
+
+    /// `MPI_Type_create_darray_c` on `MPI_Type_create_darray` (only the global sizes are
+    /// large counts).
+    ///
+    /// # Safety
+    /// The arrays must hold `ndims` elements; `newtype` must be valid.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn PMPI_Type_create_darray_c(
+        size: c_int,
+        rank: c_int,
+        ndims: c_int,
+        gsizes: *const MPI_Count,
+        distribs: *const c_int,
+        dargs: *const c_int,
+        psizes: *const c_int,
+        order: c_int,
+        oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        // SAFETY: the caller's array of ndims elements.
+        let g = unsafe { int_or_count_error!(narrow(gsizes, ndims)) };
+        // SAFETY: an array of ndims elements (or none), the caller's others and out-pointer.
+        unsafe {
+            pmpi::PMPI_Type_create_darray(
+                size,
+                rank,
+                ndims,
+                g.as_ptr(),
+                distribs,
+                dargs,
+                psizes,
+                order,
+                oldtype,
+                newtype,
+            )
+        }
+    }
+
+    /// `MPI_Type_get_contents_c` on `MPI_Type_get_contents`: a type built by the classic
+    /// calls has no large counts (its `MPI_Type_get_envelope_c` says 0), so the large-count
+    /// array is left alone.
+    ///
+    /// # Safety
+    /// The arrays must hold the given maximum numbers of elements.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn PMPI_Type_get_contents_c(
+        dt: MPI_Datatype,
+        max_integers: MPI_Count,
+        max_addresses: MPI_Count,
+        _max_large_counts: MPI_Count,
+        max_datatypes: MPI_Count,
+        integers: *mut c_int,
+        addrs: *mut MPI_Aint,
+        _large_counts: *mut MPI_Count,
+        types: *mut MPI_Datatype,
+    ) -> c_int {
+        // (a maximum beyond an int is more room than any classic envelope asks for)
+        let clamp = |m: MPI_Count| m.clamp(0, c_int::MAX as MPI_Count) as c_int;
+        // SAFETY: the caller's arrays, at most as long as it says.
+        unsafe {
+            pmpi::PMPI_Type_get_contents(
+                dt,
+                clamp(max_integers),
+                clamp(max_addresses),
+                clamp(max_datatypes),
+                integers,
+                addrs,
+                types,
+            )
+        }
+    }
+
     /// Trampolines of the classic `MPI_User_function` prototype for the user functions of
     /// `MPI_Op_create_c` (large counts): the library calls a user operation with no
     /// argument that says which operation it is, so each distinct user function gets its
