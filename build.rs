@@ -375,13 +375,34 @@ const HAND_WRITTEN_LARGE_COUNT: &[&str] = &[
     "MPI_Type_get_contents_c",
 ];
 
+/// Functions Open MPI lacks that need no library support: `MPI_Aint_add`/`_diff` (macros in
+/// its mpi.h, MPI-4.0 §5.1.5), and (with every `MPI_T_event_*`/`MPI_T_source_*` function) the
+/// MPI-4.0 events interface (§15.3.8), which the shim answers as a library without events:
+/// `crate::platform::abi::absent` implements them.
+const ABSENT: &[&str] = &[
+    "MPI_Aint_add",
+    "MPI_Aint_diff",
+    "MPI_T_category_get_events",
+    "MPI_T_category_get_num_events",
+];
+
 /// The body that runs a `_c` function through its classic form when the library lacks the
 /// large-count symbol: scalar counts are narrowed (`MPI_ERR_COUNT` if one does not fit in
 /// an `int`), count out-parameters go through an `int` temporary. `None` when the two
 /// forms differ otherwise (count arrays): such functions must exist in the library.
 fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<String> {
-    let base_name = f.name.strip_suffix("_c")?;
     let args: Vec<&str> = f.params.iter().map(|p| p.name.as_str()).collect();
+    if f.name.starts_with("MPI_T_event_")
+        || f.name.starts_with("MPI_T_source_")
+        || ABSENT.contains(&f.name.as_str())
+    {
+        return Some(format!(
+            "            return unsafe {{ crate::platform::abi::absent::P{}({}) }};\n",
+            f.name,
+            args.join(", ")
+        ));
+    }
+    let base_name = f.name.strip_suffix("_c")?;
     if HAND_WRITTEN_LARGE_COUNT.contains(&f.name.as_str()) {
         return Some(format!(
             "            return unsafe {{ crate::platform::abi::large_count::P{}({}) }};\n",
@@ -582,6 +603,19 @@ fn main() {
             writeln!(
                 o,
                 "        let sym__ = crate::platform::symbols::resolve_optional({i}, \"{pname}\\0\");\n        if sym__.is_null() {{\n{fallback}        }}"
+            )
+            .unwrap();
+        } else if f.ret == "int" && f.category != "init" {
+            // a function this library lacks (an MPI-4 one in Open MPI 4.1 or an older
+            // MPICH) that a program finds in the shim anyway (mpi4py's binary wheel looks
+            // each one up at run time): the error class MPI-4.0 §9.4 has for an operation
+            // the implementation does not support, not an abort. (Without any MPI library,
+            // MPI_Init still stops the process with the reason.)
+            writeln!(
+                o,
+                "        let sym__ = crate::platform::symbols::resolve_optional({i}, \"{pname}\\0\");\n        if sym__.is_null() {{\n            return crate::platform::errors::raise_unsupported({}, \"{}\");\n        }}",
+                error_object(f),
+                f.name
             )
             .unwrap();
         } else {

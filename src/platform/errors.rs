@@ -351,6 +351,23 @@ pub fn raise_freed_type(obj: Obj, function: &str) -> c_int {
     }
 }
 
+/// Raises `MPI_ERR_UNSUPPORTED_OPERATION` for a function the MPI library does not have,
+/// where the call's errors go.
+#[cold]
+#[inline(never)]
+pub fn raise_unsupported(obj: Obj, function: &str) -> c_int {
+    const WHY: &str = "the MPI library does not provide this function";
+    match obj {
+        Obj::Comm(c) => raise(c, MPI_ERR_UNSUPPORTED_OPERATION, function, WHY),
+        Obj::Win(w) => raise_win(
+            w,
+            MPI_ERR_UNSUPPORTED_OPERATION,
+            &format!("{function}: {WHY}"),
+        ),
+        Obj::None | Obj::Other => raise_no_object(MPI_ERR_UNSUPPORTED_OPERATION, function, WHY),
+    }
+}
+
 /// [`raise`] for a window (MPI-4.0 §9.3.2: window errors go to the window's handler).
 pub fn raise_win(win: MPI_Win, class: c_int, why: &str) -> c_int {
     tracing::debug!(target: "shim::errors", "{why} (error class {class})");

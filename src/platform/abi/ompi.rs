@@ -349,6 +349,245 @@ pub const MPI_LIBRARY_CANDIDATES: &[&str] = &["libmpi.so.40", "libmpi.so"];
 
 pub const SUPPORTED_DESCRIPTION: &str = "the Open MPI ABI (Open MPI 4.x)";
 
+/// Functions of the shim's table that Open MPI does not have as symbols, which a program
+/// finds in the shim (mpi4py's binary wheel looks each one up at run time) and which need no
+/// library support. The generated `PMPI_*` forwarders call these only when the library
+/// lacks the symbol (so an Open MPI that has them is used).
+#[allow(non_snake_case, clippy::too_many_arguments)]
+pub mod absent {
+    use core::ffi::c_char;
+
+    use super::*;
+    use crate::platform::api::pmpi;
+
+    pub const MPI_T_ERR_NOT_INITIALIZED: c_int = 55;
+    pub const MPI_T_ERR_INVALID_INDEX: c_int = 57;
+    pub const MPI_T_ERR_INVALID_HANDLE: c_int = 59;
+    pub const MPI_T_ERR_INVALID_NAME: c_int = 73;
+
+    /// `MPI_Aint_add` (MPI-4.0 §5.1.5): on the flat address spaces Open MPI serves, the sum
+    /// (mpi.h's own macro is `(MPI_Aint)((char *)(base) + (disp))`).
+    pub unsafe fn PMPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
+        base.wrapping_add(disp)
+    }
+
+    /// `MPI_Aint_diff`: the difference, as mpi.h's macro.
+    pub unsafe fn PMPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
+        addr1.wrapping_sub(addr2)
+    }
+
+    /// `MPI_SUCCESS` once the tool interface is initialized (the library's own answer to a
+    /// call that needs it: `MPI_T_ERR_NOT_INITIALIZED` before `MPI_T_init_thread`), and
+    /// the number of categories.
+    fn tool_ready() -> Result<c_int, c_int> {
+        let mut n: c_int = 0;
+        // SAFETY: an out-pointer of ours.
+        match unsafe { pmpi::PMPI_T_category_get_num(&mut n) } {
+            MPI_SUCCESS => Ok(n),
+            rc => Err(rc),
+        }
+    }
+
+    /// The answer for a call naming event or source `_index` of a library with none:
+    /// `MPI_T_ERR_INVALID_INDEX` (MPI-4.0 §15.3.8), once the interface is initialized.
+    fn no_such_index() -> c_int {
+        tool_ready().err().unwrap_or(MPI_T_ERR_INVALID_INDEX)
+    }
+
+    /// A registration or event instance cannot exist without events: every handle is
+    /// invalid.
+    fn no_such_handle() -> c_int {
+        tool_ready().err().unwrap_or(MPI_T_ERR_INVALID_HANDLE)
+    }
+
+    /// Writes `v` through `p` if it is not NULL.
+    ///
+    /// # Safety
+    /// `p` must be NULL or valid for a write.
+    unsafe fn put(p: *mut c_int, v: c_int) {
+        if !p.is_null() {
+            // SAFETY: the caller's valid out-pointer.
+            unsafe { *p = v };
+        }
+    }
+
+    /// `MPI_T_event_get_num`: no event types.
+    pub unsafe fn PMPI_T_event_get_num(num: *mut c_int) -> c_int {
+        match tool_ready() {
+            // SAFETY: the caller's out-pointer.
+            Ok(_) => unsafe {
+                put(num, 0);
+                MPI_SUCCESS
+            },
+            Err(rc) => rc,
+        }
+    }
+
+    /// `MPI_T_source_get_num`: no sources.
+    pub unsafe fn PMPI_T_source_get_num(num: *mut c_int) -> c_int {
+        // SAFETY: as above.
+        unsafe { PMPI_T_event_get_num(num) }
+    }
+
+    /// `MPI_T_category_get_num_events`: no category holds an event; a category index out
+    /// of range is `MPI_T_ERR_INVALID_INDEX`.
+    pub unsafe fn PMPI_T_category_get_num_events(cat_index: c_int, num: *mut c_int) -> c_int {
+        match tool_ready() {
+            Ok(n) if (0..n).contains(&cat_index) => {
+                // SAFETY: the caller's out-pointer.
+                unsafe { put(num, 0) };
+                MPI_SUCCESS
+            }
+            Ok(_) => MPI_T_ERR_INVALID_INDEX,
+            Err(rc) => rc,
+        }
+    }
+
+    /// `MPI_T_category_get_events`: nothing to write.
+    pub unsafe fn PMPI_T_category_get_events(
+        cat_index: c_int,
+        _len: c_int,
+        _indices: *mut c_int,
+    ) -> c_int {
+        let mut n = 0;
+        // SAFETY: an out-pointer of ours.
+        unsafe { PMPI_T_category_get_num_events(cat_index, &mut n) }
+    }
+
+    /// `MPI_T_event_get_index`: no event has a name.
+    pub unsafe fn PMPI_T_event_get_index(_name: *const c_char, _index: *mut c_int) -> c_int {
+        tool_ready().err().unwrap_or(MPI_T_ERR_INVALID_NAME)
+    }
+
+    pub unsafe fn PMPI_T_event_get_info(
+        _event_index: c_int,
+        _name: *mut c_char,
+        _name_len: *mut c_int,
+        _verbosity: *mut c_int,
+        _types: *mut MPI_Datatype,
+        _displs: *mut MPI_Aint,
+        _num_elements: *mut c_int,
+        _enumtype: *mut *mut c_void,
+        _info: *mut MPI_Info,
+        _desc: *mut c_char,
+        _desc_len: *mut c_int,
+        _bind: *mut c_int,
+    ) -> c_int {
+        no_such_index()
+    }
+
+    pub unsafe fn PMPI_T_event_handle_alloc(
+        _event_index: c_int,
+        _obj_handle: *mut c_void,
+        _info: MPI_Info,
+        _registration: *mut *mut c_void,
+    ) -> c_int {
+        no_such_index()
+    }
+
+    pub unsafe fn PMPI_T_source_get_info(
+        _source_index: c_int,
+        _name: *mut c_char,
+        _name_len: *mut c_int,
+        _desc: *mut c_char,
+        _desc_len: *mut c_int,
+        _ordering: *mut c_int,
+        _ticks_per_second: *mut MPI_Count,
+        _max_ticks: *mut MPI_Count,
+        _info: *mut MPI_Info,
+    ) -> c_int {
+        no_such_index()
+    }
+
+    pub unsafe fn PMPI_T_source_get_timestamp(
+        _source_index: c_int,
+        _timestamp: *mut MPI_Count,
+    ) -> c_int {
+        no_such_index()
+    }
+
+    pub unsafe fn PMPI_T_event_handle_free(
+        _registration: *mut c_void,
+        _user_data: *mut c_void,
+        _free_cb: *mut c_void,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_handle_get_info(
+        _registration: *mut c_void,
+        _info_used: *mut MPI_Info,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_handle_set_info(
+        _registration: *mut c_void,
+        _info: MPI_Info,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_callback_get_info(
+        _registration: *mut c_void,
+        _cb_safety: c_int,
+        _info_used: *mut MPI_Info,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_callback_set_info(
+        _registration: *mut c_void,
+        _cb_safety: c_int,
+        _info: MPI_Info,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_register_callback(
+        _registration: *mut c_void,
+        _cb_safety: c_int,
+        _info: MPI_Info,
+        _user_data: *mut c_void,
+        _cb: *mut c_void,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_set_dropped_handler(
+        _registration: *mut c_void,
+        _cb: *mut c_void,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_copy(_instance: *mut c_void, _buffer: *mut c_void) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_read(
+        _instance: *mut c_void,
+        _element_index: c_int,
+        _buffer: *mut c_void,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_get_source(
+        _instance: *mut c_void,
+        _source_index: *mut c_int,
+    ) -> c_int {
+        no_such_handle()
+    }
+
+    pub unsafe fn PMPI_T_event_get_timestamp(
+        _instance: *mut c_void,
+        _timestamp: *mut MPI_Count,
+    ) -> c_int {
+        no_such_handle()
+    }
+}
+
 /// Large-count functions the shim uses internally whose classic form has another shape,
 /// built on the classic calls for an Open MPI without `_c` symbols (4.x). The generated
 /// `PMPI_*_c` forwarders call these only when the library lacks the symbol.
