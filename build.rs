@@ -377,20 +377,26 @@ const HAND_WRITTEN_LARGE_COUNT: &[&str] = &[
 
 /// Functions Open MPI lacks that need no library support: `MPI_Aint_add`/`_diff` (macros in
 /// its mpi.h, MPI-4.0 §5.1.5), and (with every `MPI_T_event_*`/`MPI_T_source_*` function) the
-/// MPI-4.0 events interface (§15.3.8), which the shim answers as a library without events:
+/// MPI-4.0 events interface (§15.3.8), which the shim answers as a library without events,
+/// and MPI-4 calls Open MPI 4.1 lacks that MPI-3 calls can do (`MPI_Info_get_string`,
+/// `MPI_Info_create_env`):
 /// `crate::platform::abi::absent` implements them.
 const ABSENT: &[&str] = &[
     "MPI_Aint_add",
     "MPI_Aint_diff",
     "MPI_T_category_get_events",
     "MPI_T_category_get_num_events",
+    "MPI_Info_get_string",
+    "MPI_Info_create_env",
 ];
 
-/// The body that runs a `_c` function through its classic form when the library lacks the
-/// large-count symbol: scalar counts are narrowed (`MPI_ERR_COUNT` if one does not fit in
-/// an `int`), count out-parameters go through an `int` temporary. `None` when the two
-/// forms differ otherwise (count arrays): such functions must exist in the library.
-fn large_count_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<String> {
+/// The body that runs when Open MPI lacks function `f`: the shim's own (`absent`: macros
+/// in Open MPI's mpi.h, MPI-4 calls Open MPI 4.1 does not have, the MPI_T events of a
+/// library without events), or a `_c` function through its classic form (the hand-written
+/// ones in `large_count` for count arrays; otherwise scalar counts are narrowed,
+/// `MPI_ERR_COUNT` if one does not fit in an `int`, and count out-parameters go through an
+/// `int` temporary). `None`: the call reports `MPI_ERR_UNSUPPORTED_OPERATION`.
+fn missing_fallback(f: &Func, by_name: &BTreeMap<&str, &Func>) -> Option<String> {
     let args: Vec<&str> = f.params.iter().map(|p| p.name.as_str()).collect();
     if f.name.starts_with("MPI_T_event_")
         || f.name.starts_with("MPI_T_source_")
@@ -593,7 +599,7 @@ fn main() {
         )
         .unwrap();
         let fallback = if ompi {
-            large_count_fallback(f, &by_name)
+            missing_fallback(f, &by_name)
         } else {
             None
         };

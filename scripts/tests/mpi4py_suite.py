@@ -14,9 +14,11 @@ passes with the shim needs no native run to show it is no regression. --native-a
 keeps only those), for files another run covers more strongly.
 
 Usage: mpi4py_suite.py [--mpi mpich|openmpi|NAME] [--ranks 1,2] [--config ...] [--only test_cco_buf,...]
-       [--skip-for LABEL=MODS] [--only-for LABEL=MODS] [--native-all]
+       [--skip-for LABEL=MODS] [--only-for LABEL=MODS] [--native-all] [--binary]
 With --mpi openmpi, mpi4py is built with mpicc.openmpi (its own wheel and virtualenv), run
 with mpirun.openmpi, and @LIB@ is the Open MPI build of the shim (target/ompi).
+--binary uses mpi4py's binary wheel with the system MPICH or Open MPI too (build/mpi4py/
+<mpich|openmpi>-binary): it finds the MPI-4 functions an MPI-3.1 library lacks in the shim.
 With --mpi NAME, one of scripts/tools/mpi-env's libraries (mpich4 and ompi4 are the two
 above; mpich5, impi, ompi5 are the Python-wheel libraries): mpi4py's binary wheel from PyPI
 (which loads the library it finds) in its own virtualenv (build/mpi4py/<NAME>), run with the
@@ -49,9 +51,9 @@ PIP_ENV = dict(os.environ)  # pip's settings (index, certificates), kept from th
 MPI_NAMES = ["mpich4", "ompi4", "mpich5", "impi", "ompi5"]
 
 
-def configure(mpi):
+def configure(mpi, binary=False):
     """Paths and commands for one MPI: MPICH (the default ABI), Open MPI, or a library of
-    scripts/tools/mpi-env."""
+    scripts/tools/mpi-env. `binary`: the system library with mpi4py's binary wheel."""
     global BUILD, CACHE, SDIST_DIR, LIB, MPIRUN, MPICC, OPENMPI, OMPI5, LAUNCHER, BINARY
     mpi = {"mpich4": "mpich", "ompi4": "openmpi"}.get(mpi, mpi)  # the same wheels and venvs
     OPENMPI = mpi == "openmpi"
@@ -82,6 +84,11 @@ def configure(mpi):
         MPIRUN = os.environ.get("MPIRUN", "mpirun.mpich")
         MPICC = os.environ.get("MPICC", "mpicc.mpich")
         LIB = os.environ.get("SHIM_LIB_PATH", str(ROOT / "target" / "release" / "libshim.so"))
+    if binary and not BINARY:
+        # the wheel looks every MPI-4 function up at run time and has its own fallback when
+        # the library lacks one (Open MPI 4.1): the shim's symbols must then do the job
+        BINARY = True
+        BUILD = BUILD.with_name(BUILD.name + "-binary")
 
 
 def mpirun(ranks, logdir=None):
@@ -219,10 +226,15 @@ def preload_lib():
     library is preloaded after the shim, as scripts/tools/shimrun does for such programs."""
     if not (BINARY and OPENMPI):
         return LIB
-    for d in filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":")):
-        if (Path(d) / "libmpi.so.40").exists():
-            return f"{LIB}:{Path(d) / 'libmpi.so.40'}"
-    raise SystemExit("libmpi.so.40 is not on LD_LIBRARY_PATH")
+    dirs = os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    # a system Open MPI is in the linker's own path: its compiler wrapper names the folder
+    dirs += subprocess.run([MPICC, "--showme:libdirs"], capture_output=True, text=True).stdout.split()
+    for d in filter(None, dirs):
+        for name in ("libmpi.so.40", "libmpi.so"):  # (Debian's folder has the link)
+            lib = Path(d) / name
+            if lib.exists() and ".so.40" in lib.resolve().name:
+                return f"{LIB}:{lib.resolve()}"
+    raise SystemExit("libmpi.so.40 is not on LD_LIBRARY_PATH nor in mpicc --showme:libdirs")
 
 
 def passed(st):
@@ -273,8 +285,9 @@ def main():
     ap.add_argument("--skip-for", action="append", default=[], help="LABEL=test_a,test_b: not in that configuration")
     ap.add_argument("--only-for", action="append", default=[], help="LABEL=test_a,test_b: only these in that configuration")
     ap.add_argument("--native-all", action="store_true", help="run every file natively, not only where another configuration failed")
+    ap.add_argument("--binary", action="store_true", help="mpi4py's binary wheel for --mpi mpich/openmpi too")
     a = ap.parse_args()
-    configure(a.mpi)
+    configure(a.mpi, a.binary)
     py, testdir = ensure_env()
     if a.setup_only:
         return 0

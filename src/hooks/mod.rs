@@ -8,6 +8,7 @@
 
 pub mod blocking;
 pub mod coll;
+pub mod compat;
 pub mod errors;
 pub mod init;
 pub mod lifetime;

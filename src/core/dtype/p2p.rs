@@ -169,6 +169,9 @@ struct Inner {
     done: bool,
     status: MPI_Status,
     error: c_int,
+    /// What the request's completion finishes on the shim's side (an emulated call's
+    /// last step); run once, unless the request failed or was cancelled.
+    then: Option<Box<dyn FnOnce() + Send>>,
 }
 
 // SAFETY: `user` is the address of the application's buffer, which MPI requires to stay
@@ -241,6 +244,16 @@ impl PackedReq {
         Ok(Self::made(natives, inc, out, user, true, false))
     }
 
+    /// The system MPI's non-blocking request `native` as a shim request that runs `then`
+    /// when it completes successfully: a call the library lacks, emulated by one it has
+    /// and a last step (`MPI_Comm_idup_with_info` on MPI-3's `MPI_Comm_idup`).
+    pub fn then(native: MPI_Request, then: Box<dyn FnOnce() + Send>) -> Arc<PackedReq> {
+        let null = core::ptr::null_mut();
+        let p = Self::made([native, MPI_REQUEST_NULL()], None, None, null, false, false);
+        p.lock().then = Some(then);
+        p
+    }
+
     /// Unit tests (`core::request`): a request over the system MPI's request `native`,
     /// with no packed message.
     #[cfg(test)]
@@ -275,6 +288,7 @@ impl PackedReq {
                 done: false,
                 status: MPI_Status::default(),
                 error: MPI_SUCCESS,
+                then: None,
             }),
             recv,
             persistent,
@@ -330,6 +344,9 @@ impl PackedReq {
             // SAFETY: the application's receive buffer (valid until completion, which is
             // now) and the completed status.
             unsafe { msg.finish(inner.user as *mut c_void, &inner.status) };
+        }
+        if let (false, Some(then)) = (cancelled, inner.then.take()) {
+            then();
         }
         inner.keep = None;
         inner.done = true;
@@ -816,6 +833,43 @@ mod tests {
             MPI_ERR_TRUNCATE
         );
         assert!(user.iter().all(|&b| b == 0xee));
+    }
+
+    /// A request made by `PackedReq::then` over a fake whose test answers `test`, and how
+    /// many times its last step ran after `pokes` pokes.
+    fn then_runs(test: fn() -> Result<Vec<i64>, c_int>, pokes: usize) -> usize {
+        let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let r = Arc::clone(&ran);
+        let req = PackedReq::then(
+            0x10,
+            Box::new(move || {
+                r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }),
+        );
+        let _g = fake::install(move |c| match c.name {
+            "test" => test(),
+            "test_cancelled" => Ok(vec![0]),
+            _ => Err(MPI_ERR_OTHER),
+        });
+        for _ in 0..pokes {
+            req.poke();
+        }
+        ran.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn the_last_step_runs_once_when_the_request_completes() {
+        assert_eq!(then_runs(|| Ok(vec![0]), 3), 0, "not before completion");
+        assert_eq!(
+            then_runs(|| Ok(vec![1, 0, 0]), 3),
+            1,
+            "once, however often poked"
+        );
+    }
+
+    #[test]
+    fn a_failed_request_skips_its_last_step() {
+        assert_eq!(then_runs(|| Err(MPI_ERR_COMM), 2), 0);
     }
 
     #[test]

@@ -376,6 +376,74 @@ pub mod absent {
         addr1.wrapping_sub(addr2)
     }
 
+    /// `MPI_Info_get_string` (MPI-4.0 §10) on MPI-3's `MPI_Info_get_valuelen` and
+    /// `MPI_Info_get`, for Open MPI 4.1: `*buflen` on return is the value's length with its
+    /// terminator; a shorter buffer gets the value truncated and terminated; a `*buflen`
+    /// of 0 leaves `value` alone. The library checks the arguments (a NULL `buflen` is
+    /// handed on as NULL so that it reports it).
+    pub unsafe fn PMPI_Info_get_string(
+        info: MPI_Info,
+        key: *const c_char,
+        buflen: *mut c_int,
+        value: *mut c_char,
+        flag: *mut c_int,
+    ) -> c_int {
+        let mut len: c_int = 0;
+        let lenp = if buflen.is_null() {
+            core::ptr::null_mut()
+        } else {
+            &mut len as *mut c_int
+        };
+        // SAFETY: the caller's arguments (checked by the library) and our out-pointer.
+        let rc = unsafe { pmpi::PMPI_Info_get_valuelen(info, key, lenp, flag) };
+        // SAFETY: `flag` was written by the successful call.
+        if rc != MPI_SUCCESS || unsafe { *flag } == 0 {
+            return rc;
+        }
+        // SAFETY: non-NULL (the library would have failed otherwise): the caller's in/out.
+        let cap = unsafe { *buflen };
+        if cap == 1 {
+            // SAFETY: the caller's buffer of one character.
+            unsafe { *value = 0 };
+        } else if cap > 1 {
+            // MPI_Info_get writes at most valuelen characters and a terminator
+            // SAFETY: the caller's buffer of `cap` characters.
+            let rc = unsafe { pmpi::PMPI_Info_get(info, key, cap - 1, value, flag) };
+            if rc != MPI_SUCCESS {
+                return rc;
+            }
+        }
+        // SAFETY: as above.
+        unsafe { *buflen = len.saturating_add(1) };
+        MPI_SUCCESS
+    }
+
+    /// `MPI_Info_create_env` (MPI-4.0 §11.2.1) for Open MPI 4.1: a copy of `MPI_INFO_ENV`,
+    /// the info MPI-3 already derives from how the processes were started (the standard
+    /// leaves the values to the implementation). MPI-4 allows the call before MPI is
+    /// initialized, which Open MPI 4.1's `MPI_Info_dup` does not: the error class for an
+    /// operation the library cannot do then, not the abort that call would be.
+    pub unsafe fn PMPI_Info_create_env(
+        _argc: c_int,
+        _argv: *mut *mut c_char,
+        info: *mut MPI_Info,
+    ) -> c_int {
+        let (mut init, mut fin) = (0, 0);
+        // SAFETY: our out-pointers (both calls are allowed at any time).
+        unsafe {
+            pmpi::PMPI_Initialized(&mut init);
+            pmpi::PMPI_Finalized(&mut fin);
+        }
+        if init == 0 || fin != 0 {
+            return crate::platform::errors::raise_unsupported(
+                crate::platform::errors::Obj::None,
+                "MPI_Info_create_env (before MPI_Init under this library)",
+            );
+        }
+        // SAFETY: the predefined info and the caller's out-pointer (checked by the library).
+        unsafe { pmpi::PMPI_Info_dup(MPI_INFO_ENV(), info) }
+    }
+
     /// `MPI_SUCCESS` once the tool interface is initialized (the library's own answer to a
     /// call that needs it: `MPI_T_ERR_NOT_INITIALIZED` before `MPI_T_init_thread`), and
     /// the number of categories.
@@ -651,68 +719,47 @@ pub mod large_count {
         unsafe { pmpi::PMPI_Op_create(f, commute, op) }
     }
 
-    /// `MPI_Type_create_struct_c` on `MPI_Type_create_struct` (block lengths must fit in
-    /// an `int`).
-    ///
-    /// # Safety
-    /// The arrays must hold `count` elements; `newtype` must be valid.
-    pub unsafe fn PMPI_Type_create_struct_c(
-        count: MPI_Count,
-        blocklengths: *const MPI_Count,
-        displs: *const MPI_Count,
-        types: *const MPI_Datatype,
-        newtype: *mut MPI_Datatype,
-    ) -> c_int {
-        let Ok(n) = c_int::try_from(count) else {
-            return MPI_ERR_COUNT;
-        };
-        let n_us = n.max(0) as usize;
-        // SAFETY: the caller's arrays of `count` elements.
-        let (bl, dp) = unsafe {
-            (
-                core::slice::from_raw_parts(blocklengths, n_us),
-                core::slice::from_raw_parts(displs, n_us),
-            )
-        };
-        let Ok(bl) = bl
-            .iter()
-            .map(|&b| c_int::try_from(b))
-            .collect::<Result<Vec<c_int>, _>>()
-        else {
-            return MPI_ERR_COUNT;
-        };
-        let dp: Vec<MPI_Aint> = dp.to_vec();
-        // SAFETY: arrays of n elements and the caller's type array and out-pointer.
-        unsafe { pmpi::PMPI_Type_create_struct(n, bl.as_ptr(), dp.as_ptr(), types, newtype) }
+    /// A caller's array converted for the classic call. A NULL array stays NULL, so that
+    /// the library reports it as it would the application's own call.
+    struct Arr<T>(Option<Vec<T>>);
+
+    impl<T> Arr<T> {
+        fn ptr(&self) -> *const T {
+            self.0.as_ref().map_or(core::ptr::null(), |v| v.as_ptr())
+        }
     }
 
     /// The caller's `n` counts at `p` as `int`s (`None` if one does not fit); no elements
     /// when `n` is not positive, whatever `p` is (a zero-length array may be NULL).
     ///
     /// # Safety
-    /// `p` must point to `n` elements when `n > 0`.
-    unsafe fn narrow(p: *const MPI_Count, n: c_int) -> Option<Vec<c_int>> {
-        if n <= 0 || p.is_null() {
-            return Some(Vec::new());
+    /// `p` must be NULL or point to `n` elements when `n > 0`.
+    unsafe fn narrow(p: *const MPI_Count, n: c_int) -> Option<Arr<c_int>> {
+        if p.is_null() {
+            return Some(Arr(None));
+        }
+        if n <= 0 {
+            return Some(Arr(Some(Vec::new())));
         }
         // SAFETY: the caller's array of n counts.
         let v = unsafe { core::slice::from_raw_parts(p, n as usize) };
-        v.iter().map(|&x| c_int::try_from(x).ok()).collect()
+        v.iter()
+            .map(|&x| c_int::try_from(x).ok())
+            .collect::<Option<Vec<c_int>>>()
+            .map(|v| Arr(Some(v)))
     }
 
     /// The caller's `n` displacements at `p` as `MPI_Aint`s (the same 64 bits here).
     ///
     /// # Safety
-    /// `p` must point to `n` elements when `n > 0`.
-    unsafe fn addresses(p: *const MPI_Count, n: c_int) -> Vec<MPI_Aint> {
-        if n <= 0 || p.is_null() {
-            return Vec::new();
+    /// `p` must be NULL or point to `n` elements when `n > 0`.
+    unsafe fn addresses(p: *const MPI_Count, n: c_int) -> Arr<MPI_Aint> {
+        if p.is_null() {
+            return Arr(None);
         }
         // SAFETY: the caller's array of n displacements.
-        unsafe { core::slice::from_raw_parts(p, n as usize) }
-            .iter()
-            .map(|&x| x as MPI_Aint)
-            .collect()
+        let v = unsafe { core::slice::from_raw_parts(p, n.max(0) as usize) };
+        Arr(Some(v.iter().map(|&x| x as MPI_Aint).collect()))
     }
 
     /// A count argument as an `int`, or `MPI_ERR_COUNT` from the caller.
@@ -777,6 +824,30 @@ pub mod large_count {
         }
     }
 
+    /// `MPI_Type_create_struct_c` on `MPI_Type_create_struct` (block lengths must fit in
+    /// an `int`).
+    ///
+    /// # Safety
+    /// The arrays must hold `count` elements; `newtype` must be valid.
+    pub unsafe fn PMPI_Type_create_struct_c(
+        count: MPI_Count,
+        blocklengths: *const MPI_Count,
+        displs: *const MPI_Count,
+        types: *const MPI_Datatype,
+        newtype: *mut MPI_Datatype,
+    ) -> c_int {
+        let n = int_or_count_error!(c_int::try_from(count).ok());
+        // SAFETY: the caller's arrays of count elements.
+        let (bl, dp) = unsafe {
+            (
+                int_or_count_error!(narrow(blocklengths, n)),
+                addresses(displs, n),
+            )
+        };
+        // SAFETY: arrays of n elements (or NULL) and the caller's type array and out-pointer.
+        unsafe { pmpi::PMPI_Type_create_struct(n, bl.ptr(), dp.ptr(), types, newtype) }
+    }
+
     /// `MPI_Type_indexed_c` on `MPI_Type_indexed` (every count must fit in an `int`,
     /// else `MPI_ERR_COUNT`, as in every classic fallback here).
     ///
@@ -798,7 +869,7 @@ pub mod large_count {
             )
         };
         // SAFETY: arrays of n elements (or none) and the caller's out-pointer.
-        unsafe { pmpi::PMPI_Type_indexed(n, bl.as_ptr(), dp.as_ptr(), oldtype, newtype) }
+        unsafe { pmpi::PMPI_Type_indexed(n, bl.ptr(), dp.ptr(), oldtype, newtype) }
     }
 
     /// `MPI_Type_create_indexed_block_c` on `MPI_Type_create_indexed_block`.
@@ -817,7 +888,7 @@ pub mod large_count {
         // SAFETY: the caller's array of count elements.
         let dp = unsafe { int_or_count_error!(narrow(displs, n)) };
         // SAFETY: an array of n elements (or none) and the caller's out-pointer.
-        unsafe { pmpi::PMPI_Type_create_indexed_block(n, b, dp.as_ptr(), oldtype, newtype) }
+        unsafe { pmpi::PMPI_Type_create_indexed_block(n, b, dp.ptr(), oldtype, newtype) }
     }
 
     /// `MPI_Type_create_hindexed_c` on `MPI_Type_create_hindexed`.
@@ -840,7 +911,7 @@ pub mod large_count {
             )
         };
         // SAFETY: arrays of n elements (or none) and the caller's out-pointer.
-        unsafe { pmpi::PMPI_Type_create_hindexed(n, bl.as_ptr(), dp.as_ptr(), oldtype, newtype) }
+        unsafe { pmpi::PMPI_Type_create_hindexed(n, bl.ptr(), dp.ptr(), oldtype, newtype) }
     }
 
     /// `MPI_Type_create_hindexed_block_c` on `MPI_Type_create_hindexed_block`.
@@ -859,7 +930,7 @@ pub mod large_count {
         // SAFETY: the caller's array of count elements.
         let dp = unsafe { addresses(displs, n) };
         // SAFETY: an array of n elements (or none) and the caller's out-pointer.
-        unsafe { pmpi::PMPI_Type_create_hindexed_block(n, b, dp.as_ptr(), oldtype, newtype) }
+        unsafe { pmpi::PMPI_Type_create_hindexed_block(n, b, dp.ptr(), oldtype, newtype) }
     }
 
     /// `MPI_Type_create_subarray_c` on `MPI_Type_create_subarray`.
@@ -887,9 +958,9 @@ pub mod large_count {
         unsafe {
             pmpi::PMPI_Type_create_subarray(
                 ndims,
-                sz.as_ptr(),
-                sub.as_ptr(),
-                st.as_ptr(),
+                sz.ptr(),
+                sub.ptr(),
+                st.ptr(),
                 order,
                 oldtype,
                 newtype,
@@ -923,7 +994,7 @@ pub mod large_count {
                 size,
                 rank,
                 ndims,
-                g.as_ptr(),
+                g.ptr(),
                 distribs,
                 dargs,
                 psizes,
