@@ -390,6 +390,28 @@ const ABSENT: &[&str] = &[
     "MPI_Info_create_env",
 ];
 
+/// Functions the Open MPI build does not export: the shim only forwards them (no hook, no
+/// communicator to map), and Open MPI 4.1 (MPI-3.1) lacks them. A program that looks MPI
+/// functions up at run time (mpi4py's binary wheel) then finds what the library has, as it
+/// would without the shim, instead of the shim's forwarder reporting
+/// `MPI_ERR_UNSUPPORTED_OPERATION`; under Open MPI 5 the program calls the library's own.
+/// Sessions (MPI-4.0 §11.3) and the communicator constructors from groups.
+const NOT_EXPORTED_OMPI: &[&str] = &[
+    "MPI_Session_init",
+    "MPI_Session_finalize",
+    "MPI_Session_get_info",
+    "MPI_Session_get_num_psets",
+    "MPI_Session_get_nth_pset",
+    "MPI_Session_get_pset_info",
+    "MPI_Session_create_errhandler",
+    "MPI_Session_set_errhandler",
+    "MPI_Session_get_errhandler",
+    "MPI_Session_call_errhandler",
+    "MPI_Group_from_session_pset",
+    "MPI_Comm_create_from_group",
+    "MPI_Intercomm_create_from_groups",
+];
+
 /// The body that runs when Open MPI lacks function `f`: the shim's own (`absent`: macros
 /// in Open MPI's mpi.h, MPI-4 calls Open MPI 4.1 does not have, the MPI_T events of a
 /// library without events), or a `_c` function through its classic form (the hand-written
@@ -669,9 +691,13 @@ fn main() {
         let names: Vec<String> = f.params.iter().map(|p| p.name.clone()).collect();
         let ret = rust_ret(&f.ret);
         let fid = format!("Fid::{}", f.name);
+        let export = !(ompi && NOT_EXPORTED_OMPI.contains(&f.name.as_str()));
+        if export {
+            o.push_str("    #[unsafe(no_mangle)]\n");
+        }
         writeln!(
             o,
-            "    #[unsafe(no_mangle)]\n    pub unsafe extern \"C\" fn {}({}) -> {ret} {{",
+            "    pub unsafe extern \"C\" fn {}({}) -> {ret} {{",
             f.name,
             args.join(", ")
         )
