@@ -636,19 +636,27 @@ pub const AUTO_SHM_MAX_BYTES: i64 = 1024;
 /// it waits for share a core, and what decides is how soon the waiter gives it up, which the
 /// library's point-to-point path and its own collectives were measured for, the segment's
 /// flags not. Not above [`AUTO_SHM_MAX_BYTES`] (a reduction: the library's
-/// `shm_reduce_max`). Bcast from 8 ranks stays, though MPICH 5's own was up to 1.3 times
+/// `shm_reduce_max`; a data mover on two ranks: its `shm_move_max`, where handing the call
+/// to the library between calls on the segment lost and the segment won up to the slot
+/// under both MPICH). Bcast from 8 ranks stays, though MPICH 5's own was up to 1.3 times
 /// faster there on 16 cores: handing it to the library while the
 /// calls around it (IMB's Barriers) run on the segment made it twice as slow as the
 /// library's (0.34 against 0.17 µs at 2 ranks here, 1.24 against 0.58 at 8 on 16 cores),
 /// each rank leaving the segment's Barrier at its own moment. Every input is the same on
 /// every rank (`proc::any_oversubscribed` is the job's), so all ranks decide alike.
-pub fn shm_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
+pub fn shm_wins(coll: Coll, p: i32, footprint: i64) -> bool {
+    shm_wins_with(&tuning::get(), coll, p, footprint)
+}
+
+fn shm_wins_with(tun: &tuning::Tuning, coll: Coll, p: i32, footprint: i64) -> bool {
     let reduction = matches!(
         coll,
         Coll::Reduce | Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scan | Coll::Exscan
     );
     let max = if reduction {
-        tuning::get().params.shm_reduce_max
+        tun.params.shm_reduce_max
+    } else if p == 2 {
+        tun.params.shm_move_max
     } else {
         AUTO_SHM_MAX_BYTES as f64
     };
@@ -1282,15 +1290,58 @@ mod tests {
             (Coll::Allreduce, 2, 8, true),
             (Coll::Allreduce, 16, max, true),
             (Coll::Allreduce, 2, max + 1, false),
-            // the data movers up to 1 KiB under every library
-            (Coll::Bcast, 2, AUTO_SHM_MAX_BYTES, true),
-            (Coll::Bcast, 2, AUTO_SHM_MAX_BYTES + 1, false),
+            // the data movers up to 1 KiB from 3 ranks, on 2 up to the library's limit
+            (Coll::Bcast, 3, AUTO_SHM_MAX_BYTES, true),
+            (Coll::Bcast, 3, AUTO_SHM_MAX_BYTES + 1, false),
+            (Coll::Gather, 16, AUTO_SHM_MAX_BYTES + 1, false),
             (Coll::Barrier, 16, 0, true),
             (Coll::Bcast, 16, 8, true),
             (Coll::Alltoall, 8, 8, true),
         ];
         for (c, p, bytes, want) in cases {
             assert_eq!(shm_wins(c, p, bytes), want, "{c:?} at {p} ranks, {bytes} B");
+        }
+    }
+
+    #[test]
+    fn auto_takes_the_data_movers_on_two_ranks_up_to_each_librarys_limit() {
+        // (library version line, the most bytes a Bcast, Gather, Scatter, Allgather or
+        // Alltoall at 2 ranks takes to the segment)
+        let table = [
+            ("MPICH Version:\t4.0.2\n", 16384),
+            ("MPICH Version:      5.0.2\n", 16384),
+            ("Intel(R) MPI Library 2021.19.0 for Linux* OS\n", 1024),
+            ("Open MPI v4.1.4, package: Debian OpenMPI", 1024),
+            ("Open MPI v5.0.11, package: Open MPI", 1024),
+        ];
+        if crate::platform::proc::any_oversubscribed() {
+            return;
+        }
+        let movers = [
+            Coll::Bcast,
+            Coll::Gather,
+            Coll::Scatter,
+            Coll::Allgather,
+            Coll::Alltoall,
+        ];
+        for (version, max) in table {
+            let tun = tuning::for_library(version);
+            for c in movers {
+                assert!(
+                    shm_wins_with(&tun, c, 2, max),
+                    "{c:?} {max} B under {version}"
+                );
+                assert!(
+                    !shm_wins_with(&tun, c, 2, max + 1),
+                    "{c:?} {max}+1 B under {version}"
+                );
+                // from 3 ranks the library's own limit does not apply
+                assert_eq!(
+                    shm_wins_with(&tun, c, 3, max),
+                    max <= AUTO_SHM_MAX_BYTES,
+                    "{c:?} at 3 ranks under {version}"
+                );
+            }
         }
     }
 

@@ -51,6 +51,10 @@ pub struct Params {
     /// The most slot bytes a reduction may need for `auto` to take it to the segment's
     /// copy-in-copy-out (`select::shm_wins`): measured per library with IMB.
     pub shm_reduce_max: f64,
+    /// The same for the data movers (Bcast, Gather, Scatter, Allgather, Alltoall) on two
+    /// ranks (`select::shm_wins`; more ranks: [`super::AUTO_SHM_MAX_BYTES`]): measured per
+    /// library with IMB.
+    pub shm_move_max: f64,
     /// 1 when the rows were measured with the segment's algorithms among the candidates
     /// (`scripts/tools/shim-tune` on this machine): where a row exists, it decides whether
     /// `auto` takes the segment (`select::segment_measured`), beyond the slot too. The
@@ -76,6 +80,7 @@ impl Default for Params {
             single_reduce: 0.0,
             single_root: 0.0,
             shm_reduce_max: super::AUTO_SHM_MAX_BYTES as f64,
+            shm_move_max: super::AUTO_SHM_MAX_BYTES as f64,
             shm_rows: 0.0,
         }
     }
@@ -96,6 +101,7 @@ pub const NAMES: &[&str] = &[
     "single_reduce",
     "single_root",
     "shm_reduce_max",
+    "shm_move_max",
     "shm_rows",
 ];
 
@@ -115,6 +121,7 @@ impl Params {
             "single_reduce" => self.single_reduce,
             "single_root" => self.single_root,
             "shm_reduce_max" => self.shm_reduce_max,
+            "shm_move_max" => self.shm_move_max,
             "shm_rows" => self.shm_rows,
             _ => return None,
         })
@@ -135,6 +142,7 @@ impl Params {
             "single_reduce" => &mut self.single_reduce,
             "single_root" => &mut self.single_root,
             "shm_reduce_max" => &mut self.shm_reduce_max,
+            "shm_move_max" => &mut self.shm_move_max,
             "shm_rows" => &mut self.shm_rows,
             _ => return false,
         };
