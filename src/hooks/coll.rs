@@ -1304,6 +1304,13 @@ fn reduce_scatter_common(
     let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], counts.clone());
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
+            // (across nodes only Reduce_scatter_block, which fits the slots: `hier_serves`)
+            Algo::Shm if c.hier().is_some() => {
+                let h = c.hier().expect("checked");
+                let lead =
+                    c.leaders_choice(&h, Coll::ReduceScatter, total * r.ti.size, r.commutative);
+                algo::hier::reduce_scatter_block(c.slots(), &h, &lead, &r, inplace)
+            }
             Algo::Shm if c.single_copy() => {
                 algo::single::reduce_scatter(c.slots(), me, &r, &counts, inplace)
             }

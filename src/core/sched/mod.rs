@@ -30,6 +30,8 @@ pub mod cache;
 pub mod run;
 #[cfg(test)]
 pub mod sim;
+#[cfg(test)]
+pub mod timing;
 
 use core::ffi::c_int;
 use std::sync::OnceLock;

@@ -837,7 +837,7 @@ impl<'a> Ctx<'a> {
 fn hier_serves(coll: Coll, in_order: bool) -> bool {
     match coll {
         Coll::Barrier | Coll::Bcast | Coll::Gather | Coll::Scatter => true,
-        Coll::Reduce | Coll::Allreduce => in_order,
+        Coll::Reduce | Coll::Allreduce | Coll::ReduceScatterBlock => in_order,
         _ => false,
     }
 }

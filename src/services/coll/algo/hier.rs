@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use super::shm::{PUT, Slots, combine, operand, put_operand};
-use super::{Block, Rank, Reduction, barrier, bcast, reduce, single};
+use super::{Block, Rank, Reduction, barrier, bcast, reduce, reduce_scatter, single};
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::{ALL_PEERS, Addr, Builder, Data, Schedule};
 use crate::core::transport::node::Layout;
@@ -30,6 +30,10 @@ const DONE: u8 = 2;
 
 /// The flag phase at which a rank has read all it needs from its leader (Allgather).
 const READ: u8 = 3;
+
+/// The flag phase at which a rank's slice of its node's combination is in its slot
+/// ([`node_sum_split`]; after [`PUT`], and a leader never posts it).
+const SLICED: u8 = 3;
 
 /// Where a leader exposes what its node's ranks read from it (Alltoall), in its slot.
 const RESULT: i64 = 8;
@@ -179,8 +183,8 @@ fn from_leader(b: &mut Builder, sl: Slots, red: &Reduction, after: u32) -> u32 {
     )
 }
 
-/// Reduce to `root`: each leader combines its node's operands, the leaders reduce to the
-/// root's leader, which hands the result to the root through its slot if it is not the
+/// Reduce to `root`: each leader combines its node's operands (shared as in [`allreduce`]),
+/// the leaders reduce to the root's leader, which hands the result to the root through its slot if it is not the
 /// root itself.
 pub fn reduce(
     sl: Slots,
@@ -195,23 +199,35 @@ pub fn reduce(
     let c = b.claim();
     let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
     let lroot = h.node_of(root);
+    let split = split_node(me.size, red);
     if me.rank != LEADER {
-        let last = if h.me.rank == root {
-            from_leader(&mut b, sl, red, p)
+        // (its slice in scratch: only the root has a receive buffer)
+        let part = if split {
+            let into = b.scratch_for(red.count, &red.ti);
+            node_sum_split(&mut b, sl, me, red, into, p)
         } else {
             p
+        };
+        let last = if h.me.rank == root {
+            from_leader(&mut b, sl, red, part)
+        } else {
+            part
         };
         b.release(&[last]);
         return b.finish();
     }
-    let w = b.watch(ALL_PEERS, PUT, &[p]);
     let (acc, end) = if h.me.rank == root {
         (Addr::recv(0), None)
     } else {
         let acc = b.scratch_for(red.count, &red.ti);
         (acc, Some(acc))
     };
-    let sum = node_sum(&mut b, sl, me, red, acc, w);
+    let sum = if split {
+        node_sum_split(&mut b, sl, me, red, acc, p)
+    } else {
+        let w = b.watch(ALL_PEERS, PUT, &[p]);
+        node_sum(&mut b, sl, me, red, acc, w)
+    };
     // the leaders' reduce: at their root in place (in the receive buffer, or for a root
     // that is not its node's leader in `acc`), elsewhere from `acc`
     let at_root = h.leaders().rank == lroot;
@@ -226,24 +242,166 @@ pub fn reduce(
     b.finish()
 }
 
-/// Allreduce: each leader combines its node's operands, the leaders allreduce, each
+/// Whether the ranks of a node of `ppn` share its combination, each its slice of every
+/// operand, rather than its leader doing all of it: the leader's part grows with
+/// `ppn` x the message, which the scaling simulation showed dominating two-level
+/// reductions of large messages at many ranks per node (README, "Scale by simulation").
+fn split_node(ppn: i32, red: &Reduction) -> bool {
+    ppn >= 3 && red.count >= ppn as i64 && red.bytes() >= 2048
+}
+
+/// Slice `k` of `size` of `count` elements: (first, count).
+fn slice(count: i64, size: i32, k: i32) -> (i64, i64) {
+    let lo = count * k as i64 / size as i64;
+    let hi = count * (k as i64 + 1) / size as i64;
+    (lo, hi - lo)
+}
+
+/// The combination of a node's operands shared by its ranks ([`split_node`]): each rank
+/// combines its slice of every rank's operand (in rank order) into `into` at the slice's
+/// place, a rank that is not the leader puts it back over its own operand's slice in its
+/// slot (which no other rank reads) and says [`SLICED`], and the leader gathers the others'
+/// slices from their slots into `into`. Returns what the leader's sum (or the rank's part)
+/// ends with.
+fn node_sum_split(
+    b: &mut Builder,
+    sl: Slots,
+    me: Rank,
+    red: &Reduction,
+    into: Addr,
+    p: u32,
+) -> u32 {
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let ext = red.ti.extent;
+    let (first, n) = slice(red.count, me.size, me.rank);
+    let mine = into.add(first * ext);
+    let last = combine(b, sl, red, 0..me.size, first, n, mine, &[w]).unwrap_or(w);
+    if me.rank != LEADER {
+        let back = b.copy(
+            Data::new(mine, n, red.dt),
+            sl.typed(me.rank, red, first, n),
+            &[last],
+        );
+        return b.post(SLICED, &[back]);
+    }
+    let got = b.watch(ALL_PEERS, SLICED, &[last]);
+    let mut all = vec![got];
+    for k in 1..me.size {
+        let (f, m) = slice(red.count, me.size, k);
+        all.push(b.copy(
+            sl.typed(k, red, f, m),
+            Data::new(into.add(f * ext), m, red.dt),
+            &[got],
+        ));
+    }
+    b.nop(&all)
+}
+
+/// Allreduce: each leader combines its node's operands (with its node's ranks, each a
+/// slice, for large messages on many ranks: [`split_node`]), the leaders allreduce, each
 /// leader hands the result to its node through its slot.
 pub fn allreduce(sl: Slots, h: &Hier, lead: &Choice, red: &Reduction, inplace: bool) -> Schedule {
     let mut b = Builder::new("shm:two-level");
     let me = h.local();
     let c = b.claim();
     let p = put_operand(&mut b, sl, me, red, operand(inplace), red.count, c);
+    let split = split_node(me.size, red);
     let last = if me.rank == LEADER {
-        let w = b.watch(ALL_PEERS, PUT, &[p]);
-        let sum = node_sum(&mut b, sl, me, red, Addr::recv(0), w);
+        let sum = if split {
+            node_sum_split(&mut b, sl, me, red, Addr::recv(0), p)
+        } else {
+            let w = b.watch(ALL_PEERS, PUT, &[p]);
+            node_sum(&mut b, sl, me, red, Addr::recv(0), w)
+        };
         let sub = reduce::allreduce(lead, h.leaders(), red, true);
         let recv = Addr::recv(0);
         let x = leaders_part(&mut b, h, &sub, &[sum], Addr::send(0), recv);
         to_node(&mut b, sl, red, recv, x)
+    } else if split {
+        let part = node_sum_split(&mut b, sl, me, red, Addr::recv(0), p);
+        from_leader(&mut b, sl, red, part)
     } else {
         from_leader(&mut b, sl, red, p)
     };
     b.release(&[last]);
+    b.finish()
+}
+
+/// Reduce_scatter_block (`red.count` elements a block, one block per rank): each leader
+/// combines its node's operands (every rank's whole vector, rank order) into a vector in
+/// node order (the blocks of node 0's ranks, then node 1's, ...), the leaders
+/// reduce-scatter it so that each receives its node's blocks, and each rank reads its block
+/// from its leader's slot. One message per leader and step crosses the network, with a
+/// node's blocks together, where a flat algorithm sends each rank's.
+pub fn reduce_scatter_block(
+    sl: Slots,
+    h: &Hier,
+    lead: &Choice,
+    red: &Reduction,
+    inplace: bool,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level");
+    let me = h.local();
+    let n = h.me.size as i64;
+    let count = red.count;
+    let c = b.claim();
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), n * count, c);
+    if me.rank != LEADER {
+        let w = b.watch(LEADER, DONE, &[p]);
+        let mine = sl.typed(LEADER, red, me.rank as i64 * count, count);
+        let cp = b.copy(mine, red.data(Addr::recv(0)), &[w]);
+        b.release(&[cp]);
+        return b.finish();
+    }
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let acc = b.scratch_for(n * count, &red.ti);
+    let blocks = |k: i32| h.ranks_of(k).len() as i64 * count;
+    let nodes = h.leaders().size;
+    // the node-order vector: in rank order already where every node's ranks are
+    // consecutive, else block by block (a commutative operation: `hier_serves`)
+    let sums: Vec<u32> = if h.layout.blocks() {
+        combine(&mut b, sl, red, 0..me.size, 0, n * count, acc, &[w])
+            .into_iter()
+            .collect()
+    } else {
+        let order = (0..nodes).flat_map(|k| h.ranks_of(k).iter().copied());
+        order
+            .enumerate()
+            .filter_map(|(pos, r)| {
+                let into = acc.add(pos as i64 * count * red.ti.extent);
+                combine(
+                    &mut b,
+                    sl,
+                    red,
+                    0..me.size,
+                    r as i64 * count,
+                    count,
+                    into,
+                    &[w],
+                )
+            })
+            .collect()
+    };
+    // the leaders' reduce-scatter, in place: this node's blocks at the start of `acc`
+    let counts: Vec<i64> = (0..nodes).map(blocks).collect();
+    let ours = counts[h.leaders().rank as usize];
+    let lred = Reduction {
+        count: ours,
+        ..*red
+    };
+    let sub = reduce_scatter::build(lead, h.leaders(), &lred, &counts, true);
+    let x = leaders_part(&mut b, h, &sub, &sums, acc, acc);
+    let own = b.copy(red.data(acc), red.data(Addr::recv(0)), &[x]);
+    let mut last = vec![own];
+    if me.size > 1 {
+        let cp = b.copy(
+            Data::new(acc, ours, red.dt),
+            sl.typed(LEADER, red, 0, ours),
+            &[x],
+        );
+        last.push(b.post(DONE, &[cp]));
+    }
+    b.release(&last);
     b.finish()
 }
 

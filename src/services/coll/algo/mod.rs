@@ -18,6 +18,8 @@ pub mod neighbor;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod rooted;
+#[cfg(test)]
+pub mod scaling;
 pub mod scan;
 pub mod shm;
 pub mod single;
