@@ -152,7 +152,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_SHM_AFTER",
         default: "4",
         allowed: "0 to 1000000",
-        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (an `MPI_Comm_split_type` and two small allgathers at that call): short-lived communicators cost nothing. Until then collectives take the point-to-point path. A communicator whose ranks are on several nodes gets a segment per node, which its two-level Barrier, Bcast, Reduce, Allreduce, Gather, Scatter, Allgather and Alltoall use; its other collectives take the point-to-point path. Non-blocking and persistent collectives use the segment once it exists.",
+        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (an `MPI_Comm_split_type` and two small allgathers at that call): short-lived communicators cost nothing. Until then collectives take the point-to-point path. A communicator whose ranks are on several nodes gets a segment per node, which its two-level Barrier, Bcast, Reduce, Allreduce, Reduce_scatter_block, Gather, Scatter, Allgather(v) and Alltoall use; its other collectives take the point-to-point path. Non-blocking and persistent collectives use the segment once it exists.",
     },
     VarSpec {
         name: "SHIM_SHM_CHANNELS",

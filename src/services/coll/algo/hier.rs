@@ -183,9 +183,9 @@ fn from_leader(b: &mut Builder, sl: Slots, red: &Reduction, after: u32) -> u32 {
     )
 }
 
-/// Reduce to `root`: each leader combines its node's operands (shared as in [`allreduce`]),
-/// the leaders reduce to the root's leader, which hands the result to the root through its slot if it is not the
-/// root itself.
+/// Reduce to `root`: each leader combines its node's operands (shared as in
+/// [`allreduce`]), the leaders reduce to the root's leader, which hands the result to the
+/// root through its slot if it is not the root itself.
 pub fn reduce(
     sl: Slots,
     h: &Hier,
