@@ -1304,17 +1304,18 @@ fn reduce_scatter_common(
     let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], counts.clone());
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
-            // (across nodes only Reduce_scatter_block, which fits the slots: `hier_serves`)
-            Algo::Shm if c.hier().is_some() => {
-                let h = c.hier().expect("checked");
-                let lead =
-                    c.leaders_choice(&h, Coll::ReduceScatter, total * r.ti.size, r.commutative);
-                algo::hier::reduce_scatter_block(c.slots(), &h, &lead, &r, inplace)
-            }
-            Algo::Shm if c.single_copy() => {
-                algo::single::reduce_scatter(c.slots(), me, &r, &counts, inplace)
-            }
-            Algo::Shm => algo::shm::reduce_scatter_block(c.slots(), me, &r, inplace),
+            Algo::Shm => match c.hier() {
+                // (across nodes only Reduce_scatter_block, which fits the slots: `hier_serves`)
+                Some(h) => {
+                    let bytes = total * r.ti.size;
+                    let lead = c.leaders_choice(&h, Coll::ReduceScatter, bytes, r.commutative);
+                    algo::hier::reduce_scatter_block(c.slots(), &h, &lead, &r, inplace)
+                }
+                None if c.single_copy() => {
+                    algo::single::reduce_scatter(c.slots(), me, &r, &counts, inplace)
+                }
+                None => algo::shm::reduce_scatter_block(c.slots(), me, &r, inplace),
+            },
             _ => algo::reduce_scatter::build(&ch, me, &r, &counts, inplace),
         })
     })

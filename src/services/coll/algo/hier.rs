@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use super::shm::{PUT, Slots, combine, operand, put_operand};
+use super::shm::{PUT, Slots, combine, operand, put_operand, slice};
 use super::{Block, Rank, Reduction, barrier, bcast, reduce, reduce_scatter, single};
 use crate::core::dtype::TypeInfo;
 use crate::core::sched::{ALL_PEERS, Addr, Builder, Data, Schedule};
@@ -248,13 +248,6 @@ pub fn reduce(
 /// reductions of large messages at many ranks per node (README, "Scale by simulation").
 fn split_node(ppn: i32, red: &Reduction) -> bool {
     ppn >= 3 && red.count >= ppn as i64 && red.bytes() >= 2048
-}
-
-/// Slice `k` of `size` of `count` elements: (first, count).
-fn slice(count: i64, size: i32, k: i32) -> (i64, i64) {
-    let lo = count * k as i64 / size as i64;
-    let hi = count * (k as i64 + 1) / size as i64;
-    (lo, hi - lo)
 }
 
 /// The combination of a node's operands shared by its ranks ([`split_node`]): each rank

@@ -178,12 +178,7 @@ pub fn predict(
         layout: Arc::clone(&layout),
         me: me(r),
     };
-    let flat_build = |r: i32| match case {
-        Case::Barrier => barrier::build(&flat, me(r)),
-        Case::Bcast => bcast::build(&flat, me(r), data, &ti, 0),
-        Case::Allreduce => reduce::allreduce(&flat, me(r), &red, false),
-        Case::Reduce => reduce::reduce(&flat, me(r), &red, false, 0),
-    };
+    let flat_build = |r: i32| flat_schedule(case, &flat, me(r), bytes);
     let two_build = |r: i32| match case {
         Case::Barrier => hier::barrier(&hier(r), &lead),
         Case::Bcast => hier::bcast(sl, &hier(r), &lead, data, &ti, 0),
@@ -204,21 +199,29 @@ pub fn predict(
         flat: flat_t,
         two_level: two_t,
         flat_algo: flat_build(0).algorithm,
-        lead_algo: flat_algo_name(&lead, case, nodes, bytes),
+        lead_algo: flat_schedule(
+            case,
+            &lead,
+            Rank {
+                rank: 0,
+                size: nodes,
+            },
+            bytes,
+        )
+        .algorithm,
     })
 }
 
-/// The name of the flat algorithm `ch` builds for `case` on `p` ranks.
-fn flat_algo_name(ch: &select::Choice, case: Case, p: i32, bytes: i64) -> &'static str {
-    let me = Rank { rank: 0, size: p };
+/// The flat schedule `ch` builds for `case` with `bytes` bytes, for rank `me`.
+fn flat_schedule(case: Case, ch: &select::Choice, me: Rank, bytes: i64) -> Schedule {
     let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
     let data = Data::new(Addr::recv(0), bytes, MPI_BYTE());
     let red = reduction(bytes);
     match case {
-        Case::Barrier => barrier::build(ch, me).algorithm,
-        Case::Bcast => bcast::build(ch, me, data, &ti, 0).algorithm,
-        Case::Allreduce => reduce::allreduce(ch, me, &red, false).algorithm,
-        Case::Reduce => reduce::reduce(ch, me, &red, false, 0).algorithm,
+        Case::Barrier => barrier::build(ch, me),
+        Case::Bcast => bcast::build(ch, me, data, &ti, 0),
+        Case::Allreduce => reduce::allreduce(ch, me, &red, false),
+        Case::Reduce => reduce::reduce(ch, me, &red, false, 0),
     }
 }
 

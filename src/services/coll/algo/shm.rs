@@ -288,7 +288,7 @@ pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedul
 }
 
 /// Slice `k` of `size` of a reduction's `count` elements: (first, count).
-fn slice(count: i64, size: i32, k: i32) -> (i64, i64) {
+pub(super) fn slice(count: i64, size: i32, k: i32) -> (i64, i64) {
     let lo = count * k as i64 / size as i64;
     let hi = count * (k as i64 + 1) / size as i64;
     (lo, hi - lo)
