@@ -92,6 +92,17 @@ pub struct CommState {
     /// Non-blocking collectives started that could use shared memory (the instance
     /// numbers of the segment's non-blocking channel, from `Node::nb_from` on).
     pub nb_eligible: AtomicU32,
+    /// The verbs wire (`SHIM_TRANSPORT=verbs`), once set up.
+    pub wire: Mutex<WireState>,
+}
+
+/// Where a communicator stands with the verbs wire.
+pub enum WireState {
+    /// Not set up yet (at its first blocking collective with a schedule).
+    Unset,
+    Ready(Arc<crate::core::transport::verbs::Wire>),
+    /// Not possible on some rank, or not wanted.
+    Off,
 }
 
 /// Where a communicator stands with its shared-memory segment.
@@ -128,6 +139,19 @@ impl CommState {
             cache: Mutex::new(Cache::new(cache)),
             node: Mutex::new(NodeState::Counting(0)),
             nb_eligible: AtomicU32::new(0),
+            wire: Mutex::new(WireState::Unset),
+        }
+    }
+
+    /// The verbs wire the schedules of this communicator use, if it is set up (never on
+    /// an inter-communicator: their peers are the remote group's).
+    pub fn wire(&self) -> Option<Arc<crate::core::transport::verbs::Wire>> {
+        if self.inter {
+            return None;
+        }
+        match &*self.wire.lock().unwrap_or_else(|e| e.into_inner()) {
+            WireState::Ready(w) => Some(Arc::clone(w)),
+            _ => None,
         }
     }
 
@@ -350,7 +374,9 @@ pub fn finalize() {
             n.retire();
         }
         drop(node);
+        *st.wire.lock().unwrap_or_else(|e| e.into_inner()) = WireState::Off;
     }
+    crate::core::transport::verbs::finalize();
     let mut kv = KEYVAL.swap(MPI_KEYVAL_INVALID, Ordering::Relaxed);
     if kv == MPI_KEYVAL_INVALID {
         return;

@@ -327,7 +327,7 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selectio
     let cfg = loaded.config;
     let _ = STATS.set(cfg.stats);
     crate::services::coll::select::configure(forced);
-    crate::services::coll::configure_transport(cfg.transport, cfg.shm);
+    crate::services::coll::configure_transport(cfg.transport, cfg.shm, cfg.verbs.clone());
     crate::core::comm::configure(cfg.sched_cache);
     crate::core::sched::configure(cfg.progress_min_bytes);
     crate::core::dtype::pool::configure(cfg.pack_threads, cfg.pack_min_bytes);

@@ -125,6 +125,7 @@ fn format_table(title: &str, rows: &[Row]) -> String {
         ));
     }
     s.push_str(&crate::core::dtype::pack::stats_line());
+    s.push_str(&crate::core::transport::verbs::stats_line());
     s.push_str(&format!(
         "tuning for auto: {}\n",
         crate::services::coll::select::tuning::get().source

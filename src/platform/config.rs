@@ -187,8 +187,26 @@ pub static VARS: &[VarSpec] = &[
     VarSpec {
         name: "SHIM_TRANSPORT",
         default: "auto",
-        allowed: "auto, pmpi, shm",
-        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT`, and beyond it with one copy (`SHIM_SHM_SINGLE_COPY`) for Bcast, Gather(v), Scatter(v), Allgather(v), Alltoall(v, w), Reduce, Allreduce, Reduce_scatter(_block), Scan and Exscan (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data (under both MPICH, from their tuning: the reductions up to the slot, and at 2 ranks the other collectives too), and beyond the slot with one copy all of those but Gatherv, Scatterv, Alltoallv and Alltoallw; with a `SHIM_TUNING_FILE` from `scripts/tools/shim-tune` (`param shm_rows 1`), for blocking calls where its rows name `shm`; not in a job with an oversubscribed node (more processes than processors) (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
+        allowed: "auto, pmpi, shm, verbs",
+        doc: "What the shim's collective schedules move data with: `pmpi`, the MPI library's point-to-point only; `verbs`, the schedules' messages over InfiniBand (or RoCE) reliable-connected queue pairs of the shim's own, on every intra-communicator, set up at its first blocking collective through the library loaded from `SHIM_VERBS_LIB` (where any rank has no device, a one-line warning and `pmpi`; `auto` never takes it: it has only run on the emulated HCA, README \"The verbs backend\"); `shm`, a shared-memory segment per communicator whose ranks share a node, for every collective that has a shared-memory algorithm and whose data fits `SHIM_SHM_SLOT`, and beyond it with one copy (`SHIM_SHM_SINGLE_COPY`) for Bcast, Gather(v), Scatter(v), Allgather(v), Alltoall(v, w), Reduce, Allreduce, Reduce_scatter(_block), Scan and Exscan (`SHIM_<COLL>_ALGORITHM=shm` forces one collective); `auto`, `shm` where it was measured to win: up to 1 KiB of data (under both MPICH, from their tuning: the reductions up to the slot, and at 2 ranks the other collectives too), and beyond the slot with one copy all of those but Gatherv, Scatterv, Alltoallv and Alltoallw; with a `SHIM_TUNING_FILE` from `scripts/tools/shim-tune` (`param shm_rows 1`), for blocking calls where its rows name `shm`; not in a job with an oversubscribed node (more processes than processors) (README, \"The node transport\"). Where shared memory cannot work, a one-line warning and `pmpi`. A collective on the segment calls the library only where the application's own point-to-point, request, RMA or file calls left it something to do (README, \"The node transport\").",
+    },
+    VarSpec {
+        name: "SHIM_VERBS_LIB",
+        default: "libibverbs.so.1",
+        allowed: "a library name or path (at most 4096 bytes)",
+        doc: "The verbs library `SHIM_TRANSPORT=verbs` loads at run time (`libshim.so` never links one): the system's rdma-core, or the emulated HCA the tests build (`scripts/tools/build-ibemu`).",
+    },
+    VarSpec {
+        name: "SHIM_VERBS_QPS",
+        default: "2",
+        allowed: "1 to 16",
+        doc: "Queue pairs per pair of processes under `SHIM_TRANSPORT=verbs`: a large message's RDMA writes go round them in 1 MiB pieces, so that an HCA's parallel engines move them at once (Franke's collectives); eager and control messages take the first.",
+    },
+    VarSpec {
+        name: "SHIM_VERBS_EAGER",
+        default: "8152",
+        allowed: "0 to 8152 (bytes)",
+        doc: "Under `SHIM_TRANSPORT=verbs`, messages up to this size travel in one send through a registered bounce buffer (and the send completes at once); larger ones announce themselves, and the receiver's buffer is written with RDMA writes once a receive matches. 0 sends everything the second way (the tests use it).",
     },
     VarSpec {
         name: "SHIM_TUNING_FILE",
@@ -274,6 +292,26 @@ pub struct Config {
     /// `SHIM_TRANSPORT` and the `SHIM_SHM_*` sizes.
     pub transport: Transport,
     pub shm: ShmConfig,
+    /// `SHIM_VERBS_LIB` and `SHIM_VERBS_QPS`.
+    pub verbs: VerbsConfig,
+}
+
+/// `SHIM_VERBS_*`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerbsConfig {
+    pub lib: String,
+    pub qps: u32,
+    pub eager: u32,
+}
+
+impl Default for VerbsConfig {
+    fn default() -> Self {
+        VerbsConfig {
+            lib: "libibverbs.so.1".into(),
+            qps: 2,
+            eager: 8152,
+        }
+    }
 }
 
 /// `SHIM_TRANSPORT`.
@@ -282,6 +320,7 @@ pub enum Transport {
     Auto,
     Pmpi,
     Shm,
+    Verbs,
 }
 
 /// `SHIM_SHM_*`.
@@ -333,6 +372,7 @@ impl Default for Config {
             pack_min_bytes: 256 * 1024,
             transport: Transport::Auto,
             shm: ShmConfig::default(),
+            verbs: VerbsConfig::default(),
         }
     }
 }
@@ -662,7 +702,26 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
             "auto" => c.transport = Transport::Auto,
             "pmpi" => c.transport = Transport::Pmpi,
             "shm" => c.transport = Transport::Shm,
+            "verbs" => c.transport = Transport::Verbs,
             _ => l.errors.push(error("SHIM_TRANSPORT", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_VERBS_LIB") {
+        match v.trim() {
+            t if !t.is_empty() && t.len() <= 4096 && !t.contains('\0') => c.verbs.lib = t.into(),
+            _ => l.errors.push(error("SHIM_VERBS_LIB", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_VERBS_EAGER") {
+        match parse_size(&v) {
+            Some(n) if n <= 8152 => c.verbs.eager = n as u32,
+            _ => l.errors.push(error("SHIM_VERBS_EAGER", &v)),
+        }
+    }
+    if let Some(v) = get("SHIM_VERBS_QPS") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if (1..=16).contains(&n) => c.verbs.qps = n,
+            _ => l.errors.push(error("SHIM_VERBS_QPS", &v)),
         }
     }
     if let Some(v) = get("SHIM_SHM_AFTER") {

@@ -17,4 +17,5 @@ pub mod mpi;
 pub mod proc;
 pub mod shm;
 pub mod symbols;
+pub mod verbs;
 pub mod watchdog;

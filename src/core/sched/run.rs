@@ -16,6 +16,7 @@ use std::sync::Arc;
 use super::{ALL_PEERS, Action, ActionId, Addr, Data, Schedule};
 use crate::core::comm::CommState;
 use crate::core::transport::node::{Node, Place, phase_value};
+use crate::core::transport::verbs::{Outcome, Regs, Wire};
 use crate::platform::abi::*;
 use crate::platform::mpi::{comm as mpi_comm, p2p};
 
@@ -37,6 +38,27 @@ enum Packed {
     In(crate::core::dtype::p2p::PackedBuf, *mut c_void),
 }
 
+/// A message's bytes on the verbs wire: the application's own where its layout is dense,
+/// else the shim's packed copy (kept until the run ends: see `transport::verbs`).
+enum Staged {
+    Direct,
+    Out(Vec<u8>),
+    /// A packed receive: the bytes, and the count and datatype to unpack to at the address.
+    In(Vec<u8>, *mut c_void, i64, MPI_Datatype),
+}
+
+/// A run's messages on the verbs wire.
+struct OnWire {
+    wire: Arc<Wire>,
+    regs: Regs,
+    ids: Vec<u32>,
+    actions: Vec<ActionId>,
+    staged: Vec<Staged>,
+    /// Packed copies of finished messages, kept while their registrations are.
+    kept: Vec<Vec<u8>>,
+    out: Vec<(usize, Outcome)>,
+}
+
 /// The running state of one collective instance.
 pub struct Run {
     sched: Arc<Schedule>,
@@ -49,6 +71,8 @@ pub struct Run {
     shm: Option<(Arc<Node>, Place)>,
     /// Shared-memory waits (`Watch`, `Claim`) not yet satisfied.
     watches: Vec<ActionId>,
+    /// The communicator's verbs wire, where its messages go instead of the library.
+    wire: Option<Box<OnWire>>,
     remaining: Vec<u32>,
     state: Vec<u8>,
     ready: VecDeque<ActionId>,
@@ -96,7 +120,19 @@ impl Run {
             scratch.as_mut_ptr() as usize,
             0,
         ];
+        let wire = comm.wire().map(|wire| {
+            Box::new(OnWire {
+                wire,
+                regs: Regs::default(),
+                ids: Vec::new(),
+                actions: Vec::new(),
+                staged: Vec::new(),
+                kept: Vec::new(),
+                out: Vec::new(),
+            })
+        });
         Run {
+            wire,
             remaining: sched.indeg.clone(),
             state: vec![WAITING; n],
             ready: VecDeque::new(),
@@ -173,7 +209,8 @@ impl Run {
             }
             let watched = !self.watches.is_empty() && self.check_watches();
             let tested = !self.reqs.is_empty() && self.test();
-            if !watched && !tested {
+            let wired = self.wire.as_ref().is_some_and(|w| !w.ids.is_empty()) && self.test_wire();
+            if !watched && !tested && !wired {
                 break;
             }
             if self.error != MPI_SUCCESS {
@@ -184,6 +221,10 @@ impl Run {
         if self.done as usize == self.sched.len() {
             self.finished = true;
             self.error = self.truncated;
+            if let Some(w) = &mut self.wire {
+                w.wire.release(&mut w.regs);
+                w.kept.clear();
+            }
             if let Some((node, place)) = &self.shm {
                 drive_after(&self.sched, node, place);
             }
@@ -223,6 +264,21 @@ impl Run {
                     }
                 }
                 let send = matches!(sched.actions[v as usize], Action::Send { .. });
+                if self.wire.is_some() {
+                    let rc = self.post_wire(send, data, peer, self.tag + tag_offset, v);
+                    if rc != MPI_SUCCESS {
+                        self.error = rc;
+                        return;
+                    }
+                    self.state[v as usize] = POSTED;
+                    if let Some(n) = sched.next_on_channel(v) {
+                        if self.state[n as usize] == BLOCKED {
+                            self.state[n as usize] = READY;
+                            self.ready.push_front(n);
+                        }
+                    }
+                    return;
+                }
                 let mut req = MPI_REQUEST_NULL();
                 let (rc, packed) = self.post(send, data, peer, self.tag + tag_offset, &mut req);
                 if rc != MPI_SUCCESS {
@@ -402,6 +458,99 @@ impl Run {
         }
     }
 
+    /// Posts a message on the verbs wire: the bytes of a dense layout where they are, any
+    /// other layout packed (by the shim's packer, or the library's for a type it cannot
+    /// decode).
+    fn post_wire(&mut self, send: bool, d: Data, peer: c_int, tag: c_int, v: ActionId) -> c_int {
+        let buf = self.addr(d.addr);
+        let dt = match self.sched.mpi_type(d.dt) {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let ti = match crate::core::dtype::info(dt) {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let bytes = (d.count.max(0) * ti.size) as usize;
+        let (ptr, staged) = if ti.dense() || bytes == 0 {
+            (
+                (buf as *mut u8).wrapping_offset(ti.lb as isize),
+                Staged::Direct,
+            )
+        } else if send {
+            let mut b = vec![0u8; bytes];
+            // SAFETY: the schedule's buffer holds count elements of dt; ours `bytes`.
+            if let Err(rc) = unsafe { pack_message(buf, d.count, dt, &mut b) } {
+                return rc;
+            }
+            (b.as_mut_ptr(), Staged::Out(b))
+        } else {
+            let mut b = vec![0u8; bytes];
+            (b.as_mut_ptr(), Staged::In(b, buf, d.count, dt))
+        };
+        let Some(w) = self.wire.as_mut() else {
+            return MPI_ERR_INTERN;
+        };
+        let posted = if send {
+            w.wire.send(&mut w.regs, ptr, bytes, peer, tag)
+        } else {
+            w.wire.recv(&mut w.regs, ptr, bytes, peer, tag)
+        };
+        match posted {
+            Ok(id) => {
+                w.ids.push(id);
+                w.actions.push(v);
+                w.staged.push(staged);
+                MPI_SUCCESS
+            }
+            Err(rc) => rc,
+        }
+    }
+
+    /// Takes the wire's finished messages; true if any finished.
+    fn test_wire(&mut self) -> bool {
+        let Some(mut w) = self.wire.take() else {
+            return false;
+        };
+        w.out.clear();
+        w.wire.test(&w.ids, &mut w.out);
+        let any = !w.out.is_empty();
+        let mut finished = std::mem::take(&mut w.out);
+        // positions from the highest, so each removal leaves the others in place
+        finished.sort_unstable_by_key(|&(k, _)| std::cmp::Reverse(k));
+        for &(k, outcome) in &finished {
+            let v = w.actions.swap_remove(k);
+            w.ids.swap_remove(k);
+            let staged = w.staged.swap_remove(k);
+            let got = match outcome {
+                Ok(n) => n,
+                Err(rc) => {
+                    if !self.truncation(rc) {
+                        self.error = rc;
+                    }
+                    usize::MAX
+                }
+            };
+            match staged {
+                Staged::In(b, user, count, dt) => {
+                    let got = got.min(b.len());
+                    // SAFETY: the receive's destination for count elements of dt; `got`
+                    // bytes of ours arrived.
+                    if let Err(rc) = unsafe { unpack_message(&b[..got], user, count, dt) } {
+                        self.error = rc;
+                    }
+                    w.kept.push(b);
+                }
+                Staged::Out(b) => w.kept.push(b),
+                Staged::Direct => {}
+            }
+            self.complete(v);
+        }
+        w.out = finished;
+        self.wire = Some(w);
+        any
+    }
+
     /// Posts a message with its datatype, packed by the system MPI.
     fn post_typed(
         send: bool,
@@ -507,6 +656,12 @@ impl Run {
         for p in self.req_packed.drain(..).flatten() {
             std::mem::forget(p);
         }
+        if let Some(w) = self.wire.take() {
+            // receives no longer match; sends in the network keep their memory (leaked,
+            // as the library's freed requests keep theirs)
+            w.wire.cancel(&w.ids);
+            std::mem::forget(w);
+        }
         self.ready.clear();
         self.watches.clear();
         if let Some((node, place)) = &self.shm {
@@ -520,6 +675,90 @@ impl Run {
 
 /// The single-copy actions ([`Action::Expose`], [`Action::Fetch`]) on the segment of
 /// `node`, with the run's addresses; the MPI error code.
+/// Packs `count` elements of `dt` at `user` into `out` (its size is their type size).
+///
+/// # Safety
+/// `user` holds `count` elements of `dt`.
+unsafe fn pack_message(
+    user: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    out: &mut [u8],
+) -> Result<(), c_int> {
+    use crate::core::dtype::{flat, pack};
+    match flat::get(dt) {
+        // SAFETY: the caller's buffer; `out` holds count * size bytes.
+        Ok(f) => unsafe {
+            pack::run(
+                &f,
+                count,
+                user as *mut u8,
+                out.as_mut_ptr(),
+                pack::Dir::Pack,
+            )
+        },
+        Err(_) => {
+            let mut pos = 0;
+            // SAFETY: as above; the library packs a type the shim cannot decode.
+            unsafe {
+                crate::platform::mpi::dtype::pack_c(
+                    user,
+                    count,
+                    dt,
+                    out,
+                    &mut pos,
+                    MPI_COMM_WORLD(),
+                )
+            }
+            .map_err(|e| e.code())?
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks the bytes that arrived (`got`) into `count` elements of `dt` at `user`.
+///
+/// # Safety
+/// `user` holds `count` elements of `dt`; `got` is at most their packed size.
+unsafe fn unpack_message(
+    got: &[u8],
+    user: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+) -> Result<(), c_int> {
+    use crate::core::dtype::{flat, pack};
+    match flat::get(dt) {
+        // SAFETY: the caller's buffer; `got` within the packed size.
+        Ok(f) => unsafe {
+            pack::run_bytes(
+                &f,
+                count,
+                user as *mut u8,
+                got.as_ptr() as *mut u8,
+                got.len() as i64,
+                pack::Dir::Unpack,
+            )
+        },
+        Err(_) => {
+            let size = crate::core::dtype::info(dt)?.size.max(1);
+            let mut pos = 0;
+            // SAFETY: as above; whole elements only.
+            unsafe {
+                crate::platform::mpi::dtype::unpack_c(
+                    got,
+                    &mut pos,
+                    user,
+                    got.len() as i64 / size,
+                    dt,
+                    MPI_COMM_WORLD(),
+                )
+            }
+            .map_err(|e| e.code())?
+        }
+    }
+    Ok(())
+}
+
 fn single_copy(a: &Action, node: &Node, addr: impl Fn(Addr) -> *mut c_void) -> c_int {
     use crate::platform::shm::{Cma, cma};
     match *a {

@@ -2,10 +2,12 @@
 //!
 //! What a schedule's actions need from the wire, below the schedules: the shared-memory
 //! signal ([`flag`]: single-writer sequence counters and waiting that shares the cores),
-//! over the segments and CMA of `platform::shm`.
+//! over the segments and CMA of `platform::shm`; and the verbs backend ([`verbs`]): the
+//! schedules' point-to-point messages over InfiniBand queue pairs.
 
 pub mod flag;
 pub mod node;
+pub mod verbs;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -27,7 +27,7 @@ use core::ffi::{c_int, c_void};
 use std::fmt::Display;
 use std::sync::Arc;
 
-use crate::core::comm::{CommState, NodeState};
+use crate::core::comm::{CommState, NodeState, WireState};
 use crate::core::dtype::TypeInfo;
 use crate::core::progress::{self, RunCell};
 use crate::core::request::{self, Persistent};
@@ -37,7 +37,7 @@ use crate::core::sched::run::Run;
 use crate::core::transport::node::{self, Node, Place};
 use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
-use crate::platform::config::{ShmConfig, Transport};
+use crate::platform::config::{ShmConfig, Transport, VerbsConfig};
 use crate::platform::memo;
 
 /// Which form of a collective the application called.
@@ -146,9 +146,13 @@ pub fn return_code(outcome: Result<Done, Raised>) -> c_int {
 static TRANSPORT: std::sync::OnceLock<(Transport, ShmConfig)> = std::sync::OnceLock::new();
 
 /// Installs `SHIM_TRANSPORT` and the `SHIM_SHM_*` settings as read at init.
-pub fn configure_transport(t: Transport, shm: ShmConfig) {
+pub fn configure_transport(t: Transport, shm: ShmConfig, verbs: VerbsConfig) {
     let _ = TRANSPORT.set((t, shm));
+    let _ = VERBS.set(verbs);
 }
+
+/// `SHIM_VERBS_*`, handed over at init.
+static VERBS: std::sync::OnceLock<VerbsConfig> = std::sync::OnceLock::new();
 
 /// A call's place in its communicator's shared-memory segment.
 enum Ticket {
@@ -451,6 +455,7 @@ impl<'a> Ctx<'a> {
                     }
                 }
                 let shm = sched.shm;
+                self.ensure_wire();
                 let mut run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -638,6 +643,8 @@ impl<'a> Ctx<'a> {
         let one_node = copy_wins || single_wins;
         let across = select::hier_wins(coll, form, footprint);
         if transport == Transport::Pmpi
+            // the verbs backend carries every message itself (no segment yet beside it)
+            || transport == Transport::Verbs
             || self.size() < 2
             || self.st.inter
             || allowed.is_none()
@@ -769,6 +776,46 @@ impl<'a> Ctx<'a> {
                 None
             }
         }
+    }
+
+    /// Sets up the communicator's verbs wire under `SHIM_TRANSPORT=verbs`, at its first
+    /// blocking collective that runs a schedule: every rank reaches it at the same call
+    /// (the path is chosen alike everywhere), and the set-up is a collective over the
+    /// shadow. The runs started after it (on every rank alike) send through it.
+    fn ensure_wire(&self) {
+        let verbs = matches!(TRANSPORT.get(), Some((Transport::Verbs, _)));
+        if !verbs || self.st.inter {
+            return;
+        }
+        let mut g = self.st.wire.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*g, WireState::Unset) {
+            return;
+        }
+        let Some(cfg) = VERBS.get() else {
+            *g = WireState::Off;
+            return;
+        };
+        self.st.ensure_shadow();
+        progress::wait_until(|| self.st.shadow_ready());
+        *g = match crate::core::transport::verbs::connect(
+            self.st.shadow(),
+            &cfg.lib,
+            cfg.qps as usize,
+            cfg.eager as usize,
+        ) {
+            Ok(w) => {
+                tracing::debug!(target: "shim::verbs", "{w:?} set up");
+                WireState::Ready(w)
+            }
+            Err(e) => {
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if self.rank() == 0 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(target: "shim::verbs", "no verbs transport ({e}): point-to-point through the library");
+                }
+                WireState::Off
+            }
+        };
     }
 
     /// Hands the call to the system MPI (used where the shim has no schedule).

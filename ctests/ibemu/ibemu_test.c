@@ -1,0 +1,1948 @@
+/*
+ * ibemu_test: self-contained test of the emulated HCA (libshim-ibemu.so).
+ * No MPI: each case forks 1-3 processes that talk through the emulator and
+ * exchange their addressing (GID, QPN, rkeys) over socketpairs made before
+ * fork(). Every wait has a timeout; the parent kills a case that overruns.
+ * Exit 0 when every case passes.
+ *
+ * Usage: ibemu_test [case-name ...]   (default: all cases)
+ */
+#define _GNU_SOURCE
+#include <infiniband/verbs.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *g_case = "";
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+	nanosleep(&ts, NULL);
+}
+
+static void fail_at(int line, const char *cond, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "    [%s, pid %d] line %d: (%s) ", g_case, (int)getpid(), line, cond);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* In functions returning int: 0 = ok, nonzero = failed (already reported). */
+#define CHECK(cond, ...)                                          \
+	do {                                                      \
+		if (!(cond)) {                                    \
+			fail_at(__LINE__, #cond, __VA_ARGS__);    \
+			return 1;                                 \
+		}                                                 \
+	} while (0)
+#define TRY(x)                       \
+	do {                         \
+		if (x)               \
+			return 1;    \
+	} while (0)
+
+#define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define WAIT_MS 5000
+
+/* ------------------------------------------------------------------------ */
+/* Sockets between the processes of a case                                   */
+
+static int xread(int fd, void *p, size_t n, int ms)
+{
+	double end = now_s() + ms / 1000.0;
+	char *c = p;
+	while (n) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int left = (int)((end - now_s()) * 1000);
+		ssize_t r;
+		CHECK(left > 0, "timed out reading from peer socket");
+		if (poll(&pfd, 1, left) <= 0)
+			continue;
+		r = read(fd, c, n);
+		CHECK(r > 0, "peer socket closed (%s)", r < 0 ? strerror(errno) : "EOF");
+		c += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int xwrite(int fd, const void *p, size_t n)
+{
+	CHECK(write(fd, p, n) == (ssize_t)n, "socket write: %s", strerror(errno));
+	return 0;
+}
+
+static int xchg(int fd, const void *mine, void *theirs, size_t n)
+{
+	TRY(xwrite(fd, mine, n));
+	return xread(fd, theirs, n, 10000);
+}
+
+static int sync_peer(int fd)
+{
+	char a = 's', b;
+	return xchg(fd, &a, &b, 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Verbs helpers                                                             */
+
+struct node {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_srq *srq;
+	char *buf;
+	size_t len;
+	struct ibv_mr *mr;
+};
+
+struct info {                   /* what peers exchange */
+	union ibv_gid gid;
+	uint32_t qpn, qpn2;
+	uint32_t rkey, rkey2;
+	uint64_t addr, addr2;
+	int32_t pid;
+	uint32_t pad;
+};
+
+static int node_open(struct node *n, size_t len, int cqe)
+{
+	int num = -1;
+	struct ibv_device **l;
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 256, .max_sge = 4}};
+
+	memset(n, 0, sizeof(*n));
+	l = ibv_get_device_list(&num);
+	CHECK(l && num == 1, "device list: %p num %d", (void *)l, num);
+	n->ctx = ibv_open_device(l[0]);
+	ibv_free_device_list(l);
+	CHECK(n->ctx, "ibv_open_device: %s", strerror(errno));
+	CHECK((n->pd = ibv_alloc_pd(n->ctx)), "alloc_pd");
+	CHECK((n->cq = ibv_create_cq(n->ctx, cqe, NULL, NULL, 0)), "create_cq: %s", strerror(errno));
+	CHECK((n->srq = ibv_create_srq(n->pd, &sa)), "create_srq: %s", strerror(errno));
+	n->len = len;
+	n->buf = aligned_alloc(4096, len);
+	CHECK(n->buf, "malloc");
+	memset(n->buf, 0, len);
+	CHECK((n->mr = ibv_reg_mr(n->pd, n->buf, len, ACC)), "reg_mr: %s", strerror(errno));
+	return 0;
+}
+
+/* The emulator's memfds (ours and mapped peers') must be gone after close. */
+static int no_memfd_left(void)
+{
+	char line[512];
+	FILE *f = fopen("/proc/self/maps", "r");
+	DIR *d;
+	struct dirent *de;
+	CHECK(f, "open maps");
+	while (fgets(line, sizeof(line), f)) {
+		if (strstr(line, "memfd:ibemu")) {
+			fclose(f);
+			CHECK(0, "mapping left after ibv_close_device: %s", line);
+		}
+	}
+	fclose(f);
+	d = opendir("/proc/self/fd");
+	CHECK(d, "opendir");
+	while ((de = readdir(d))) {
+		char p[300], t[256];
+		ssize_t k;
+		snprintf(p, sizeof(p), "/proc/self/fd/%s", de->d_name);
+		k = readlink(p, t, sizeof(t) - 1);
+		if (k > 0) {
+			t[k] = 0;
+			if (strstr(t, "memfd:ibemu")) {
+				closedir(d);
+				CHECK(0, "fd left after ibv_close_device: %s", t);
+			}
+		}
+	}
+	closedir(d);
+	return 0;
+}
+
+/* Destroys the QPs given (NULL-terminated), then everything else. */
+static int node_close(struct node *n, struct ibv_qp **qps)
+{
+	for (; qps && *qps; qps++)
+		CHECK(ibv_destroy_qp(*qps) == 0, "destroy_qp");
+	CHECK(ibv_dereg_mr(n->mr) == 0, "dereg_mr");
+	CHECK(ibv_destroy_srq(n->srq) == 0, "destroy_srq");
+	CHECK(ibv_destroy_cq(n->cq) == 0, "destroy_cq");
+	CHECK(ibv_dealloc_pd(n->pd) == 0, "dealloc_pd");
+	CHECK(ibv_close_device(n->ctx) == 0, "close_device");
+	free(n->buf);
+	return no_memfd_left();
+}
+
+static struct ibv_qp *mkqp_cq(struct node *n, struct ibv_cq *cq, int use_srq, uint32_t max_send_wr,
+			      uint32_t inl)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.srq = use_srq ? n->srq : NULL,
+		.cap = {.max_send_wr = max_send_wr, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4,
+			.max_inline_data = inl},
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *qp = ibv_create_qp(n->pd, &ia);
+	if (!qp)
+		fail_at(__LINE__, "create_qp", "%s", strerror(errno));
+	else if (ia.cap.max_inline_data != inl)
+		fail_at(__LINE__, "create_qp", "max_inline_data reported %u", ia.cap.max_inline_data);
+	return qp;
+}
+
+static struct ibv_qp *mkqp(struct node *n, int use_srq, uint32_t max_send_wr, uint32_t inl)
+{
+	return mkqp_cq(n, n->cq, use_srq, max_send_wr, inl);
+}
+
+struct copts { uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer; };
+static const struct copts C_DEF = {14, 7, 7, 1};      /* 14: 67 ms ACK timeout */
+
+static const int M_INIT = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+static const int M_RTR = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+static const int M_RTS = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+			 IBV_QP_MAX_QP_RD_ATOMIC;
+
+static struct ibv_qp_attr a_init(void)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				.qp_access_flags = ACC};
+	return a;
+}
+
+static struct ibv_qp_attr a_rtr(const union ibv_gid *dgid, uint32_t dqpn, struct copts o)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = dqpn,
+				.rq_psn = 0, .max_dest_rd_atomic = 4, .min_rnr_timer = o.min_rnr_timer};
+	a.ah_attr.is_global = 1;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.grh.dgid = *dgid;
+	a.ah_attr.grh.sgid_index = 0;
+	a.ah_attr.grh.hop_limit = 1;
+	return a;
+}
+
+static struct ibv_qp_attr a_rts(struct copts o)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .timeout = o.timeout, .retry_cnt = o.retry_cnt,
+				.rnr_retry = o.rnr_retry, .sq_psn = 0, .max_rd_atomic = 4};
+	return a;
+}
+
+static int qp_up(struct ibv_qp *qp, const union ibv_gid *dgid, uint32_t dqpn, struct copts o)
+{
+	struct ibv_qp_attr a = a_init();
+	int rc = ibv_modify_qp(qp, &a, M_INIT);
+	CHECK(rc == 0, "to INIT: %s", strerror(rc));
+	a = a_rtr(dgid, dqpn, o);
+	rc = ibv_modify_qp(qp, &a, M_RTR);
+	CHECK(rc == 0, "to RTR: %s", strerror(rc));
+	a = a_rts(o);
+	rc = ibv_modify_qp(qp, &a, M_RTS);
+	CHECK(rc == 0, "to RTS: %s", strerror(rc));
+	return 0;
+}
+
+static union ibv_gid my_gid(struct node *n)
+{
+	union ibv_gid g;
+	memset(&g, 0, sizeof(g));
+	if (ibv_query_gid(n->ctx, 1, 0, &g))
+		fail_at(__LINE__, "query_gid", "%s", strerror(errno));
+	return g;
+}
+
+static struct ibv_sge sge(struct ibv_mr *mr, const void *p, uint32_t len)
+{
+	struct ibv_sge s = {.addr = (uintptr_t)p, .length = len, .lkey = mr->lkey};
+	return s;
+}
+
+static int post(struct ibv_qp *qp, uint64_t wr_id, enum ibv_wr_opcode op, unsigned flags, struct ibv_sge *sg,
+		int nsge, uint32_t imm_host, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_send_wr wr, *bad = NULL;
+	int rc;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.opcode = op;
+	wr.send_flags = flags;
+	wr.sg_list = sg;
+	wr.num_sge = nsge;
+	wr.imm_data = htonl(imm_host);
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	rc = ibv_post_send(qp, &wr, &bad);
+	CHECK(rc == 0, "post_send wr_id %#llx: %s", (unsigned long long)wr_id, strerror(rc));
+	return 0;
+}
+
+static int post_srq(struct ibv_srq *srq, uint64_t wr_id, struct ibv_sge *sg, int n)
+{
+	struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = sg, .num_sge = n}, *bad;
+	int rc = ibv_post_srq_recv(srq, &wr, &bad);
+	CHECK(rc == 0, "post_srq_recv: %s", strerror(rc));
+	return 0;
+}
+
+static int post_rq(struct ibv_qp *qp, uint64_t wr_id, struct ibv_sge *sg, int n)
+{
+	struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = sg, .num_sge = n}, *bad;
+	int rc = ibv_post_recv(qp, &wr, &bad);
+	CHECK(rc == 0, "post_recv: %s", strerror(rc));
+	return 0;
+}
+
+/* 1: got one, 0: timeout, -1: poll error. Sleeps between empty polls. */
+static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
+{
+	double end = now_s() + ms / 1000.0;
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n)
+			return n < 0 ? -1 : 1;
+		if (now_s() > end)
+			return 0;
+		sleep_us(50);
+	}
+}
+
+static int expect_wc(struct ibv_cq *cq, enum ibv_wc_status st, int opcode, uint64_t wr_id, struct ibv_wc *out)
+{
+	struct ibv_wc wc;
+	int n = wait_wc(cq, &wc, WAIT_MS);
+	CHECK(n == 1, "no completion (poll %d) while waiting for wr_id %#llx status '%s'", n,
+	      (unsigned long long)wr_id, ibv_wc_status_str(st));
+	CHECK(wc.wr_id == wr_id && wc.status == st && (opcode < 0 || (int)wc.opcode == opcode),
+	      "got wr_id %#llx status '%s' opcode %d; want wr_id %#llx status '%s' opcode %d",
+	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.opcode, (unsigned long long)wr_id,
+	      ibv_wc_status_str(st), opcode);
+	CHECK(wc.vendor_err == 0, "vendor_err %u", wc.vendor_err);
+	if (out)
+		*out = wc;
+	return 0;
+}
+
+static int expect_none(struct ibv_cq *cq, int ms)
+{
+	struct ibv_wc wc;
+	int n = wait_wc(cq, &wc, ms);
+	CHECK(n == 0, "unexpected completion: poll %d wr_id %#llx status '%s'", n, (unsigned long long)wc.wr_id,
+	      ibv_wc_status_str(wc.status));
+	return 0;
+}
+
+static enum ibv_qp_state qp_state(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia))
+		return (enum ibv_qp_state)-1;
+	return a.qp_state;
+}
+
+static void pattern(char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (char)(seed * 37u + i * 7u + (i >> 8));
+}
+
+static int check_pattern(const char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		CHECK(p[i] == (char)(seed * 37u + i * 7u + (i >> 8)), "data mismatch at byte %zu of %zu (seed %u)", i,
+		      n, seed);
+	return 0;
+}
+
+static int all_zero(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		CHECK(p[i] == 0, "byte %zu was written (%#x), expected untouched", i, (unsigned char)p[i]);
+	return 0;
+}
+
+/* Connects two QPs of one context to each other (loopback). */
+static int loop_up(struct node *n, struct ibv_qp *a, struct ibv_qp *b)
+{
+	union ibv_gid g = my_gid(n);
+	TRY(qp_up(a, &g, b->qp_num, C_DEF));
+	return qp_up(b, &g, a->qp_num, C_DEF);
+}
+
+/* Captures this process's stderr into a memfd while `on`. */
+static int cap_fd = -1, saved_err = -1;
+static void capture(int on)
+{
+	fflush(stderr);
+	if (on) {
+		cap_fd = memfd_create("cap", 0);
+		saved_err = dup(2);
+		dup2(cap_fd, 2);
+	} else {
+		dup2(saved_err, 2);
+		close(saved_err);
+	}
+}
+static char *captured(void)
+{
+	static char b[4096];
+	ssize_t k = pread(cap_fd, b, sizeof(b) - 1, 0);
+	b[k > 0 ? k : 0] = 0;
+	close(cap_fd);
+	return b;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cases: device, environment, QP state machine (single process)             */
+
+static char tmpbuf_inline[256];         /* not registered: inline ignores lkeys */
+static int req_notify_ok(struct ibv_context *ctx);
+
+static int c_device(int rank, int *fd)
+{
+	int num = -1;
+	struct ibv_device **l;
+	struct ibv_context *ctx, *ctx2;
+	struct ibv_device_attr da;
+	struct ibv_port_attr pa;
+	union ibv_gid g, g2;
+	uint32_t v;
+	char path[64], target[256];
+	ssize_t k;
+	Dl_info di;
+	void *h;
+	(void)rank;
+	(void)fd;
+
+	l = ibv_get_device_list(&num);
+	CHECK(l && num == 1 && l[0] && !l[1], "want exactly one device (num %d)", num);
+	CHECK(!strcmp(ibv_get_device_name(l[0]), "ibemu0"), "name %s", ibv_get_device_name(l[0]));
+	CHECK(ibv_get_device_guid(l[0]) != 0 && ibv_get_device_guid(l[0]) == ibv_get_device_guid(l[0]), "guid");
+	ctx = ibv_open_device(l[0]);
+	CHECK(ctx, "open: %s", strerror(errno));
+	CHECK(ctx->device == l[0] && !ctx->abi_compat && ctx->ops.post_send && ctx->ops.post_recv &&
+		      ctx->ops.post_srq_recv && ctx->ops.poll_cq && ctx->ops.req_notify_cq,
+	      "context fields/ops not filled");
+	CHECK(ibv_query_device(ctx, &da) == 0, "query_device");
+	CHECK(da.max_qp == 65536 && da.max_qp_wr == 16384 && da.max_sge == 16 && da.max_cq == 65536 &&
+		      da.max_cqe == 1 << 20 && da.max_mr == 1 << 20 && da.max_srq == 1024 &&
+		      da.max_srq_wr == 16384 && da.max_srq_sge == 16 && da.max_qp_rd_atom == 16 &&
+		      da.phys_port_cnt == 1 && da.node_guid == ibv_get_device_guid(l[0]),
+	      "device limits");
+	/* Through the header's macro: ___ibv_query_port -> exported ibv_query_port. */
+	memset(&pa, 0xff, sizeof(pa));
+	CHECK(ibv_query_port(ctx, 1, &pa) == 0, "query_port");
+	CHECK(pa.state == IBV_PORT_ACTIVE && pa.active_mtu == IBV_MTU_4096 && pa.max_mtu == IBV_MTU_4096 &&
+		      pa.link_layer == IBV_LINK_LAYER_ETHERNET && pa.gid_tbl_len == 1 && pa.lid == 0 &&
+		      pa.max_msg_sz == 1u << 31 && pa.pkey_tbl_len == 1 && pa.flags == 0,
+	      "port attrs: state %d mtu %d ll %d gids %d", pa.state, pa.active_mtu, pa.link_layer, pa.gid_tbl_len);
+	CHECK(ibv_query_port(ctx, 2, &pa) != 0, "port 2 must not exist");
+	CHECK(ibv_query_gid(ctx, 1, 0, &g) == 0, "query_gid");
+	CHECK(g.raw[0] == 0xfe && g.raw[1] == 0x80 && g.raw[2] == 0x69 && g.raw[3] == 0x65, "GID magic");
+	memcpy(&v, g.raw + 4, 4);
+	CHECK(ntohl(v) == (uint32_t)getpid(), "GID pid %u", ntohl(v));
+	memcpy(&v, g.raw + 8, 4);
+	snprintf(path, sizeof(path), "/proc/self/fd/%u", ntohl(v));
+	k = readlink(path, target, sizeof(target) - 1);
+	CHECK(k > 0, "GID fd %u is not open", ntohl(v));
+	target[k] = 0;
+	CHECK(strstr(target, "memfd:ibemu"), "GID fd is %s, not the memfd", target);
+	CHECK(ibv_query_gid(ctx, 1, 1, &g2) == -1, "gid index 1 must fail");
+	ctx2 = ibv_open_device(l[0]);
+	CHECK(ctx2, "second open");
+	CHECK(ibv_query_gid(ctx2, 1, 0, &g2) == 0 && memcmp(&g, &g2, sizeof(g)) != 0, "two contexts, one GID");
+	CHECK(ibv_close_device(ctx2) == 0, "close 2");
+	CHECK(!strcmp(ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded") &&
+		      !strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success"),
+	      "wc_status_str");
+	CHECK(ibv_fork_init() == 0, "fork_init");
+	CHECK(req_notify_ok(ctx), "req_notify");
+
+	/* As the shim loads it: dlopen by path, dlsym / dlvsym. */
+	CHECK(dladdr((void *)ibv_open_device, &di) && di.dli_fname, "dladdr");
+	h = dlopen(di.dli_fname, RTLD_NOW | RTLD_LOCAL);
+	CHECK(h, "dlopen %s: %s", di.dli_fname, dlerror());
+	CHECK(dlsym(h, "ibv_reg_mr") && dlsym(h, "ibv_query_port") && dlsym(h, "ibv_reg_mr_iova2") &&
+		      dlsym(h, "ibv_get_device_list"),
+	      "dlsym");
+	CHECK(dlvsym(h, "ibv_query_port", "IBVERBS_1.1") && dlvsym(h, "ibv_reg_mr", "IBVERBS_1.1") &&
+		      dlvsym(h, "ibv_modify_qp", "IBVERBS_1.1") && dlvsym(h, "ibv_reg_mr_iova2", "IBVERBS_1.1") &&
+		      dlvsym(h, "ibv_reg_mr_iova2", "IBVERBS_1.8") && dlvsym(h, "ibv_reg_mr_iova", "IBVERBS_1.7"),
+	      "dlvsym");
+	CHECK(!dlsym(h, "emu_reg_mr_iova2") && !dlsym(h, "progress") && !dlsym(h, "execute"),
+	      "internal symbols must be local");
+	dlclose(h);
+	{       /* the real libibverbs must not have been pulled in */
+		char line[512];
+		FILE *f = fopen("/proc/self/maps", "r");
+		int bad = 0;
+		while (f && fgets(line, sizeof(line), f))
+			bad |= strstr(line, "libibverbs") != NULL;
+		if (f)
+			fclose(f);
+		CHECK(!bad, "libibverbs is mapped");
+	}
+	ibv_free_device_list(l);
+	CHECK(ibv_close_device(ctx) == 0, "close");
+	return no_memfd_left();
+}
+
+static int req_notify_ok(struct ibv_context *ctx)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	int ok = cq && ibv_req_notify_cq(cq, 0) == 0 && cq->cqe == 8 && cq->context == ctx;
+	if (cq)
+		ibv_destroy_cq(cq);
+	return ok;
+}
+
+static int open_fails(const char *var, const char *val)
+{
+	int num;
+	struct ibv_device **l = ibv_get_device_list(&num);
+	struct ibv_context *ctx;
+	char *msg;
+	CHECK(l && num == 1, "list");
+	setenv(var, val, 1);
+	capture(1);
+	errno = 0;
+	ctx = ibv_open_device(l[0]);
+	int e = errno;
+	capture(0);
+	msg = captured();
+	unsetenv(var);
+	ibv_free_device_list(l);
+	CHECK(!ctx && e == EINVAL, "%s='%s' must fail open with EINVAL (ctx %p errno %d)", var, val, (void *)ctx, e);
+	CHECK(strstr(msg, var) && strstr(msg, val) && strchr(msg, '\n') == msg + strlen(msg) - 1,
+	      "want one stderr line naming %s and '%s', got: %s", var, val, msg);
+	return 0;
+}
+
+static int c_env(int rank, int *fd)
+{
+	int num = -1;
+	struct ibv_device **l;
+	struct ibv_context *ctx;
+	char *msg;
+	(void)rank;
+	(void)fd;
+
+	setenv("IBEMU_NODEV", "1", 1);
+	errno = 0;
+	l = ibv_get_device_list(&num);
+	CHECK(l && num == 0 && l[0] == NULL && errno == ENODEV, "IBEMU_NODEV=1: list %p num %d errno %d", (void *)l,
+	      num, errno);
+	ibv_free_device_list(l);
+	setenv("IBEMU_NODEV", "yes", 1);
+	capture(1);
+	l = ibv_get_device_list(&num);
+	capture(0);
+	msg = captured();
+	CHECK(!l && errno == EINVAL && strstr(msg, "IBEMU_NODEV"), "IBEMU_NODEV=yes must be refused");
+	setenv("IBEMU_NODEV", "0", 1);
+	l = ibv_get_device_list(&num);
+	CHECK(l && num == 1, "IBEMU_NODEV=0");
+	ibv_free_device_list(l);
+	unsetenv("IBEMU_NODEV");
+
+	TRY(open_fails("IBEMU_FAULT", "bogus"));
+	TRY(open_fails("IBEMU_FAULT", "rem_access"));
+	TRY(open_fails("IBEMU_FAULT", "rem_access:0"));
+	TRY(open_fails("IBEMU_FAULT", "qp_err:x"));
+	TRY(open_fails("IBEMU_FAULT", "qp_err:2,teleport:1"));
+	TRY(open_fails("IBEMU_FAULT_RANK", "one"));
+	TRY(open_fails("IBEMU_TRACE", "2"));
+
+	/* Valid combinations open fine. */
+	setenv("IBEMU_FAULT", "rem_access:1,qp_err:3,retry_exc:2", 1);
+	setenv("IBEMU_FAULT_RANK", "0", 1);
+	l = ibv_get_device_list(&num);
+	CHECK(l && num == 1, "list");
+	ctx = ibv_open_device(l[0]);
+	CHECK(ctx, "valid IBEMU_FAULT refused: %s", strerror(errno));
+	ibv_close_device(ctx);
+	unsetenv("IBEMU_FAULT");
+	unsetenv("IBEMU_FAULT_RANK");
+
+	/* IBEMU_TRACE=1: one line per executed WR. */
+	{
+		struct node n;
+		struct ibv_qp *a, *b, *qps[3];
+		struct ibv_sge s;
+		setenv("IBEMU_TRACE", "1", 1);
+		TRY(node_open(&n, 4096, 16));
+		unsetenv("IBEMU_TRACE");
+		CHECK((a = mkqp(&n, 0, 4, 0)) && (b = mkqp(&n, 0, 4, 0)), "qps");
+		TRY(loop_up(&n, a, b));
+		s = sge(n.mr, n.buf + 64, 16);
+		TRY(post_rq(b, 1, &s, 1));
+		s = sge(n.mr, n.buf, 16);
+		capture(1);
+		int rc = post(a, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0);
+		capture(0);
+		msg = captured();
+		TRY(rc);
+		CHECK(strstr(msg, "SEND") && strstr(msg, "success"), "trace line missing: '%s'", msg);
+		TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1, NULL));
+		TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 2, NULL));
+		qps[0] = a;
+		qps[1] = b;
+		qps[2] = NULL;
+		TRY(node_close(&n, qps));
+	}
+	l = ibv_get_device_list(&num);
+	ibv_free_device_list(l);
+	return 0;
+}
+
+static int c_qp_state(int rank, int *fd)
+{
+	struct node n;
+	struct ibv_qp *qp, *more[10], *qps[2] = {NULL, NULL};
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge s;
+	struct ibv_wc wc;
+	union ibv_gid g, zero;
+	int rc;
+	(void)rank;
+	(void)fd;
+
+	TRY(node_open(&n, 1 << 16, 64));
+	g = my_gid(&n);
+	CHECK((qp = mkqp(&n, 0, 16, 64)), "create qp");
+	CHECK(qp->qp_num && qp->qp_num < (1u << 24) && qp->state == IBV_QPS_RESET && qp->qp_type == IBV_QPT_RC &&
+		      qp->send_cq == n.cq && qp->recv_cq == n.cq && !qp->srq && qp->pd == n.pd &&
+		      qp->context == n.ctx,
+	      "qp fields");
+	CHECK(n.mr->lkey == n.mr->rkey && n.mr->addr == n.buf && n.mr->length == n.len && n.mr->pd == n.pd &&
+		      n.mr->context == n.ctx && n.pd->context == n.ctx && n.srq->pd == n.pd && n.cq->cqe == 64,
+	      "mr/pd/srq/cq fields");
+
+	/* Bad transitions and attr masks return EINVAL (ibv_modify_qp(3)). */
+	a = a_init();
+	CHECK(ibv_modify_qp(qp, &a, M_INIT & ~IBV_QP_ACCESS_FLAGS) == EINVAL, "INIT without ACCESS_FLAGS");
+	CHECK(ibv_modify_qp(qp, &a, M_INIT & ~IBV_QP_PORT) == EINVAL, "INIT without PORT");
+	CHECK(ibv_modify_qp(qp, &a, M_INIT | IBV_QP_CAP) == EINVAL, "INIT with a foreign attr bit");
+	a.port_num = 2;
+	CHECK(ibv_modify_qp(qp, &a, M_INIT) == EINVAL, "INIT on port 2");
+	a = a_rtr(&g, qp->qp_num, C_DEF);
+	CHECK(ibv_modify_qp(qp, &a, M_RTR) == EINVAL, "RESET -> RTR");
+	a = a_init();
+	CHECK(ibv_modify_qp(qp, &a, M_INIT) == 0, "RESET -> INIT");
+	CHECK(qp->state == IBV_QPS_INIT && qp_state(qp) == IBV_QPS_INIT, "state INIT");
+	s = sge(n.mr, n.buf + 1024, 64);
+	TRY(post_rq(qp, 100, &s, 1));           /* receives may be posted in INIT */
+	memset(&wr, 0, sizeof(wr));
+	s = sge(n.mr, n.buf, 16);
+	wr.wr_id = 1;
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = &s;
+	wr.num_sge = 1;
+	bad = NULL;
+	CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "post_send in INIT must be EINVAL with bad_wr");
+	a = a_rtr(&g, qp->qp_num, C_DEF);
+	CHECK(ibv_modify_qp(qp, &a, M_RTR & ~IBV_QP_MIN_RNR_TIMER) == EINVAL, "RTR without MIN_RNR_TIMER");
+	CHECK(ibv_modify_qp(qp, &a, M_RTR & ~IBV_QP_AV) == EINVAL, "RTR without AV");
+	zero = g;                               /* right pid/fd/nonce, wrong magic */
+	zero.raw[3] ^= 0xff;
+	a = a_rtr(&zero, qp->qp_num, C_DEF);
+	CHECK(ibv_modify_qp(qp, &a, M_RTR) == EINVAL, "RTR to a GID without the ibemu magic");
+	memset(&zero, 0, sizeof(zero));         /* an ordinary link-local GID */
+	zero.raw[0] = 0xfe;
+	zero.raw[1] = 0x80;
+	zero.raw[15] = 1;
+	a = a_rtr(&zero, qp->qp_num, C_DEF);
+	CHECK(ibv_modify_qp(qp, &a, M_RTR) == EINVAL, "RTR to fe80::1");
+	a = a_rtr(&g, qp->qp_num, C_DEF);
+	a.ah_attr.is_global = 0;
+	CHECK(ibv_modify_qp(qp, &a, M_RTR) == EINVAL, "RTR without GRH");
+	a = a_rts(C_DEF);
+	CHECK(ibv_modify_qp(qp, &a, M_RTS) == EINVAL, "INIT -> RTS");
+	/* Self-connected QP (loopback onto its own RQ). */
+	a = a_rtr(&g, qp->qp_num, C_DEF);
+	CHECK(ibv_modify_qp(qp, &a, M_RTR) == 0, "INIT -> RTR");
+	bad = NULL;
+	CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "post_send in RTR must be EINVAL");
+	a = a_rts(C_DEF);
+	CHECK(ibv_modify_qp(qp, &a, M_RTS & ~IBV_QP_SQ_PSN) == EINVAL, "RTS without SQ_PSN");
+	CHECK(ibv_modify_qp(qp, &a, M_RTS & ~IBV_QP_RNR_RETRY) == EINVAL, "RTS without RNR_RETRY");
+	CHECK(ibv_modify_qp(qp, &a, M_RTS) == 0, "RTR -> RTS");
+	a = a_rtr(&g, qp->qp_num, C_DEF);
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "RTS -> RTR");
+	a.min_rnr_timer = 3;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_MIN_RNR_TIMER) == 0, "RTS -> RTS modify min_rnr_timer");
+	CHECK(ibv_query_qp(qp, &a, IBV_QP_STATE | IBV_QP_DEST_QPN, &ia) == 0, "query_qp");
+	CHECK(a.qp_state == IBV_QPS_RTS && a.dest_qp_num == qp->qp_num && a.timeout == 14 && a.rnr_retry == 7 &&
+		      a.min_rnr_timer == 3 && a.cap.max_send_wr == 16 && a.cap.max_inline_data == 64 &&
+		      ia.send_cq == n.cq && ia.qp_type == IBV_QPT_RC && a.ah_attr.is_global == 1,
+	      "query_qp values");
+	pattern(n.buf, 16, 1);
+	wr.send_flags = IBV_SEND_SIGNALED;
+	CHECK(ibv_post_send(qp, &wr, &bad) == 0, "loopback send");
+	TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 100, &wc));
+	CHECK(wc.byte_len == 16 && wc.qp_num == qp->qp_num && wc.src_qp == qp->qp_num, "loopback recv wc");
+	TRY(check_pattern(n.buf + 1024, 16, 1));
+	TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 1, NULL));
+
+	/* To ERR: the QP's own RQ is flushed; later sends complete flushed. */
+	s = sge(n.mr, n.buf + 2048, 64);
+	TRY(post_rq(qp, 101, &s, 1));
+	a.qp_state = IBV_QPS_ERR;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0, "-> ERR");
+	TRY(expect_wc(n.cq, IBV_WC_WR_FLUSH_ERR, -1, 101, NULL));
+	CHECK(qp_state(qp) == IBV_QPS_ERR && qp->state == IBV_QPS_ERR, "state ERR");
+	wr.wr_id = 2;
+	wr.send_flags = 0;              /* error completions come even unsignaled */
+	CHECK(ibv_post_send(qp, &wr, &bad) == 0, "post_send in ERR is accepted");
+	TRY(expect_wc(n.cq, IBV_WC_WR_FLUSH_ERR, -1, 2, NULL));
+	a.qp_state = IBV_QPS_RTS;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "ERR -> RTS");
+	a.qp_state = IBV_QPS_RESET;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0, "ERR -> RESET");
+	a = a_init();
+	CHECK(ibv_modify_qp(qp, &a, M_INIT) == 0, "RESET -> INIT again");
+	TRY(expect_none(n.cq, 20));
+
+	/* QPNs: nonzero, 24-bit, unique. EBUSY while objects are in use. */
+	for (int i = 0; i < 10; i++) {
+		CHECK((more[i] = mkqp(&n, 1, 4, 0)), "qp %d", i);
+		CHECK(more[i]->qp_num && more[i]->qp_num < (1u << 24) && more[i]->qp_num != qp->qp_num &&
+			      more[i]->srq == n.srq,
+		      "qpn %#x", more[i]->qp_num);
+		for (int j = 0; j < i; j++)
+			CHECK(more[i]->qp_num != more[j]->qp_num, "duplicate qpn %#x", more[i]->qp_num);
+	}
+	CHECK(ibv_destroy_cq(n.cq) == EBUSY, "destroy_cq with QPs must be EBUSY");
+	CHECK(ibv_destroy_srq(n.srq) == EBUSY, "destroy_srq with QPs must be EBUSY");
+	CHECK(ibv_dealloc_pd(n.pd) == EBUSY, "dealloc_pd with objects must be EBUSY");
+	for (int i = 0; i < 10; i++)
+		CHECK(ibv_destroy_qp(more[i]) == 0, "destroy");
+	{       /* RC only */
+		struct ibv_qp_init_attr ud = {.send_cq = n.cq, .recv_cq = n.cq, .qp_type = IBV_QPT_UD,
+					      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
+						      .max_recv_sge = 1}};
+		CHECK(!ibv_create_qp(n.pd, &ud), "UD QP must be refused");
+	}
+
+	/* CQ overrun: the CQ goes to error, poll_cq returns -1 (one stderr line). */
+	{
+		struct ibv_cq *small = ibv_create_cq(n.ctx, 4, NULL, NULL, 0);
+		struct ibv_qp *o;
+		char *msg;
+		CHECK(small, "small cq");
+		CHECK((o = mkqp_cq(&n, small, 0, 16, 0)), "qp on small cq");
+		a = a_init();
+		CHECK(ibv_modify_qp(o, &a, M_INIT) == 0, "init");
+		a = a_rtr(&g, o->qp_num, C_DEF);
+		CHECK(ibv_modify_qp(o, &a, M_RTR) == 0, "rtr");
+		a = a_rts(C_DEF);
+		CHECK(ibv_modify_qp(o, &a, M_RTS) == 0, "rts");
+		for (int i = 0; i < 4; i++) {
+			s = sge(n.mr, n.buf + 4096 + 64 * i, 64);
+			TRY(post_rq(o, 200 + i, &s, 1));
+		}
+		s = sge(n.mr, n.buf, 8);
+		for (int i = 0; i < 4; i++)
+			TRY(post(o, 300 + i, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		capture(1);
+		rc = ibv_poll_cq(small, 1, &wc);
+		int rc2 = ibv_poll_cq(small, 1, &wc);
+		capture(0);
+		msg = captured();
+		CHECK(rc == -1 && rc2 == -1, "overrun CQ must return -1 (got %d, %d)", rc, rc2);
+		CHECK(strstr(msg, "overrun") && strchr(msg, '\n') == msg + strlen(msg) - 1,
+		      "want one line about the overrun, got '%s'", msg);
+		CHECK(ibv_destroy_qp(o) == 0 && ibv_destroy_cq(small) == 0, "destroy");
+	}
+	qps[0] = qp;
+	return node_close(&n, qps);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Two-process cases. Rank 0 is the receiver/target, rank 1 the sender.      */
+
+struct pair {
+	struct node n;
+	struct ibv_qp *qp, *qp2;
+	struct info me, peer;
+};
+
+/* Opens a node, two QPs (qp on the SRQ, qp2 with its own RQ unless
+ * qp2_srq), exchanges addresses and brings both to RTS. */
+static int pair_up(struct pair *p, int fd, size_t len, int qp2_srq, struct copts o, struct copts o2)
+{
+	TRY(node_open(&p->n, len, 1024));
+	CHECK((p->qp = mkqp(&p->n, 1, 256, 256)), "qp");
+	CHECK((p->qp2 = mkqp(&p->n, qp2_srq, 64, 0)), "qp2");
+	memset(&p->me, 0, sizeof(p->me));
+	p->me.gid = my_gid(&p->n);
+	p->me.qpn = p->qp->qp_num;
+	p->me.qpn2 = p->qp2->qp_num;
+	p->me.rkey = p->n.mr->rkey;
+	p->me.addr = (uintptr_t)p->n.buf;
+	p->me.pid = getpid();
+	TRY(xchg(fd, &p->me, &p->peer, sizeof(p->me)));
+	TRY(qp_up(p->qp, &p->peer.gid, p->peer.qpn, o));
+	TRY(qp_up(p->qp2, &p->peer.gid, p->peer.qpn2, o2));
+	return sync_peer(fd);                   /* both sides in RTS */
+}
+
+static int pair_down(struct pair *p, int fd)
+{
+	struct ibv_qp *qps[3] = {p->qp, p->qp2, NULL};
+	TRY(sync_peer(fd));                     /* nobody tears down under the other */
+	return node_close(&p->n, qps);
+}
+
+static int c_send_recv(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s[3];
+	struct ibv_wc wc;
+	TRY(pair_up(&p, fd[1 - rank], 1 << 20, 0, C_DEF, C_DEF));
+	char *b = p.n.buf;
+	if (rank == 0) {
+		/* SRQ receives, consumed in order: 1 SGE, 3 SGEs, 1, 3, 1. */
+		s[0] = sge(p.n.mr, b, 4096);
+		TRY(post_srq(p.n.srq, 101, s, 1));
+		s[0] = sge(p.n.mr, b + 8192, 100);
+		s[1] = sge(p.n.mr, b + 16384, 200);
+		s[2] = sge(p.n.mr, b + 24576, 4000);
+		TRY(post_srq(p.n.srq, 102, s, 3));
+		s[0] = sge(p.n.mr, b + 32768, 4096);
+		TRY(post_srq(p.n.srq, 103, s, 1));
+		s[0] = sge(p.n.mr, b + 40960, 50);
+		s[1] = sge(p.n.mr, b + 45056, 50);
+		s[2] = sge(p.n.mr, b + 49152, 100);
+		TRY(post_srq(p.n.srq, 104, s, 3));
+		s[0] = sge(p.n.mr, b + 53248, 16);
+		TRY(post_srq(p.n.srq, 105, s, 1));
+		s[0] = sge(p.n.mr, b + 65536, 4096);    /* qp2's own RQ */
+		TRY(post_rq(p.qp2, 201, s, 1));
+		TRY(sync_peer(fd[1]));                  /* receives are posted */
+		static const uint64_t ids[] = {101, 102, 103, 104, 105};
+		static const uint32_t lens[] = {3000, 1000, 200, 150, 0};
+		for (int i = 0; i < 5; i++) {
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, ids[i], &wc));
+			CHECK(wc.byte_len == lens[i] && wc.qp_num == p.qp->qp_num && wc.src_qp == p.peer.qpn &&
+				      !(wc.wc_flags & IBV_WC_WITH_IMM),
+			      "recv %d: byte_len %u qp_num %#x src_qp %#x flags %#x", i, wc.byte_len, wc.qp_num,
+			      wc.src_qp, wc.wc_flags);
+		}
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 201, &wc));
+		CHECK(wc.byte_len == 500 && wc.qp_num == p.qp2->qp_num && wc.src_qp == p.peer.qpn2, "qp2 recv");
+		TRY(check_pattern(b, 3000, 1));
+		/* 1000 bytes scattered over 100 + 200 + 700 (of 4000). */
+		char tmp[1000];
+		memcpy(tmp, b + 8192, 100);
+		memcpy(tmp + 100, b + 16384, 200);
+		memcpy(tmp + 300, b + 24576, 700);
+		TRY(check_pattern(tmp, 1000, 2));
+		TRY(all_zero(b + 24576 + 700, 100));
+		TRY(check_pattern(b + 32768, 200, 3));
+		memcpy(tmp, b + 40960, 50);
+		memcpy(tmp + 50, b + 45056, 50);
+		memcpy(tmp + 100, b + 49152, 50);
+		TRY(check_pattern(tmp, 150, 4));
+		TRY(all_zero(b + 53248, 16));
+		TRY(check_pattern(b + 65536, 500, 6));
+		TRY(expect_none(p.n.cq, 20));
+	} else {
+		TRY(sync_peer(fd[0]));
+		pattern(b, 3000, 1);
+		s[0] = sge(p.n.mr, b, 3000);
+		TRY(post(p.qp, 1, IBV_WR_SEND, IBV_SEND_SIGNALED, s, 1, 0, 0, 0));
+		/* 3 SGEs from scattered places, unsignaled. */
+		char msg[1000];
+		pattern(msg, 1000, 2);
+		memcpy(b + 8192, msg, 300);
+		memcpy(b + 20000, msg + 300, 700);
+		s[0] = sge(p.n.mr, b + 8192, 300);
+		s[1] = sge(p.n.mr, b + 20000, 300);
+		s[2] = sge(p.n.mr, b + 20300, 400);
+		TRY(post(p.qp, 2, IBV_WR_SEND, 0, s, 3, 0, 0, 0));
+		/* Inline: copied at post time, the buffer is clobbered right after. */
+		pattern(b + 32768, 200, 3);
+		s[0] = sge(p.n.mr, b + 32768, 200);
+		s[0].lkey = 0xdead;                     /* lkey is not used for inline data */
+		TRY(post(p.qp, 3, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE, s, 1, 0, 0, 0));
+		memset(b + 32768, 0x5a, 200);
+		pattern(tmpbuf_inline, 150, 4);
+		s[0] = sge(p.n.mr, tmpbuf_inline, 50);
+		s[1] = sge(p.n.mr, tmpbuf_inline + 50, 50);
+		s[2] = sge(p.n.mr, tmpbuf_inline + 100, 50);
+		TRY(post(p.qp, 4, IBV_WR_SEND, IBV_SEND_INLINE, s, 3, 0, 0, 0));
+		memset(tmpbuf_inline, 0x5a, 150);
+		TRY(post(p.qp, 5, IBV_WR_SEND, IBV_SEND_SIGNALED, NULL, 0, 0, 0, 0));   /* 0 bytes */
+		pattern(b + 65536, 500, 6);
+		s[0] = sge(p.n.mr, b + 65536, 500);
+		TRY(post(p.qp2, 6, IBV_WR_SEND, IBV_SEND_SIGNALED, s, 1, 0, 0, 0));
+		/* Only the signaled WRs complete. */
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 1, &wc));
+		CHECK(wc.qp_num == p.qp->qp_num, "send wc qp_num");
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 3, NULL));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 5, NULL));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 6, &wc));
+		CHECK(wc.qp_num == p.qp2->qp_num, "send wc qp_num (qp2)");
+		TRY(expect_none(p.n.cq, 20));
+	}
+	return pair_down(&p, fd[1 - rank]);
+}
+
+static int c_send_imm(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	struct ibv_wc wc;
+	TRY(pair_up(&p, fd[1 - rank], 1 << 16, 0, C_DEF, C_DEF));
+	if (rank == 0) {
+		s = sge(p.n.mr, p.n.buf, 256);
+		TRY(post_srq(p.n.srq, 1, &s, 1));
+		s = sge(p.n.mr, p.n.buf + 256, 256);
+		TRY(post_srq(p.n.srq, 2, &s, 1));
+		TRY(sync_peer(fd[1]));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1, &wc));
+		CHECK(wc.byte_len == 64 && (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(0xdeadbeef) &&
+			      wc.src_qp == p.peer.qpn,
+		      "imm recv: len %u flags %#x imm %#x", wc.byte_len, wc.wc_flags, wc.imm_data);
+		TRY(check_pattern(p.n.buf, 64, 9));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 2, &wc));
+		CHECK(wc.byte_len == 0 && (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(7),
+		      "0-byte imm recv: len %u imm %#x", wc.byte_len, wc.imm_data);
+	} else {
+		TRY(sync_peer(fd[0]));
+		pattern(p.n.buf, 64, 9);
+		s = sge(p.n.mr, p.n.buf, 64);
+		TRY(post(p.qp, 11, IBV_WR_SEND_WITH_IMM, IBV_SEND_SIGNALED, &s, 1, 0xdeadbeef, 0, 0));
+		TRY(post(p.qp, 12, IBV_WR_SEND_WITH_IMM, IBV_SEND_SIGNALED, NULL, 0, 7, 0, 0));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 11, NULL));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 12, NULL));
+	}
+	return pair_down(&p, fd[1 - rank]);
+}
+
+static int c_rdma_write(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s[2];
+	struct ibv_wc wc;
+	const size_t MB = 1 << 20;
+	TRY(pair_up(&p, fd[1 - rank], 2 * MB, 0, C_DEF, C_DEF));
+	char *b = p.n.buf;
+	if (rank == 0) {
+		memset(b + MB + MB / 2, 0xaa, 8192);    /* receive buffers: must stay untouched */
+		s[0] = sge(p.n.mr, b + MB + MB / 2, 4096);
+		TRY(post_srq(p.n.srq, 301, s, 1));
+		s[0] = sge(p.n.mr, b + MB + MB / 2 + 4096, 4096);
+		TRY(post_srq(p.n.srq, 302, s, 1));
+		TRY(sync_peer(fd[1]));
+		/* The data of the WRITE (and of all earlier WRs) precedes the CQE. */
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, 301, &wc));
+		TRY(check_pattern(b, MB, 11));
+		CHECK(wc.byte_len == 0 && (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(1) &&
+			      wc.qp_num == p.qp->qp_num && wc.src_qp == p.peer.qpn,
+		      "write-imm wc: len %u flags %#x imm %#x", wc.byte_len, wc.wc_flags, wc.imm_data);
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, 302, &wc));
+		CHECK(wc.byte_len == 4096 && wc.imm_data == htonl(2), "write-imm 2 wc: len %u", wc.byte_len);
+		TRY(check_pattern(b + MB, 4096, 12));
+		for (int i = 0; i < 8192; i++)
+			CHECK((unsigned char)b[MB + MB / 2 + i] == 0xaa, "receive buffer written at %d", i);
+	} else {
+		TRY(sync_peer(fd[0]));
+		pattern(b, MB, 11);
+		pattern(b + MB, 4096, 12);
+		s[0] = sge(p.n.mr, b, MB / 2);
+		s[1] = sge(p.n.mr, b + MB / 2, MB / 2);
+		TRY(post(p.qp, 11, IBV_WR_RDMA_WRITE, 0, s, 2, 0, p.peer.addr, p.peer.rkey));
+		/* 0 bytes: the rkey is not checked (IB spec C9-88), rkey 0 is fine. */
+		TRY(post(p.qp, 12, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_SEND_SIGNALED, NULL, 0, 1, 0, 0));
+		s[0] = sge(p.n.mr, b + MB, 2048);
+		s[1] = sge(p.n.mr, b + MB + 2048, 2048);
+		TRY(post(p.qp, 13, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_SEND_SIGNALED, s, 2, 2, p.peer.addr + MB,
+			 p.peer.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 12, NULL));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 13, NULL));
+		TRY(expect_none(p.n.cq, 20));
+	}
+	return pair_down(&p, fd[1 - rank]);
+}
+
+static int c_rdma_read(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s[2];
+	struct ibv_wc wc;
+	TRY(pair_up(&p, fd[1 - rank], 1 << 20, 0, C_DEF, C_DEF));
+	char *b = p.n.buf;
+	if (rank == 0) {
+		pattern(b + 4096, 65536, 21);
+		TRY(sync_peer(fd[1]));          /* data ready */
+	} else {
+		TRY(sync_peer(fd[0]));
+		s[0] = sge(p.n.mr, b + 200000, 32768);
+		s[1] = sge(p.n.mr, b + 300000, 32768);
+		TRY(post(p.qp, 21, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, s, 2, 0, p.peer.addr + 4096, p.peer.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, 21, &wc));
+		CHECK(wc.byte_len == 65536 && wc.qp_num == p.qp->qp_num, "read wc byte_len %u", wc.byte_len);
+		memmove(b + 200000 + 32768, b + 300000, 32768);
+		TRY(check_pattern(b + 200000, 65536, 21));
+		/* The destination of a READ needs local write access: LOC_PROT_ERR. */
+		static char ro[4096];
+		struct ibv_mr *mr = ibv_reg_mr(p.n.pd, ro, sizeof(ro), 0);
+		CHECK(mr, "reg read-only mr");
+		s[0] = sge(mr, ro, 4096);
+		TRY(post(p.qp, 22, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, s, 1, 0, p.peer.addr, p.peer.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_LOC_PROT_ERR, -1, 22, NULL));
+		CHECK(ibv_dereg_mr(mr) == 0, "dereg");
+	}
+	return pair_down(&p, fd[1 - rank]);
+}
+
+/* RNR: everything is posted before any receive exists; once the receiver
+ * posts, all 100 arrive, in order. Then rnr_retry 2 against an RQ that
+ * stays empty ends in RNR_RETRY_EXC_ERR. */
+static int c_rnr(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	struct ibv_wc wc;
+	struct copts o2 = C_DEF;
+	enum { N = 100 };
+	o2.rnr_retry = 2;
+	TRY(pair_up(&p, fd[1 - rank], 1 << 20, 0, C_DEF, o2));
+	char *b = p.n.buf;
+	if (rank == 0) {
+		char go;
+		TRY(xread(fd[1], &go, 1, 10000));      /* sender has posted everything */
+		sleep_us(30000);                        /* let it hit RNR a few times */
+		for (int i = 0; i < N; i++) {
+			s = sge(p.n.mr, b + 1024 * i, 1024);
+			TRY(post_srq(p.n.srq, 1000 + i, &s, 1));
+			if (i % 10 == 9)
+				sleep_us(2000);
+		}
+		for (int i = 0; i < N; i++) {
+			uint32_t seq;
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1000 + i, &wc));
+			memcpy(&seq, b + 1024 * i, 4);
+			CHECK(seq == (uint32_t)i && wc.byte_len == 8 + (uint32_t)i % 50,
+			      "message %d carries seq %u len %u", i, seq, wc.byte_len);
+		}
+		TRY(expect_none(p.n.cq, 50));   /* qp2's RQ: nothing posted, nothing consumed */
+	} else {
+		char go = 'g';
+		for (int i = 0; i < N; i++) {
+			uint32_t seq = (uint32_t)i;
+			memcpy(b + 1024 * i, &seq, 4);
+			s = sge(p.n.mr, b + 1024 * i, 8 + (uint32_t)i % 50);
+			TRY(post(p.qp, (uint64_t)i, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		}
+		TRY(expect_none(p.n.cq, 10));   /* all blocked behind the first RNR */
+		TRY(xwrite(fd[0], &go, 1));
+		for (int i = 0; i < N; i++)
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, (uint64_t)i, NULL));
+		/* rnr_retry 2 (and min_rnr_timer 1 at the responder): gives up. */
+		s = sge(p.n.mr, b, 8);
+		TRY(post(p.qp2, 7, IBV_WR_SEND, 0, &s, 1, 0, 0, 0));
+		TRY(post(p.qp2, 8, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		TRY(expect_wc(p.n.cq, IBV_WC_RNR_RETRY_EXC_ERR, -1, 7, NULL));
+		TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 8, NULL));
+		CHECK(qp_state(p.qp2) == IBV_QPS_ERR, "qp2 must be in ERR");
+	}
+	return pair_down(&p, fd[1 - rank]);
+}
+
+/* A bad rkey (and an out-of-range address): REM_ACCESS_ERR at the sender,
+ * the WRs behind it flushed, nothing written, SRQ receives not flushed. */
+static int c_bad_rkey(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	TRY(pair_up(&p, fd[1 - rank], 1 << 16, 1, C_DEF, C_DEF));
+	char *b = p.n.buf;
+	if (rank == 0) {
+		s = sge(p.n.mr, b + 60000, 100);
+		TRY(post_srq(p.n.srq, 1, &s, 1));
+		TRY(post_srq(p.n.srq, 2, &s, 1));
+		TRY(sync_peer(fd[1]));
+		TRY(sync_peer(fd[1]));          /* sender done */
+		TRY(all_zero(b, 1 << 16));
+		TRY(expect_none(p.n.cq, 50));   /* SRQ receives stay posted */
+		CHECK(qp_state(p.qp) == IBV_QPS_ERR && qp_state(p.qp2) == IBV_QPS_ERR,
+		      "responder QPs go to ERR after an access violation (states %d %d)", qp_state(p.qp),
+		      qp_state(p.qp2));
+	} else {
+		struct ibv_send_wr w[3], *bad = NULL;
+		TRY(sync_peer(fd[0]));
+		pattern(b, 8192, 5);
+		s = sge(p.n.mr, b, 4096);
+		memset(w, 0, sizeof(w));
+		for (int i = 0; i < 3; i++) {
+			w[i].wr_id = 41 + (uint64_t)i;
+			w[i].sg_list = &s;
+			w[i].num_sge = 1;
+			w[i].opcode = IBV_WR_RDMA_WRITE;
+			w[i].wr.rdma.remote_addr = p.peer.addr;
+			w[i].wr.rdma.rkey = p.peer.rkey;
+			w[i].next = i < 2 ? &w[i + 1] : NULL;
+		}
+		w[0].wr.rdma.rkey = p.peer.rkey ^ 0x5a5a00;
+		w[0].send_flags = IBV_SEND_SIGNALED;
+		w[2].opcode = IBV_WR_SEND;
+		CHECK(ibv_post_send(p.qp, w, &bad) == 0, "post list");
+		TRY(expect_wc(p.n.cq, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE, 41, NULL));
+		TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 42, NULL));
+		TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 43, NULL));
+		CHECK(qp_state(p.qp) == IBV_QPS_ERR && p.qp->state == IBV_QPS_ERR, "sender QP must be in ERR");
+		TRY(post(p.qp, 44, IBV_WR_SEND, 0, &s, 1, 0, 0, 0));
+		TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 44, NULL));
+		/* Valid rkey, range past the end of the MR. */
+		TRY(post(p.qp2, 45, IBV_WR_RDMA_WRITE, 0, &s, 1, 0, p.peer.addr + (1 << 16) - 100, p.peer.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_REM_ACCESS_ERR, -1, 45, NULL));
+		TRY(sync_peer(fd[0]));
+	}
+	return pair_down(&p, fd[1 - rank]);
+}
+
+/* A deregistered MR's rkey fails afterwards (right away, and after the
+ * slot has been reused by new registrations); keys are never reused. */
+static int c_dereg(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	struct { uint32_t rkey, pad; uint64_t addr; } k;
+	int f = fd[1 - rank];
+	TRY(pair_up(&p, f, 1 << 16, 1, C_DEF, C_DEF));
+	if (rank == 0) {
+		static char area[8192];
+		uint32_t keys[101];
+		int nk = 0;
+		struct ibv_mr *mr = ibv_reg_mr(p.n.pd, area, sizeof(area), ACC), *m = NULL;
+		CHECK(mr, "reg");
+		memset(&k, 0, sizeof(k));
+		k.rkey = mr->rkey;
+		k.addr = (uintptr_t)area;
+		TRY(xwrite(f, &k, sizeof(k)));
+		TRY(sync_peer(f));              /* first write done */
+		TRY(check_pattern(area, 4096, 8));
+		keys[nk++] = mr->rkey;
+		CHECK(ibv_dereg_mr(mr) == 0, "dereg");
+		memset(area, 0, sizeof(area));
+		TRY(sync_peer(f));              /* the old key is dead now */
+		TRY(sync_peer(f));              /* write with it has failed */
+		TRY(all_zero(area, sizeof(area)));
+		for (int i = 0; i < 100; i++) {
+			CHECK((m = ibv_reg_mr(p.n.pd, area, sizeof(area), ACC)), "re-reg");
+			for (int j = 0; j < nk; j++)
+				CHECK(m->rkey != keys[j] && m->lkey != keys[j], "key %#x reused", m->rkey);
+			keys[nk++] = m->rkey;
+			if (i < 99)
+				CHECK(ibv_dereg_mr(m) == 0, "dereg");
+		}
+		TRY(sync_peer(f));              /* area registered again, new key */
+		TRY(sync_peer(f));              /* old key failed again */
+		TRY(all_zero(area, sizeof(area)));
+		CHECK(ibv_dereg_mr(m) == 0, "dereg");
+	} else {
+		TRY(xread(f, &k, sizeof(k), 10000));
+		pattern(p.n.buf, 4096, 8);
+		s = sge(p.n.mr, p.n.buf, 4096);
+		TRY(post(p.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, k.addr, k.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 1, NULL));
+		TRY(sync_peer(f));
+		TRY(sync_peer(f));
+		TRY(post(p.qp, 2, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, k.addr, k.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE, 2, NULL));
+		TRY(sync_peer(f));
+		TRY(sync_peer(f));
+		TRY(post(p.qp2, 3, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, k.addr, k.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE, 3, NULL));
+		TRY(sync_peer(f));
+	}
+	return pair_down(&p, f);
+}
+
+/* SEND longer than the receive WQE: REM_INV_REQ_ERR / LOC_LEN_ERR. */
+static int c_short_recv(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	int f = fd[1 - rank];
+	TRY(pair_up(&p, f, 1 << 16, 1, C_DEF, C_DEF));
+	if (rank == 0) {
+		s = sge(p.n.mr, p.n.buf, 16);
+		TRY(post_srq(p.n.srq, 501, &s, 1));
+		s = sge(p.n.mr, p.n.buf + 4096, 64);
+		TRY(post_srq(p.n.srq, 502, &s, 1));
+		TRY(sync_peer(f));
+		TRY(expect_wc(p.n.cq, IBV_WC_LOC_LEN_ERR, -1, 501, NULL));
+		/* The failed WQE was consumed: qp2's message takes the next one. */
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 502, NULL));
+		TRY(sync_peer(f));
+		CHECK(qp_state(p.qp) == IBV_QPS_ERR && qp_state(p.qp2) == IBV_QPS_RTS,
+		      "receiver QP must be in ERR, the other one not");
+	} else {
+		TRY(sync_peer(f));
+		s = sge(p.n.mr, p.n.buf, 64);
+		TRY(post(p.qp, 51, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		TRY(expect_wc(p.n.cq, IBV_WC_REM_INV_REQ_ERR, IBV_WC_SEND, 51, NULL));
+		CHECK(qp_state(p.qp) == IBV_QPS_ERR, "sender QP must be in ERR");
+		s = sge(p.n.mr, p.n.buf, 8);
+		TRY(post(p.qp2, 52, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 52, NULL));
+		TRY(sync_peer(f));
+	}
+	return pair_down(&p, f);
+}
+
+/* The responder's QP is destroyed, then the responder is killed with
+ * SIGKILL: the requester gets RETRY_EXC_ERR within the retry window. */
+static int c_peer_kill(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	int f = fd[1 - rank];
+	double t0, dt;
+	TRY(pair_up(&p, f, 1 << 16, 1, C_DEF, C_DEF));
+	if (rank == 1) {                        /* the victim */
+		s = sge(p.n.mr, p.n.buf, 1024);
+		TRY(post_srq(p.n.srq, 1, &s, 1));
+		TRY(sync_peer(f));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1, NULL));
+		CHECK(ibv_destroy_qp(p.qp2) == 0, "destroy qp2");
+		TRY(sync_peer(f));
+		for (int i = 0; i < 300; i++)   /* killed long before this ends */
+			sleep_us(50000);
+		CHECK(0, "victim was not killed");
+	}
+	TRY(sync_peer(f));
+	s = sge(p.n.mr, p.n.buf, 64);
+	TRY(post(p.qp, 1, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+	TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 1, NULL));
+	TRY(sync_peer(f));                      /* its qp2 is destroyed */
+	t0 = now_s();
+	TRY(post(p.qp2, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+	TRY(expect_wc(p.n.cq, IBV_WC_RETRY_EXC_ERR, -1, 2, NULL));
+	dt = now_s() - t0;
+	CHECK(dt >= 0.25 && dt < 4, "destroyed remote QP: RETRY_EXC_ERR after %.2f s", dt);
+	CHECK(kill(p.peer.pid, SIGKILL) == 0, "kill");
+	t0 = now_s();
+	TRY(post(p.qp, 3, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+	TRY(post(p.qp, 4, IBV_WR_RDMA_WRITE, 0, &s, 1, 0, p.peer.addr, p.peer.rkey));
+	TRY(expect_wc(p.n.cq, IBV_WC_RETRY_EXC_ERR, -1, 3, NULL));
+	dt = now_s() - t0;
+	TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 4, NULL));
+	CHECK(dt >= 0.25 && dt < 4, "killed peer: RETRY_EXC_ERR after %.2f s", dt);
+	CHECK(qp_state(p.qp) == IBV_QPS_ERR, "QP must be in ERR");
+	fprintf(stderr, "    (retry window with timeout 14, retry_cnt 7: RETRY_EXC_ERR after %.2f s)\n", dt);
+	{
+		struct ibv_qp *qps[3] = {p.qp, p.qp2, NULL};
+		return node_close(&p.n, qps);   /* no final sync: the peer is dead */
+	}
+}
+
+/* A process killed while it holds a peer's lock (its RDMA WRITE copies
+ * into the peer under the peer's lock) must not hang the peer: the lock is
+ * robust. The victim writes 128 MiB per WR back to back, so the kill almost
+ * always lands inside the critical section; the trace line says so. */
+static int c_lock_kill(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	struct ibv_wc wc;
+	int f = fd[1 - rank];
+	const size_t LEN = 128u << 20;
+	if (rank == 0)
+		setenv("IBEMU_TRACE", "1", 1);
+	TRY(pair_up(&p, f, LEN, 1, C_DEF, C_DEF));
+	unsetenv("IBEMU_TRACE");
+	if (rank == 1) {                        /* the victim */
+		char go = 'g';
+		s = sge(p.n.mr, p.n.buf, (uint32_t)LEN);
+		for (uint64_t i = 0;; i++) {
+			TRY(post(p.qp, i, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, p.peer.addr, p.peer.rkey));
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, i, NULL));
+			if (i == 0)
+				TRY(xwrite(f, &go, 1));
+		}
+	}
+	char go, *msg;
+	struct ibv_qp *a = NULL, *b = NULL;
+	double t0;
+	int rc;
+	TRY(xread(f, &go, 1, 10000));
+	sleep_us(30000);
+	capture(1);
+	rc = kill(p.peer.pid, SIGKILL);
+	t0 = now_s();
+	int k = ibv_poll_cq(p.n.cq, 1, &wc);    /* takes our lock: must not hang */
+	double dt = now_s() - t0;
+	/* The context still works: loopback on two new QPs. */
+	int bad = !(a = mkqp(&p.n, 0, 4, 0)) || !(b = mkqp(&p.n, 0, 4, 0)) || loop_up(&p.n, a, b);
+	if (!bad) {
+		s = sge(p.n.mr, p.n.buf + 64, 16);
+		bad = post_rq(b, 1, &s, 1);
+		s = sge(p.n.mr, p.n.buf, 16);
+		bad = bad || post(a, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0);
+		bad = bad || expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1, NULL) ||
+		      expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 2, NULL);
+	}
+	capture(0);
+	msg = captured();
+	CHECK(rc == 0 && k == 0 && !bad, "after the kill: poll %d, loopback %s; stderr: %s", k, bad ? "failed" : "ok",
+	      msg);
+	CHECK(dt < 2, "poll_cq took %.2f s after the kill", dt);
+	fprintf(stderr, "    (%s)\n",
+		strstr(msg, "recovered") ? "killed inside the critical section: robust lock recovered"
+					 : "killed outside the critical section this time: nothing to recover");
+	{
+		struct ibv_qp *all[5] = {p.qp, p.qp2, a, b, NULL};
+		return node_close(&p.n, all);   /* no final sync: the peer is dead */
+	}
+}
+
+/* IBEMU_FAULT kinds, in the sender (rank 1) only. */
+static int g_fault;
+static const char *const fault_spec[] = {"rem_access:2", "retry_exc:3", "qp_err:2"};
+
+static int c_fault(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	int f = fd[1 - rank];
+	if (rank == 1)
+		setenv("IBEMU_FAULT", fault_spec[g_fault], 1);
+	TRY(pair_up(&p, f, 1 << 16, 1, C_DEF, C_DEF));
+	unsetenv("IBEMU_FAULT");
+	char *b = p.n.buf;
+	if (rank == 0) {
+		for (int i = 0; i < 4; i++) {
+			s = sge(p.n.mr, b + 32768 + 256 * i, 256);
+			TRY(post_srq(p.n.srq, 1 + (uint64_t)i, &s, 1));
+		}
+		TRY(sync_peer(f));
+		TRY(sync_peer(f));              /* sender done */
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1, NULL));
+		TRY(expect_none(p.n.cq, 20));
+		if (g_fault != 2)
+			TRY(check_pattern(b, 4096, 31));
+		TRY(all_zero(b + 8192, 4096));
+		CHECK(qp_state(p.qp) == IBV_QPS_RTS, "an injected fault is local to the sender");
+	} else {
+		struct ibv_send_wr w[2], *bad = NULL;
+		struct ibv_sge m;               /* SENDs: fit the 256-byte receives */
+		TRY(sync_peer(f));
+		pattern(b, 4096, 31);
+		s = sge(p.n.mr, b, 4096);
+		m = sge(p.n.mr, b, 200);
+		memset(w, 0, sizeof(w));
+		switch (g_fault) {
+		case 0:         /* the 2nd RDMA WR fails, nothing written, rest flushed */
+			TRY(post(p.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, p.peer.addr, p.peer.rkey));
+			TRY(post(p.qp, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, &m, 1, 0, 0, 0));
+			TRY(post(p.qp, 3, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, p.peer.addr + 8192,
+				 p.peer.rkey));
+			TRY(post(p.qp, 4, IBV_WR_SEND, 0, &m, 1, 0, 0, 0));
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 1, NULL));
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 2, NULL));
+			TRY(expect_wc(p.n.cq, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE, 3, NULL));
+			TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 4, NULL));
+			break;
+		case 1:         /* the 3rd WR of any kind fails */
+			TRY(post(p.qp, 1, IBV_WR_SEND, IBV_SEND_SIGNALED, &m, 1, 0, 0, 0));
+			TRY(post(p.qp, 2, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, p.peer.addr, p.peer.rkey));
+			w[0].wr_id = 3;
+			w[0].opcode = IBV_WR_SEND;
+			w[0].sg_list = &m;
+			w[0].num_sge = 1;
+			w[0].send_flags = IBV_SEND_SIGNALED;
+			w[0].next = &w[1];
+			w[1] = w[0];
+			w[1].wr_id = 4;
+			w[1].send_flags = 0;
+			w[1].next = NULL;
+			CHECK(ibv_post_send(p.qp, w, &bad) == 0, "post list");
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 1, NULL));
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 2, NULL));
+			TRY(expect_wc(p.n.cq, IBV_WC_RETRY_EXC_ERR, -1, 3, NULL));
+			TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 4, NULL));
+			break;
+		default:        /* the 2nd post_send call: its QP goes to ERR first */
+			TRY(post(p.qp, 1, IBV_WR_SEND, IBV_SEND_SIGNALED, &m, 1, 0, 0, 0));
+			w[0].wr_id = 2;
+			w[0].opcode = IBV_WR_SEND;
+			w[0].sg_list = &m;
+			w[0].num_sge = 1;
+			w[0].next = &w[1];
+			w[1] = w[0];
+			w[1].wr_id = 3;
+			w[1].opcode = IBV_WR_RDMA_WRITE;
+			w[1].sg_list = &s;
+			w[1].wr.rdma.remote_addr = p.peer.addr + 8192;
+			w[1].wr.rdma.rkey = p.peer.rkey;
+			w[1].next = NULL;
+			CHECK(ibv_post_send(p.qp, w, &bad) == 0, "post list");
+			TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 1, NULL));
+			TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 2, NULL));
+			TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 3, NULL));
+			break;
+		}
+		CHECK(qp_state(p.qp) == IBV_QPS_ERR, "sender QP must be in ERR");
+		TRY(expect_none(p.n.cq, 20));
+		TRY(sync_peer(f));
+	}
+	return pair_down(&p, f);
+}
+
+/* IBEMU_FAULT_RANK: the fault applies only where the rank matches. */
+static int loop_send_status(enum ibv_wc_status want)
+{
+	struct node n;
+	struct ibv_qp *a, *b, *qps[3];
+	struct ibv_sge s;
+	TRY(node_open(&n, 4096, 16));
+	CHECK((a = mkqp(&n, 0, 4, 0)) && (b = mkqp(&n, 0, 4, 0)), "qps");
+	TRY(loop_up(&n, a, b));
+	s = sge(n.mr, n.buf + 64, 16);
+	TRY(post_rq(b, 1, &s, 1));
+	s = sge(n.mr, n.buf, 16);
+	TRY(post(a, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+	if (want == IBV_WC_SUCCESS)
+		TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1, NULL));
+	TRY(expect_wc(n.cq, want, -1, 2, NULL));
+	qps[0] = a;
+	qps[1] = b;
+	qps[2] = NULL;
+	return node_close(&n, qps);
+}
+
+static int c_fault_rank(int rank, int *fd)
+{
+	(void)rank;
+	(void)fd;
+	unsetenv("OMPI_COMM_WORLD_RANK");
+	unsetenv("PMIX_RANK");
+	setenv("IBEMU_FAULT", "retry_exc:1", 1);
+	setenv("IBEMU_FAULT_RANK", "0", 1);
+	setenv("PMI_RANK", "1", 1);
+	TRY(loop_send_status(IBV_WC_SUCCESS));
+	setenv("PMI_RANK", "0", 1);
+	TRY(loop_send_status(IBV_WC_RETRY_EXC_ERR));
+	unsetenv("PMI_RANK");
+	setenv("PMIX_RANK", "0", 1);            /* third in line, still honored */
+	TRY(loop_send_status(IBV_WC_RETRY_EXC_ERR));
+	unsetenv("IBEMU_FAULT_RANK");           /* unset: every process */
+	unsetenv("PMIX_RANK");
+	TRY(loop_send_status(IBV_WC_RETRY_EXC_ERR));
+	unsetenv("IBEMU_FAULT");
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 3 processes all-to-all: each sends A_N messages of random size 0-64 KiB
+ * to each other one, alternating SEND (into SRQ buffers) and RDMA WRITE +
+ * RDMA WRITE WITH IMM (into a ring of A_K slots at the receiver, flow-
+ * controlled by credits the receiver RDMA-writes back, inline). Every byte
+ * is checked against the generator and per-pair checksums are compared.  */
+
+#define A_N 1000
+#define A_K 8
+#define A_S 16
+#define A_MSG 65536
+#define A_SRQ 128
+#define A_SQ 256
+#define A_ENC(t, d, i, q) \
+	(((uint64_t)(t) << 60) | ((uint64_t)(d) << 56) | ((uint64_t)((i) & 0xffffff) << 24) | ((q) & 0xffffffu))
+
+struct a_info { union ibv_gid gid; uint32_t qpn, rkey; uint64_t ring, credit; };
+struct a_peer {
+	int fd;
+	struct ibv_qp *qp;
+	struct a_info r;
+	uint32_t sent, completed, recvd, wr_posted, wr_retired, credits_posted;
+	int credit_pending, final_done, heard;
+	uint64_t ck_sent, ck_recv, bytes_recv;
+	char *stage, *ring;
+	volatile uint64_t *credit_in;
+};
+
+static uint64_t splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t a_seed(int s, int d, uint32_t i)
+{
+	return ((uint64_t)s << 40) ^ ((uint64_t)d << 32) ^ i ^ 0x5eed0000ull;
+}
+
+static uint32_t a_size(int s, int d, uint32_t i)
+{
+	uint64_t x = a_seed(s, d, i), r = splitmix(&x);
+	/* 1 in 8 tiny (0..64 bytes: zero-length and inline paths), else 0..64 KiB */
+	return (r & 7) == 0 ? (uint32_t)((r >> 8) % 65) : (uint32_t)((r >> 8) % (A_MSG + 1));
+}
+
+static void a_fill(int s, int d, uint32_t i, char *p, uint32_t n)
+{
+	uint64_t x = a_seed(s, d, i) * 3 + 1, v;
+	uint32_t k = 0;
+	for (; k + 8 <= n; k += 8) {
+		v = splitmix(&x);
+		memcpy(p + k, &v, 8);
+	}
+	if (k < n) {
+		v = splitmix(&x);
+		memcpy(p + k, &v, n - k);
+	}
+}
+
+static uint64_t a_ck(uint64_t ck, const char *p, uint32_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ n, v;
+	uint32_t k = 0;
+	for (; k + 8 <= n; k += 8) {
+		memcpy(&v, p + k, 8);
+		h = (h ^ v) * 0x100000001b3ull;
+	}
+	for (; k < n; k++)
+		h = (h ^ (unsigned char)p[k]) * 0x100000001b3ull;
+	return ck * 1000003ull + h;
+}
+
+static int a_post_one(struct node *n, int me, int d, struct a_peer *P)
+{
+	uint32_t i = P->sent, sz = a_size(me, d, i);
+	char *data = P->stage + (size_t)(i % A_S) * A_MSG;
+	struct ibv_sge s[3];
+	struct ibv_send_wr w[2], *bad = NULL;
+	int rc;
+
+	if (i & 1) {    /* RDMA path needs a free ring slot at the receiver */
+		uint32_t r = i / 2;
+		if (r >= A_K && *P->credit_in < 2ull * (r - A_K) + 2)
+			return 0;
+	}
+	a_fill(me, d, i, data, sz);
+	P->ck_sent = a_ck(P->ck_sent, data, sz);
+	memset(w, 0, sizeof(w));
+	if (!(i & 1)) {
+		s[0] = sge(n->mr, data, sz);
+		w[0].wr_id = A_ENC(1, d, i, P->wr_posted);
+		w[0].opcode = IBV_WR_SEND;
+		w[0].send_flags = IBV_SEND_SIGNALED | (sz <= 64 ? IBV_SEND_INLINE : 0);
+		w[0].sg_list = s;
+		w[0].num_sge = sz ? 1 : 0;
+		P->wr_posted++;
+	} else {
+		uint32_t h = sz / 2, rest = sz - h;
+		uint64_t raddr = P->r.ring + (uint64_t)((i / 2) % A_K) * A_MSG;
+		s[0] = sge(n->mr, data, h);
+		w[0].wr_id = A_ENC(2, d, i, P->wr_posted);
+		w[0].opcode = IBV_WR_RDMA_WRITE;
+		w[0].sg_list = s;
+		w[0].num_sge = h ? 1 : 0;
+		w[0].wr.rdma.remote_addr = raddr;
+		w[0].wr.rdma.rkey = P->r.rkey;
+		w[0].next = &w[1];
+		s[1] = sge(n->mr, data + h, rest / 2);
+		s[2] = sge(n->mr, data + h + rest / 2, rest - rest / 2);
+		w[1].wr_id = A_ENC(1, d, i, P->wr_posted + 1);
+		w[1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		w[1].send_flags = IBV_SEND_SIGNALED;
+		w[1].imm_data = htonl(i);
+		w[1].sg_list = &s[1];
+		w[1].num_sge = rest ? 2 : 0;
+		w[1].wr.rdma.remote_addr = raddr + h;
+		w[1].wr.rdma.rkey = P->r.rkey;
+		P->wr_posted += 2;
+	}
+	rc = ibv_post_send(P->qp, w, &bad);
+	CHECK(rc == 0, "post_send to %d msg %u: %s", d, i, strerror(rc));
+	P->sent++;
+	return 0;
+}
+
+static int a_post_credit(int d, struct a_peer *P)
+{
+	uint64_t val = P->recvd;
+	int sig = (++P->credits_posted % 16 == 0) || val == A_N;
+	struct ibv_sge s = {.addr = (uintptr_t)&val, .length = 8, .lkey = 0};
+	struct ibv_send_wr w, *bad = NULL;
+	int rc;
+	memset(&w, 0, sizeof(w));
+	w.wr_id = A_ENC(3, d, val, P->wr_posted);
+	w.opcode = IBV_WR_RDMA_WRITE;
+	w.send_flags = IBV_SEND_INLINE | (sig ? IBV_SEND_SIGNALED : 0);
+	w.sg_list = &s;
+	w.num_sge = 1;
+	w.wr.rdma.remote_addr = P->r.credit;
+	w.wr.rdma.rkey = P->r.rkey;
+	rc = ibv_post_send(P->qp, &w, &bad);
+	CHECK(rc == 0, "credit post: %s", strerror(rc));
+	P->wr_posted++;
+	P->credit_pending = 0;
+	return 0;
+}
+
+static int c_alltoall(int rank, int *fd)
+{
+	const int NP = 3, me = rank;
+	struct node n;
+	struct a_peer P[3];
+	const size_t srq_bytes = (size_t)A_SRQ * A_MSG, ring_bytes = (size_t)A_K * A_MSG,
+		     stage_bytes = (size_t)A_S * A_MSG;
+	const size_t total = srq_bytes + NP * (ring_bytes + stage_bytes) + NP * 64;
+	char *cmp = malloc(A_MSG);
+	struct ibv_wc wc[32];
+	double t0 = now_s();
+	struct ibv_qp *qps[3] = {NULL, NULL, NULL};
+	int nq = 0;
+
+	CHECK(cmp, "malloc");
+	TRY(node_open(&n, total, 4096));
+	memset(P, 0, sizeof(P));
+	for (int d = 0; d < NP; d++) {
+		struct a_info mine;
+		if (d == me)
+			continue;
+		P[d].fd = fd[d];
+		P[d].ring = n.buf + srq_bytes + (size_t)d * ring_bytes;        /* d writes here */
+		P[d].stage = n.buf + srq_bytes + NP * ring_bytes + (size_t)d * stage_bytes;
+		P[d].credit_in = (volatile uint64_t *)(n.buf + srq_bytes + NP * (ring_bytes + stage_bytes) + d * 64);
+		CHECK((P[d].qp = mkqp(&n, 1, A_SQ, 64)), "qp");
+		qps[nq++] = P[d].qp;
+		mine.gid = my_gid(&n);
+		mine.qpn = P[d].qp->qp_num;
+		mine.rkey = n.mr->rkey;
+		mine.ring = (uintptr_t)P[d].ring;
+		mine.credit = (uintptr_t)P[d].credit_in;
+		TRY(xwrite(fd[d], &mine, sizeof(mine)));
+	}
+	for (int d = 0; d < NP; d++) {
+		if (d == me)
+			continue;
+		TRY(xread(fd[d], &P[d].r, sizeof(P[d].r), 10000));
+		TRY(qp_up(P[d].qp, &P[d].r.gid, P[d].r.qpn, C_DEF));
+	}
+	for (int i = 0; i < A_SRQ; i++) {
+		struct ibv_sge s = sge(n.mr, n.buf + (size_t)i * A_MSG, A_MSG);
+		TRY(post_srq(n.srq, (uint64_t)i, &s, 1));
+	}
+	for (int d = 0; d < NP; d++)
+		if (d != me)
+			TRY(sync_peer(fd[d]));          /* everyone is in RTS with receives */
+
+	for (;;) {
+		int busy = 0, done = 1, k;
+		CHECK(now_s() - t0 < 25, "all-to-all timed out (sent/completed/recvd: %u/%u/%u, %u/%u/%u)",
+		      P[(me + 1) % 3].sent, P[(me + 1) % 3].completed, P[(me + 1) % 3].recvd, P[(me + 2) % 3].sent,
+		      P[(me + 2) % 3].completed, P[(me + 2) % 3].recvd);
+		for (int d = 0; d < NP; d++) {
+			struct a_peer *Q = &P[d];
+			if (d == me)
+				continue;
+			if (Q->credit_pending && Q->wr_posted - Q->wr_retired + 1 <= A_SQ) {
+				TRY(a_post_credit(d, Q));
+				busy = 1;
+			}
+			if (Q->sent < A_N && Q->sent - Q->completed < A_S && Q->wr_posted - Q->wr_retired + 3 <= A_SQ) {
+				uint32_t before = Q->sent;
+				TRY(a_post_one(&n, me, d, Q));
+				busy |= Q->sent != before;
+			}
+			done &= Q->completed == A_N && Q->recvd == A_N && Q->final_done;
+		}
+		k = ibv_poll_cq(n.cq, 32, wc);
+		CHECK(k >= 0, "poll_cq failed");
+		for (int j = 0; j < k; j++) {
+			struct ibv_wc *c = &wc[j];
+			CHECK(c->status == IBV_WC_SUCCESS, "completion wr_id %#llx: %s", (unsigned long long)c->wr_id,
+			      ibv_wc_status_str(c->status));
+			if (c->opcode == IBV_WC_RECV || c->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+				int d = -1;
+				for (int x = 0; x < NP; x++)
+					if (x != me && P[x].qp->qp_num == c->qp_num)
+						d = x;
+				CHECK(d >= 0 && c->src_qp == P[d].r.qpn, "receive on unknown qp %#x", c->qp_num);
+				struct a_peer *Q = &P[d];
+				uint32_t i = Q->recvd, sz = a_size(d, me, i);
+				const char *data;
+				if (c->opcode == IBV_WC_RECV) {
+					CHECK(!(i & 1) && c->byte_len == sz, "from %d msg %u: SEND of %u bytes, want %u", d,
+					      i, c->byte_len, sz);
+					data = n.buf + c->wr_id * A_MSG;
+				} else {
+					CHECK((i & 1) && ntohl(c->imm_data) == i && c->byte_len == sz - sz / 2 &&
+						      (c->wc_flags & IBV_WC_WITH_IMM),
+					      "from %d msg %u: write-imm imm %u len %u", d, i, ntohl(c->imm_data),
+					      c->byte_len);
+					data = Q->ring + (size_t)((i / 2) % A_K) * A_MSG;
+				}
+				a_fill(d, me, i, cmp, sz);
+				CHECK(memcmp(cmp, data, sz) == 0, "from %d msg %u (%u bytes): payload differs", d, i, sz);
+				Q->ck_recv = a_ck(Q->ck_recv, data, sz);
+				Q->bytes_recv += sz;
+				Q->recvd++;
+				Q->credit_pending = 1;
+				struct ibv_sge s = sge(n.mr, n.buf + c->wr_id * A_MSG, A_MSG);
+				TRY(post_srq(n.srq, c->wr_id, &s, 1));
+			} else {
+				int t = (int)(c->wr_id >> 60), d = (int)((c->wr_id >> 56) & 15);
+				uint32_t idx = (uint32_t)((c->wr_id >> 24) & 0xffffff);
+				CHECK(d < NP && d != me, "bad wr_id %#llx", (unsigned long long)c->wr_id);
+				P[d].wr_retired = (uint32_t)(c->wr_id & 0xffffff) + 1;
+				if (t == 1)
+					P[d].completed = idx + 1;
+				else if (t == 3 && idx == A_N)
+					P[d].final_done = 1;
+			}
+		}
+		if (done)
+			break;
+		if (!busy && k == 0)
+			sleep_us(20);
+	}
+	/* Compare checksums, keep our QPs alive until every peer is done. */
+	for (int d = 0; d < NP; d++)
+		if (d != me)
+			TRY(xwrite(fd[d], &P[d].ck_sent, 8));
+	for (int d = 0; d < NP; d++) {
+		uint64_t theirs;
+		if (d == me)
+			continue;
+		TRY(xread(fd[d], &theirs, 8, 20000));
+		CHECK(theirs == P[d].ck_recv, "checksum from %d: sent %#llx, received %#llx", d,
+		      (unsigned long long)theirs, (unsigned long long)P[d].ck_recv);
+	}
+	for (int d = 0; d < NP; d++)
+		if (d != me)
+			TRY(sync_peer(fd[d]));
+	if (me == 0)
+		fprintf(stderr, "    (all-to-all: 3 x 2 x %d messages; rank 0 received %.1f MB; %.2f s)\n", A_N,
+			(double)P[0 + 1].bytes_recv / 1e6 + (double)P[2].bytes_recv / 1e6, now_s() - t0);
+	free(cmp);
+	return node_close(&n, qps);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Runner                                                                    */
+
+typedef int (*case_fn)(int rank, int *fd);
+struct tcase {
+	const char *name;
+	case_fn fn;
+	int nproc;
+	int killed;             /* rank expected to die of SIGKILL, or -1 */
+	int check_shm;
+	double timeout;
+	int fault;
+};
+
+/* Entries other jobs on this machine may create while we run (MPI, UCX). */
+static int foreign_shm(const char *n)
+{
+	static const char *const pfx[] = {"mpich", "ompi", "vader", "sem.mpich", "ucx", "psm", "cma", "shm-", "openmpi"};
+	for (unsigned i = 0; i < sizeof(pfx) / sizeof(pfx[0]); i++)
+		if (!strncmp(n, pfx[i], strlen(pfx[i])))
+			return 1;
+	return 0;
+}
+
+static int shm_list(char names[][256], int max)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *de;
+	int k = 0;
+	if (!d)
+		return 0;
+	while ((de = readdir(d)) && k < max)
+		if (de->d_name[0] != '.')
+			snprintf(names[k++], 256, "%s", de->d_name);
+	closedir(d);
+	return k;
+}
+
+static int run_case(const struct tcase *t)
+{
+	int sp[3][3], ok = 1, left;
+	pid_t pid[3];
+	int done[3] = {0, 0, 0};
+	static char before[1024][256], after[1024][256];
+	int nb = 0, na;
+	double t0, deadline;
+
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 3; j++)
+			sp[i][j] = -1;
+	for (int i = 0; i < t->nproc; i++)
+		for (int j = i + 1; j < t->nproc; j++) {
+			int pr[2];
+			if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pr)) {
+				perror("socketpair");
+				return 0;
+			}
+			sp[i][j] = pr[0];
+			sp[j][i] = pr[1];
+		}
+	if (t->check_shm)
+		nb = shm_list(before, 1024);
+	g_fault = t->fault;
+	fflush(stdout);
+	fflush(stderr);
+	t0 = now_s();
+	for (int r = 0; r < t->nproc; r++) {
+		pid[r] = fork();
+		if (pid[r] == 0) {
+			int rc;
+			g_case = t->name;
+			for (int i = 0; i < 3; i++)
+				for (int j = 0; j < 3; j++)
+					if (i != r && sp[i][j] >= 0)
+						close(sp[i][j]);
+			alarm((unsigned)t->timeout + 5);        /* backstop */
+			rc = t->fn(r, sp[r]);
+			fflush(stdout);
+			fflush(stderr);
+			_exit(rc ? 1 : 0);
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 3; j++)
+			if (sp[i][j] >= 0)
+				close(sp[i][j]);
+	deadline = t0 + t->timeout;
+	left = t->nproc;
+	while (left) {
+		for (int r = 0; r < t->nproc; r++) {
+			int st;
+			if (done[r] || waitpid(pid[r], &st, WNOHANG) != pid[r])
+				continue;
+			done[r] = 1;
+			left--;
+			if (r == t->killed) {
+				if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
+					fprintf(stderr, "    rank %d should have been killed (status %#x)\n", r, st);
+					ok = 0;
+				}
+			} else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+				if (WIFSIGNALED(st))
+					fprintf(stderr, "    rank %d died of signal %d\n", r, WTERMSIG(st));
+				ok = 0;
+			}
+		}
+		if (left && now_s() > deadline) {
+			fprintf(stderr, "    timed out after %.0f s, killing the case\n", t->timeout);
+			for (int r = 0; r < t->nproc; r++)
+				if (!done[r]) {
+					kill(pid[r], SIGKILL);
+					waitpid(pid[r], NULL, 0);
+					done[r] = 1;
+				}
+			left = 0;
+			ok = 0;
+		}
+		if (left)
+			sleep_us(2000);
+	}
+	if (t->check_shm) {
+		na = shm_list(after, 1024);
+		for (int i = 0; i < na; i++) {
+			int seen = 0;
+			for (int j = 0; j < nb && !seen; j++)
+				seen = !strcmp(after[i], before[j]);
+			if (!seen && !foreign_shm(after[i])) {
+				fprintf(stderr, "    new entry left in /dev/shm: %s\n", after[i]);
+				ok = 0;
+			}
+		}
+	}
+	printf("%s %-14s (%.2f s)\n", ok ? "PASS" : "FAIL", t->name, now_s() - t0);
+	fflush(stdout);
+	return ok;
+}
+
+static const struct tcase cases[] = {
+	{"device", c_device, 1, -1, 0, 10, 0},
+	{"env_nodev", c_env, 1, -1, 0, 10, 0},
+	{"qp_state", c_qp_state, 1, -1, 0, 10, 0},
+	{"send_recv", c_send_recv, 2, -1, 0, 10, 0},
+	{"send_imm", c_send_imm, 2, -1, 0, 10, 0},
+	{"rdma_write", c_rdma_write, 2, -1, 0, 10, 0},
+	{"rdma_read", c_rdma_read, 2, -1, 0, 10, 0},
+	{"rnr_order", c_rnr, 2, -1, 0, 10, 0},
+	{"bad_rkey", c_bad_rkey, 2, -1, 0, 10, 0},
+	{"dereg_mr", c_dereg, 2, -1, 0, 10, 0},
+	{"short_recv", c_short_recv, 2, -1, 0, 10, 0},
+	{"peer_kill", c_peer_kill, 2, 1, 1, 15, 0},
+	{"lock_kill", c_lock_kill, 2, 1, 1, 15, 0},
+	{"fault_rem_acc", c_fault, 2, -1, 0, 10, 0},
+	{"fault_retry", c_fault, 2, -1, 0, 10, 1},
+	{"fault_qp_err", c_fault, 2, -1, 0, 10, 2},
+	{"fault_rank", c_fault_rank, 1, -1, 0, 10, 0},
+	{"alltoall3", c_alltoall, 3, -1, 0, 28, 0},
+};
+
+int main(int argc, char **argv)
+{
+	int fails = 0, ran = 0;
+	double t0 = now_s();
+	signal(SIGPIPE, SIG_IGN);
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int want = argc < 2;
+		for (int a = 1; a < argc; a++)
+			want |= !strcmp(argv[a], cases[i].name);
+		if (!want)
+			continue;
+		ran++;
+		fails += !run_case(&cases[i]);
+	}
+	if (!ran) {
+		fprintf(stderr, "no such case; cases:");
+		for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+			fprintf(stderr, " %s", cases[i].name);
+		fputc('\n', stderr);
+		return 2;
+	}
+	printf("%s: %d of %d cases passed (%.2f s)\n", fails ? "FAIL" : "OK", ran - fails, ran, now_s() - t0);
+	return fails ? 1 : 0;
+}
