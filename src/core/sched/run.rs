@@ -657,10 +657,22 @@ impl Run {
             std::mem::forget(p);
         }
         if let Some(w) = self.wire.take() {
-            // receives no longer match; sends in the network keep their memory (leaked,
-            // as the library's freed requests keep theirs)
-            w.wire.cancel(&w.ids);
-            std::mem::forget(w);
+            // receives no longer match, and their buffers are deregistered: a peer that
+            // has not heard of the failure yet may still write into a buffer it was given,
+            // which the program may reuse once the call returned; after deregistration
+            // such a write fails at the peer. The shim's packed copies are leaked (as the
+            // library's freed requests keep theirs).
+            let OnWire {
+                wire,
+                mut regs,
+                ids,
+                staged,
+                kept,
+                ..
+            } = *w;
+            wire.cancel(&ids);
+            wire.release(&mut regs);
+            std::mem::forget((staged, kept));
         }
         self.ready.clear();
         self.watches.clear();

@@ -31,14 +31,17 @@
 //! Any failure (a completion in error, a queue pair that cannot be posted to) fails every
 //! pending operation and every later one with `MPI_ERR_OTHER`: the collectives in flight
 //! end with that class, and the wire stays failed (the ranks cannot agree on a fallback
-//! without the network that failed).
+//! without the network that failed). The failing process tells every other rank of every
+//! wire through the library (a message on each wire's notice communicator, which every
+//! rank keeps a receive posted on and tests while it waits): a reliable connection in
+//! error says nothing to a peer that only receives, which would otherwise wait forever.
 
 use core::ffi::c_int;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::platform::abi::*;
-use crate::platform::mpi::{coll as mpi_coll, comm as mpi_comm};
+use crate::platform::mpi::{coll as mpi_coll, comm as mpi_comm, p2p};
 use crate::platform::verbs::*;
 
 /// Bytes of a receive buffer and of a bounce buffer.
@@ -182,6 +185,10 @@ pub struct Fabric {
     sent_eager: u64,
     sent_rdv: u64,
     sent_bytes: u64,
+    /// Every wire, to tell their ranks of a failure.
+    wires: Vec<Weak<Wire>>,
+    /// Tests of the wires since their notices were last looked at.
+    tests: u32,
 }
 
 // SAFETY: the raw pointers are verbs objects and registered memory of this process, used
@@ -274,6 +281,8 @@ impl Fabric {
             sent_eager: 0,
             sent_rdv: 0,
             sent_bytes: 0,
+            wires: Vec::new(),
+            tests: 0,
         };
         f.resources().inspect_err(|_| f.close())?;
         Ok(f)
@@ -538,11 +547,16 @@ impl Fabric {
         }
     }
 
-    /// Fails everything pending: a completion in error or a post that was refused.
+    /// Fails everything pending: a completion in error or a post that was refused; the
+    /// ranks of every wire are told (see the module docs).
     fn fail(&mut self, why: String) {
         if self.failed.is_none() {
             tracing::warn!(target: "shim::verbs", "the verbs transport failed: {why}");
             self.failed = Some(why);
+            self.wires.retain(|w| w.strong_count() > 0);
+            for w in self.wires.iter().filter_map(Weak::upgrade) {
+                w.notify();
+            }
         }
         for op in &mut self.ops {
             match op {
@@ -911,7 +925,33 @@ impl Regs {
 pub struct Wire {
     pub comm: u32,
     members: Vec<i32>,
+    me: c_int,
     fabric: &'static Mutex<Fabric>,
+    /// A duplicate of the communicator's shadow for failure notices, the receive posted on
+    /// it, and the word it receives into.
+    notice: Mutex<Notice>,
+}
+
+struct Notice {
+    comm: MPI_Comm,
+    req: MPI_Request,
+    word: Box<c_int>,
+    told: bool,
+}
+
+impl Drop for Wire {
+    /// The notice receive and communicator go with the wire (at the latest at finalize: no
+    /// request of the shim's may outlive `MPI_Finalize`, MPI-4.0 §11.2).
+    fn drop(&mut self) {
+        let n = self.notice.get_mut().unwrap_or_else(|e| e.into_inner());
+        if n.req != MPI_REQUEST_NULL() {
+            let _ = p2p::cancel(&mut n.req);
+            let _ = p2p::wait(&mut n.req);
+        }
+        if n.comm != MPI_COMM_NULL() {
+            let _ = mpi_comm::free(&mut n.comm);
+        }
+    }
 }
 
 impl std::fmt::Debug for Wire {
@@ -1029,14 +1069,70 @@ pub fn connect(shadow: MPI_Comm, lib: &str, qps: usize, eager: usize) -> Result<
         }
         f.peers.insert(members[j], v);
     }
-    Ok(Arc::new(Wire {
+    let mut notice = Notice {
+        comm: mpi_comm::dup(shadow).map_err(|e| format!("MPI error {} duplicating", e.code()))?,
+        req: MPI_REQUEST_NULL(),
+        word: Box::new(0),
+        told: false,
+    };
+    // SAFETY: the word lives in the wire (boxed) until the receive is cancelled in drop.
+    notice.req = unsafe {
+        p2p::irecv(
+            (&mut *notice.word as *mut c_int).cast(),
+            1,
+            MPI_INT(),
+            MPI_ANY_SOURCE,
+            0,
+            notice.comm,
+        )
+    }
+    .map_err(|e| format!("MPI error {} posting the notice receive", e.code()))?;
+    let w = Arc::new(Wire {
         comm,
         members,
+        me: me as c_int,
         fabric: fm,
-    }))
+        notice: Mutex::new(notice),
+    });
+    f.wires.retain(|w| w.strong_count() > 0);
+    f.wires.push(Arc::downgrade(&w));
+    Ok(w)
 }
 
 impl Wire {
+    /// Tells every other rank of the communicator that this process's fabric failed (once).
+    fn notify(&self) {
+        let mut n = self.notice.lock().unwrap_or_else(|e| e.into_inner());
+        if n.told {
+            return;
+        }
+        n.told = true;
+        static WORD: c_int = 1;
+        for r in (0..self.members.len() as c_int).filter(|&r| r != self.me) {
+            // SAFETY: a static word; the request is freed and completes in the background.
+            if let Ok(mut req) =
+                unsafe { p2p::isend((&WORD as *const c_int).cast(), 1, MPI_INT(), r, 0, n.comm) }
+            {
+                let _ = p2p::request_free(&mut req);
+            }
+        }
+    }
+
+    /// Whether another rank reported a failure (its notice arrived).
+    fn noticed(&self) -> bool {
+        let mut n = self.notice.lock().unwrap_or_else(|e| e.into_inner());
+        if n.req == MPI_REQUEST_NULL() {
+            return false;
+        }
+        match p2p::test(&mut n.req) {
+            Ok(true) => {
+                n.told = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn world(&self, peer: c_int) -> Result<i32, c_int> {
         self.members.get(peer as usize).copied().ok_or(MPI_ERR_RANK)
     }
@@ -1179,6 +1275,11 @@ impl Wire {
     pub fn test(&self, ids: &[u32], out: &mut Vec<(usize, Outcome)>) {
         let mut f = lock(self.fabric);
         f.progress();
+        // another rank's failure: looked for now and then while operations wait
+        f.tests = f.tests.wrapping_add(1);
+        if f.failed.is_none() && f.tests % 64 == 0 && self.noticed() {
+            f.fail("another rank's verbs transport failed (its notice arrived)".into());
+        }
         for (k, &id) in ids.iter().enumerate() {
             if !f.live(id) {
                 continue;
@@ -1203,8 +1304,9 @@ impl Wire {
         }
     }
 
-    /// Forgets operations of a run that stopped: receives no longer match. Sends already
-    /// handed to the network go on; their memory is the caller's to keep.
+    /// Forgets operations of a run that stopped: receives no longer match (the caller then
+    /// revokes their registrations with [`Wire::release`]). Sends already handed to the
+    /// network go on; their memory is the caller's to keep.
     pub fn cancel(&self, ids: &[u32]) {
         let mut f = lock(self.fabric);
         for &id in ids {
@@ -1215,6 +1317,14 @@ impl Wire {
                 q.retain(|&x| x != id);
             }
             let i = op_index(id);
+            let own = match &mut f.ops[i] {
+                Op::Recv(r) => core::mem::replace(&mut r.own, core::ptr::null_mut()),
+                _ => core::ptr::null_mut(),
+            };
+            if !own.is_null() {
+                // SAFETY: the receive's own registration, revoked with it.
+                unsafe { (f.v.dereg_mr)(own) };
+            }
             let in_network = matches!(&f.ops[i], Op::Send(s) if s.done.is_none());
             if !in_network {
                 f.ops[i] = Op::Free;

@@ -423,6 +423,9 @@ impl<'a> Ctx<'a> {
         match self.call.variant {
             Variant::Blocking => {
                 crate::platform::counters::note_path(self.call.fid, "schedule", path);
+                // before the inline path, which a two-level schedule takes on some ranks
+                // only (the set-up is a collective)
+                self.ensure_wire();
                 if crate::core::sched::run::inline_ok(&sched) {
                     if let Some(Ticket::Place(node, place)) = self.ticket.borrow_mut().take() {
                         // every blocking collective takes a tag, whatever path it runs on
@@ -455,7 +458,6 @@ impl<'a> Ctx<'a> {
                     }
                 }
                 let shm = sched.shm;
-                self.ensure_wire();
                 let mut run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -619,6 +621,12 @@ impl<'a> Ctx<'a> {
         let Some(&(transport, cfg)) = TRANSPORT.get() else {
             return false;
         };
+        // under `verbs` the segment serves a node as under `auto`; the messages that are
+        // left (between nodes, or where the segment does not win) take the queue pairs
+        let transport = match transport {
+            Transport::Verbs => Transport::Auto,
+            t => t,
+        };
         let allowed = select::shm_allowed(coll);
         let form = self.form();
         // `auto` takes the segment where it was measured to win: one rule on one node,
@@ -643,8 +651,6 @@ impl<'a> Ctx<'a> {
         let one_node = copy_wins || single_wins;
         let across = select::hier_wins(coll, form, footprint);
         if transport == Transport::Pmpi
-            // the verbs backend carries every message itself (no segment yet beside it)
-            || transport == Transport::Verbs
             || self.size() < 2
             || self.st.inter
             || allowed.is_none()
