@@ -21,6 +21,14 @@
  *  - Lock order: the context's private lock (plock), then at most ONE shared
  *    lock (ours or a peer's) at a time. Never two shared locks at once, so two
  *    processes sending to each other cannot deadlock.
+ *  - IBEMU_NET=tcp (per context, at ibv_open_device): peers are reached over
+ *    TCP instead (as soft-RoCE does over Ethernet), so that processes in
+ *    different PID/network namespaces can talk. The GID then encodes
+ *    magic + IPv4 address + port of the context's listening socket + nonce.
+ *    The memfd still holds the context's own state, but no peer maps it:
+ *    requests (with their payload), ACK/NAKs and RDMA READ data travel on
+ *    non-blocking sockets, and all work is done inside the verbs calls of
+ *    the process that owns the memory. See "TCP mode" below.
  */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
@@ -37,8 +45,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -83,6 +98,8 @@
 #define SHM_VERSION 1u
 /* First 4 bytes of our GIDs: fe80 (link-local, as RoCE) + "ie". */
 static const uint8_t gid_magic[4] = {0xfe, 0x80, 0x69, 0x65};
+/* TCP mode (IBEMU_NET=tcp): fe80 + "it", then IPv4 address, port, 0, nonce. */
+static const uint8_t gid_magic_tcp[4] = {0xfe, 0x80, 0x69, 0x74};
 
 /* ------------------------------------------------------------------------ */
 /* Shared state (lives in the memfd, read and written by peers).             */
@@ -176,7 +193,8 @@ struct emu_peer {
 struct swqe {               /* a posted send WR, copied (verbs allow reuse of wr) */
 	uint64_t wr_id, seq, raddr, len;
 	uint32_t opcode, signaled, imm, rkey;
-	uint32_t num_sge, fault, is_inline, pad;
+	uint32_t num_sge, fault, is_inline;
+	uint32_t lerr;          /* TCP mode: completes with this status, not sent */
 	struct ibv_sge sge[EMU_MAX_SGE];
 };
 
@@ -187,6 +205,8 @@ struct emu_mr  { struct ibv_mr ib; struct emu_pd *pd; uint32_t slot; struct emu_
 struct emu_cq  { struct ibv_cq ib; uint64_t off; int refs; int reported; struct emu_cq *next; };
 struct emu_srq { struct ibv_srq ib; struct emu_pd *pd; uint64_t off, bytes; uint32_t max_wr, max_sge;
 		 int refs; struct emu_srq *next; };
+
+struct emu_conn;
 
 struct emu_qp {
 	struct ibv_qp ib;
@@ -209,6 +229,15 @@ struct emu_qp {
 	/* retry state of the WR at the head */
 	uint64_t next_try, deadline;
 	uint32_t rnr_tries;
+	/* TCP mode: the WRs [head, head + sent) are on the wire, awaiting their
+	 * ACK/NAK; gen tags them (bumped on every rewind, error or reset so that
+	 * stale frames and responses are recognized); a qp_err fault lets the
+	 * WRs in flight finish and moves the QP to ERR at barrier_seq. */
+	struct emu_conn *conn;
+	uint32_t sent, gen;
+	int probe;                      /* after NOTREADY: one WR on the wire */
+	int barrier;
+	uint64_t barrier_seq;
 };
 
 struct emu_fault { int kind; uint64_t n; };
@@ -240,6 +269,11 @@ struct emu_ctx {
 	int nfaults;
 	uint64_t cnt_post, cnt_wr, cnt_rdma;
 	int trace;
+	/* TCP mode */
+	int net;                        /* 0: local (memfd + process_vm), 1: tcp */
+	int lfd, epfd;                  /* listening socket, epoll set */
+	struct sockaddr_in laddr;       /* where lfd listens */
+	struct emu_conn *conns;
 };
 
 #define ctx_of(x) ((struct emu_ctx *)(x))
@@ -494,7 +528,15 @@ static struct emu_peer *peer_get(struct emu_ctx *c, const uint8_t *gid)
 	int f;
 	void *m;
 
-	if (gid_decode(gid, &pid, &fd, &nonce))
+	if (c->net) {
+		/* TCP mode: only a QP connected into its own context takes this
+		 * (direct) path, as an HCA loops back internally. */
+		if (memcmp(gid, c->gid.raw, 16) != 0)
+			return NULL;
+		pid = getpid();
+		fd = c->memfd;
+		nonce = c->nonce;
+	} else if (gid_decode(gid, &pid, &fd, &nonce))
 		return NULL;
 	for (p = c->peers; p; p = p->next) {
 		if (p->pid == pid && p->fd == fd && p->nonce == nonce) {
@@ -681,6 +723,8 @@ static int emu_post_recv(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_
 static int emu_post_srq_recv(struct ibv_srq *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 static int emu_poll_cq(struct ibv_cq *, int, struct ibv_wc *);
 static int emu_req_notify_cq(struct ibv_cq *, int);
+static int net_open(struct emu_ctx *c);
+static void net_close(struct emu_ctx *c);
 
 static int parse_u64(const char *s, uint64_t *v)
 {
@@ -704,8 +748,40 @@ static int parse_env(struct emu_ctx *c)
 	const char *tr = getenv("IBEMU_TRACE");
 	static const char *const allowed_fault =
 		"comma-separated kind:n with kind rem_access|retry_exc|qp_err and n >= 1";
+	const char *net = getenv("IBEMU_NET");
 	uint64_t want;
 
+	if (net && *net && strcmp(net, "local") != 0) {
+		if (strcmp(net, "tcp") != 0) {
+			env_error("IBEMU_NET", net, "local or tcp");
+			return -1;
+		}
+		c->net = 1;
+	}
+	if (c->net) {
+		const char *a = getenv("IBEMU_NET_ADDR");
+		c->laddr.sin_family = AF_INET;
+		if (a && *a) {
+			if (inet_pton(AF_INET, a, &c->laddr.sin_addr) != 1) {
+				env_error("IBEMU_NET_ADDR", a, "an IPv4 address of this host, e.g. 10.77.0.1");
+				return -1;
+			}
+		} else {
+			/* The first non-loopback IPv4 address, else 127.0.0.1. */
+			struct ifaddrs *ifs = NULL, *i;
+			c->laddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+			if (getifaddrs(&ifs) == 0) {
+				for (i = ifs; i; i = i->ifa_next) {
+					if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+					    !(i->ifa_flags & IFF_LOOPBACK)) {
+						c->laddr.sin_addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+						break;
+					}
+				}
+				freeifaddrs(ifs);
+			}
+		}
+	}
 	if (tr && *tr) {
 		if (strcmp(tr, "0") && strcmp(tr, "1")) {
 			env_error("IBEMU_TRACE", tr, "0 or 1");
@@ -785,6 +861,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	c->memfd = -1;
+	c->lfd = c->epfd = -1;
 	if (parse_env(c)) {
 		free(c);
 		errno = EINVAL;
@@ -833,11 +910,16 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ext[0].off = heap;
 	c->ext[0].len = c->size - heap;
 
-	memcpy(c->gid.raw, gid_magic, 4);
-	v[0] = htobe32((uint32_t)getpid());
-	v[1] = htobe32((uint32_t)c->memfd);
-	v[2] = htobe32(c->nonce);
-	memcpy(c->gid.raw + 4, v, sizeof(v));
+	if (c->net) {
+		if (net_open(c))
+			goto fail;
+	} else {
+		memcpy(c->gid.raw, gid_magic, 4);
+		v[0] = htobe32((uint32_t)getpid());
+		v[1] = htobe32((uint32_t)c->memfd);
+		v[2] = htobe32(c->nonce);
+		memcpy(c->gid.raw + 4, v, sizeof(v));
+	}
 
 	pthread_mutex_init(&c->plock, NULL);
 	c->ib.device = device;
@@ -866,6 +948,10 @@ fail: {
 		munmap(c->shm, c->size);
 	if (c->memfd >= 0)
 		close(c->memfd);
+	if (c->lfd >= 0)
+		close(c->lfd);
+	if (c->epfd >= 0)
+		close(c->epfd);
 	free(c->ext);
 	free(c->qp_slots);
 	free(c);
@@ -902,6 +988,7 @@ EXPORT int ibv_close_device(struct ibv_context *context)
 		c->peers->refs = 1;
 		peer_put(c, c->peers);
 	}
+	net_close(c);
 	munmap(c->shm, c->size);
 	close(c->memfd);
 	pthread_mutex_destroy(&c->plock);
@@ -1396,6 +1483,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr
 	shm_unlock(c->shm);
 
 	qp->slot = slot;
+	qp->gen = (uint32_t)now_ns();  /* TCP mode: distinct from a reused QPN's */
 	qp->pd = pd;
 	qp->scq = (struct emu_cq *)ia->send_cq;
 	qp->rcq = (struct emu_cq *)ia->recv_cq;
@@ -1437,6 +1525,13 @@ nomem:
 	return NULL;
 }
 
+/* TCP mode, defined below. */
+static struct emu_conn *conn_get(struct emu_ctx *c, const uint8_t *gid);
+static void conn_put(struct emu_ctx *c, struct emu_conn *k);
+static void oq_drop_qp(struct emu_conn *k, uint32_t qpn);
+static int tcp_gid_decode(const uint8_t *g, struct sockaddr_in *sa);
+static void net_progress(struct emu_ctx *c);
+
 static void pend_remove(struct emu_ctx *c, struct emu_qp *qp)
 {
 	struct emu_qp **pp;
@@ -1464,6 +1559,37 @@ static void sq_reset(struct emu_qp *qp)
 	qp->head = qp->count = 0;
 	qp->next_try = qp->deadline = 0;
 	qp->rnr_tries = 0;
+	qp->sent = 0;
+	qp->barrier = 0;
+	qp->probe = 0;
+	if (qp->conn) {
+		/* Frames not started are withdrawn; responses to the rest are
+		 * recognized as stale by their generation. */
+		qp->gen++;
+		oq_drop_qp(qp->conn, qp->ib.qp_num);
+	}
+}
+
+/* TCP mode: retransmit from the head (after a "not ready" NAK or a
+ * connection that failed before it was confirmed). */
+static void qp_rewind(struct emu_qp *qp)
+{
+	qp->sent = 0;
+	qp->gen++;
+	if (qp->conn)
+		oq_drop_qp(qp->conn, qp->ib.qp_num);
+}
+
+/* Releases the QP's binding to its peer (local mapping or TCP connection). */
+static void qp_unbind(struct emu_ctx *c, struct emu_qp *qp)
+{
+	if (qp->conn) {
+		oq_drop_qp(qp->conn, qp->ib.qp_num);
+		conn_put(c, qp->conn);
+		qp->conn = NULL;
+	}
+	peer_put(c, qp->peer);
+	qp->peer = NULL;
 }
 
 /* Completes the SQ's remaining WRs with IBV_WC_WR_FLUSH_ERR. A WR that
@@ -1512,7 +1638,7 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	shm_unlock(c->shm);
 	if (qp->rq_off)
 		heap_free(c, qp->rq_off, qp->rq_bytes);
-	peer_put(c, qp->peer);
+	qp_unbind(c, qp);
 	qp->pd->refs--;
 	qp->scq->refs--;
 	qp->rcq->refs--;
@@ -1584,6 +1710,8 @@ EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask
 	struct shm_qp *s;
 	enum ibv_qp_state cur, next;
 	int req, opt, rc = EINVAL;
+	struct emu_peer *npeer = NULL;
+	struct emu_conn *nconn = NULL;
 
 	if (!attr)
 		return EINVAL;
@@ -1619,11 +1747,28 @@ EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask
 	if (mask & IBV_QP_AV) {
 		int32_t pid, fd;
 		uint32_t nonce;
-		/* RoCE: the GRH carries the address; it must be one of ours. */
+		struct sockaddr_in sa;
+		const uint8_t *dg = attr->ah_attr.grh.dgid.raw;
+		/* RoCE: the GRH carries the address; it must be one of ours, of
+		 * this context's mode (a local GID in tcp mode or vice versa:
+		 * EINVAL). */
 		if (!attr->ah_attr.is_global || attr->ah_attr.port_num != 1 ||
 		    attr->ah_attr.grh.sgid_index != 0 ||
-		    gid_decode(attr->ah_attr.grh.dgid.raw, &pid, &fd, &nonce))
+		    (c->net ? tcp_gid_decode(dg, &sa) : gid_decode(dg, &pid, &fd, &nonce)))
 			goto out;
+	}
+	/* TCP mode: take the connection (or the loopback) before applying
+	 * anything, so that a failure leaves the QP as it was. */
+	if (c->net && (mask & IBV_QP_AV) && next == IBV_QPS_RTR) {
+		const uint8_t *dg = attr->ah_attr.grh.dgid.raw;
+		if (memcmp(dg, c->gid.raw, 16) == 0)
+			npeer = peer_get(c, dg);
+		else
+			nconn = conn_get(c, dg);
+		if (!npeer && !nconn) {
+			rc = ENOMEM;
+			goto out;
+		}
 	}
 
 	/* Apply. */
@@ -1670,8 +1815,7 @@ EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask
 		pend_remove(c, qp);
 		sq_reset(qp);
 		qp->retired = qp->posted;
-		peer_put(c, qp->peer);
-		qp->peer = NULL;
+		qp_unbind(c, qp);
 		memset(&qp->attr, 0, sizeof(qp->attr));
 		shm_lock(c->shm);
 		s->state = IBV_QPS_RESET;
@@ -1685,9 +1829,19 @@ EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask
 		qp_enter_err(c, qp);
 	} else {
 		if ((mask & IBV_QP_AV) && next == IBV_QPS_RTR) {
-			/* Map the peer now if it is there; else at the first send. */
-			peer_put(c, qp->peer);
-			qp->peer = peer_get(c, attr->ah_attr.grh.dgid.raw);
+			if (c->net) {
+				/* Connect now (non-blocking); accepted by the peer
+				 * inside its own verbs calls. */
+				qp_unbind(c, qp);
+				qp->peer = npeer;
+				qp->conn = nconn;
+				npeer = NULL;
+				nconn = NULL;
+			} else {
+				/* Map the peer now if it is there; else at the first send. */
+				peer_put(c, qp->peer);
+				qp->peer = peer_get(c, attr->ah_attr.grh.dgid.raw);
+			}
 		}
 		shm_lock(c->shm);
 		s->access = qp->attr.qp_access_flags;
@@ -1700,7 +1854,13 @@ EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask
 	qp->attr.qp_state = next;
 	qp->ib.state = next;
 	rc = 0;
+	if (c->net)
+		net_progress(c);        /* accept / finish connecting, if ready */
 out:
+	if (npeer)
+		peer_put(c, npeer);
+	if (nconn)
+		conn_put(c, nconn);
 	pthread_mutex_unlock(&c->plock);
 	return rc;
 }
@@ -1995,6 +2155,40 @@ out:
 	return rc;
 }
 
+/* Completes the WR at the head of the SQ with st (a CQE if signaled or an
+ * error); an error moves the QP to Error and flushes the rest. */
+static void sq_complete_head(struct emu_ctx *c, struct emu_qp *qp, enum ibv_wc_status st)
+{
+	struct swqe *w = &qp->ring[qp->head];
+	trace_wr(c, qp, w, ibv_wc_status_str(st));
+	if (st != IBV_WC_SUCCESS || w->signaled) {
+		struct ibv_wc wc = {.wr_id = w->wr_id, .status = st, .opcode = wc_op_of(w->opcode),
+				    .byte_len = (uint32_t)w->len, .qp_num = qp->ib.qp_num,
+				    .src_qp = qp->attr.dest_qp_num};
+		shm_lock(c->shm);
+		cq_push(c->shm, c->size, qp->scq->off, &wc, qp->ib.qp_num, w->seq);
+		shm_unlock(c->shm);
+	}
+	qp->head = (qp->head + 1) % qp->cap;
+	qp->count--;
+	if (qp->sent)
+		qp->sent--;
+	qp->next_try = qp->deadline = 0;
+	qp->rnr_tries = 0;
+	qp->probe = 0;
+	if (st != IBV_WC_SUCCESS) {
+		/* A completion error moves the QP to Error; the rest is flushed. */
+		qp_enter_err(c, qp);
+		return;
+	}
+	if (qp->barrier && !qp->sent && (!qp->count || qp->ring[qp->head].seq >= qp->barrier_seq)) {
+		qp->barrier = 0;        /* qp_err fault: what was in flight is done */
+		qp_enter_err(c, qp);
+	}
+}
+
+static void qp_net_progress(struct emu_ctx *c, struct emu_qp *qp);
+
 /* Runs qp's queued WRs in order until one has to wait. Caller holds plock. */
 static void qp_progress(struct emu_ctx *c, struct emu_qp *qp)
 {
@@ -2005,6 +2199,10 @@ static void qp_progress(struct emu_ctx *c, struct emu_qp *qp)
 	if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == IBV_QPS_ERR) {
 		qp->ib.state = IBV_QPS_ERR;
 		sq_flush(c, qp);
+	}
+	if (qp->conn) {
+		qp_net_progress(c, qp);
+		return;
 	}
 	while (qp->count) {
 		struct swqe *w = &qp->ring[qp->head];
@@ -2043,24 +2241,9 @@ static void qp_progress(struct emu_ctx *c, struct emu_qp *qp)
 			return;
 		}
 done:
-		trace_wr(c, qp, w, ibv_wc_status_str(st));
-		if (st != IBV_WC_SUCCESS || w->signaled) {
-			struct ibv_wc wc = {.wr_id = w->wr_id, .status = st, .opcode = wc_op_of(w->opcode),
-					    .byte_len = (uint32_t)w->len, .qp_num = qp->ib.qp_num,
-					    .src_qp = qp->attr.dest_qp_num};
-			shm_lock(c->shm);
-			cq_push(c->shm, c->size, qp->scq->off, &wc, qp->ib.qp_num, w->seq);
-			shm_unlock(c->shm);
-		}
-		qp->head = (qp->head + 1) % qp->cap;
-		qp->count--;
-		qp->next_try = qp->deadline = 0;
-		qp->rnr_tries = 0;
-		if (st != IBV_WC_SUCCESS) {
-			/* A completion error moves the QP to Error; the rest is flushed. */
-			qp_enter_err(c, qp);
+		sq_complete_head(c, qp, st);
+		if (st != IBV_WC_SUCCESS)
 			return;
-		}
 	}
 }
 
@@ -2078,6 +2261,1183 @@ static void progress(struct emu_ctx *c)
 	}
 }
 
+/* ------------------------------------------------------------------------ */
+/* TCP mode (IBEMU_NET=tcp)                                                  */
+/*
+ * Connections. Each context listens on one non-blocking TCP socket. A QP's
+ * RTR to a remote GID takes (or shares) this context's OUTGOING connection
+ * to that context: our requests go out on it and the peer's responses (ACK,
+ * NAK, RDMA READ data) come back on it. The peer's requests to us arrive on
+ * the connection it opened to us (INCOMING here), accepted inside any of
+ * our verbs calls. So a pair of contexts uses two connections, one per
+ * direction. Nobody ever waits for the other side to call accept(): each
+ * side drives the connection its own requests need (the kernel completes
+ * the TCP handshake from the listen backlog), and a responder that stops
+ * reading its request stream (RNR) cannot hold up the ACKs for its own
+ * requests, which come back on the other connection.
+ *
+ * Frames: struct wire, then len payload bytes (HELLO body, SEND/WRITE data,
+ * READ response data). Both sides start with a HELLO naming both GIDs, so a
+ * stale GID (a port reused by another context) is refused. The requester
+ * sends each WR as a REQ, tagged with its QPN, the WR's sequence number and
+ * the QP's generation; the responder processes them in stream order and
+ * answers each with ACK, NAK (an error status), NOTREADY (no such QP, or not
+ * connected to the requester: the requester retries until its retry window
+ * ends) or RDATA. After a NAK or NOTREADY the responder drops the rest of
+ * that (QP, generation): the requester rewinds and resends with the next
+ * generation, so nothing executes out of order. A SEND or WRITE_WITH_IMM
+ * without a receive WQE is RNR: the responder stops reading that stream and
+ * retries on its next calls (after the QP's min_rnr_timer; the requester's
+ * rnr_retry travels in the frame, 7 = forever).
+ *
+ * Requester completions are written when the ACK/NAK arrives, in order per
+ * QP. A confirmed connection that breaks (EOF, ECONNRESET) fails every QP
+ * that has WRs outstanding on it (RETRY_EXC_ERR, then flush); a connection
+ * that cannot be made (refused, unreachable) or is refused at HELLO is
+ * retried every 20 ms until the QP's retry window (timeout/retry_cnt, 0.3-3 s)
+ * ends. Payloads are written straight from the sender's memory (non-inline
+ * data is read when the socket takes it) and read straight into the
+ * receiver's, or copied from the input buffer; nothing blocks.
+ */
+
+#define NET_MAGIC       0x3150435455424945ull   /* "EIBUTCP1" */
+#define NET_VERSION     1u
+#define NET_IBUF        (64u << 10)     /* input buffer per connection */
+#define NET_DIRECT      (16u << 10)     /* larger remainders: readv into place */
+#define NET_BUDGET      (16ull << 20)   /* bytes read per connection per call */
+#define NET_RECONNECT   20000000ull     /* 20 ms between connection attempts */
+#define NET_NOTREADY    1000000ull      /* 1 ms before resending after NOTREADY */
+#define NET_MAXIOV      64
+
+enum { W_HELLO = 1, W_REQ, W_ACK, W_NAK, W_NOTREADY, W_RDATA };
+
+struct wire {
+	uint8_t type;
+	uint8_t op;             /* REQ: IBV_WR_*; NAK: the requester's wc status */
+	uint8_t rnr_retry;      /* REQ: the requester's rnr_retry */
+	uint8_t pad;
+	uint32_t sqpn;          /* requester QP (responses: the QP they answer) */
+	uint32_t dqpn;          /* responder QP */
+	uint32_t gen;           /* requester QP's generation */
+	uint64_t seq;           /* requester WR sequence number */
+	uint64_t len;           /* REQ: message length; RDATA/HELLO: payload */
+	uint64_t raddr;
+	uint32_t rkey;
+	uint32_t imm;           /* network order, as posted */
+};
+
+struct wire_hello {
+	uint64_t magic;
+	uint32_t version, pad;
+	uint8_t from[16], to[16];
+};
+
+/* A frame in a connection's output queue. iov[0] points into buf (header
+ * and owned bytes); the others into the application's registered memory. */
+struct ofr {
+	struct ofr *next;
+	uint32_t qpn;           /* a request of this local QP; 0: anything else */
+	uint32_t started;       /* bytes of it are on the wire: cannot withdraw */
+	uint64_t seq;
+	uint64_t zleft;         /* after EFAULT: send this many zeros instead */
+	int niov, cur;
+	struct iovec iov[1 + EMU_MAX_SGE];
+	unsigned char buf[];
+};
+
+enum { C_IDLE, C_CONNECTING, C_HELLO, C_UP, C_DEAD };
+enum { R_HDR, R_DATA, R_SKIP, R_HELD };
+enum { D_NONE, D_ACK, D_RECV, D_RDATA };
+
+struct emu_conn {
+	struct emu_conn *next;
+	int fd;
+	int out;                /* 1: ours (requests out, responses in) */
+	int state;
+	int refs;               /* out: QPs bound to it */
+	int want;               /* out, C_IDLE: a QP waits for it */
+	int readable, more, connready;
+	uint8_t gid[16];        /* the peer context */
+	struct sockaddr_in sa;
+	uint64_t retry_at;
+	struct ofr *oq, *oq_last;
+	/* input */
+	unsigned char *ib;
+	uint32_t ib_off, ib_len;
+	int rstate;             /* R_*: what the next input bytes are */
+	int rdone;              /* D_*: what to do when the payload is in */
+	int rfault;             /* storing the payload faulted */
+	struct wire h;          /* the frame being handled */
+	struct iovec riov[EMU_MAX_SGE];
+	int rniov, rcur;
+	uint64_t rleft;         /* payload bytes still to come */
+	uint64_t rwr_id;        /* receive WQE taken for it */
+	uint32_t rqpn;          /* our QP it is for */
+	uint32_t held_tries;    /* R_HELD: RNR retries done */
+	uint64_t held_next;     /* R_HELD: next counted retry */
+	/* responder: per requester QP, the generation whose rest is dropped */
+	struct { uint32_t qpn, gen; } *dead;
+	uint32_t ndead, capdead;
+};
+
+static const char g_zero[65536];
+
+static int tcp_gid_decode(const uint8_t *g, struct sockaddr_in *sa)
+{
+	if (memcmp(g, gid_magic_tcp, 4) != 0)
+		return -1;
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	memcpy(&sa->sin_addr, g + 4, 4);
+	memcpy(&sa->sin_port, g + 8, 2);
+	return sa->sin_port != 0 && sa->sin_addr.s_addr != 0 ? 0 : -1;
+}
+
+static const char *gid_str(const uint8_t *g, char *buf, size_t n)
+{
+	struct sockaddr_in sa = {.sin_port = 0};
+	char a[INET_ADDRSTRLEN] = "?";
+	if (tcp_gid_decode(g, &sa) == 0)
+		inet_ntop(AF_INET, &sa.sin_addr, a, sizeof(a));
+	snprintf(buf, n, "%s:%u", a, (unsigned)ntohs(sa.sin_port));
+	return buf;
+}
+
+static void net_trace(struct emu_ctx *c, struct emu_conn *k, const char *what)
+{
+	char g[64];
+	if (c->trace)
+		fprintf(stderr, "ibemu[%d]: tcp %s %s: %s\n", (int)getpid(), k->out ? "to" : "from",
+			gid_str(k->gid, g, sizeof(g)), what);
+}
+
+/* Opens the listening socket; the GID names it. */
+static int net_open(struct emu_ctx *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+	socklen_t l = sizeof(c->laddr);
+	uint32_t nonce = htobe32(c->nonce);
+	char a[INET_ADDRSTRLEN];
+
+	c->laddr.sin_family = AF_INET;
+	c->laddr.sin_port = 0;
+	c->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->lfd < 0)
+		return -1;
+	if (bind(c->lfd, (struct sockaddr *)&c->laddr, sizeof(c->laddr)) || listen(c->lfd, SOMAXCONN) ||
+	    getsockname(c->lfd, (struct sockaddr *)&c->laddr, &l)) {
+		int e = errno;
+		inet_ntop(AF_INET, &c->laddr.sin_addr, a, sizeof(a));
+		fprintf(stderr, "ibemu: IBEMU_NET=tcp: cannot listen on %s: %s\n", a, strerror(e));
+		errno = e;
+		return -1;
+	}
+	c->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (c->epfd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->lfd, &ev))
+		return -1;
+	memcpy(c->gid.raw, gid_magic_tcp, 4);
+	memcpy(c->gid.raw + 4, &c->laddr.sin_addr, 4);
+	memcpy(c->gid.raw + 8, &c->laddr.sin_port, 2);
+	c->gid.raw[10] = c->gid.raw[11] = 0;
+	memcpy(c->gid.raw + 12, &nonce, 4);
+	return 0;
+}
+
+/* --- output queue -------------------------------------------------------- */
+
+static struct ofr *ofr_new(size_t body)
+{
+	struct ofr *f = malloc(sizeof(*f) + sizeof(struct wire) + body);
+	if (!f)
+		return NULL;
+	memset(f, 0, sizeof(*f) + sizeof(struct wire));
+	f->iov[0].iov_base = f->buf;
+	f->iov[0].iov_len = sizeof(struct wire) + body;
+	f->niov = 1;
+	return f;
+}
+
+static void oq_push(struct emu_conn *k, struct ofr *f)
+{
+	f->next = NULL;
+	if (k->oq_last)
+		k->oq_last->next = f;
+	else
+		k->oq = f;
+	k->oq_last = f;
+}
+
+static void oq_free(struct emu_conn *k)
+{
+	while (k->oq) {
+		struct ofr *f = k->oq;
+		k->oq = f->next;
+		free(f);
+	}
+	k->oq_last = NULL;
+}
+
+static void oq_drop_qp(struct emu_conn *k, uint32_t qpn)
+{
+	struct ofr **pp = &k->oq, *f;
+	k->oq_last = NULL;
+	while ((f = *pp)) {
+		if (f->qpn == qpn && !f->started) {
+			*pp = f->next;
+			free(f);
+			continue;
+		}
+		k->oq_last = f;
+		pp = &f->next;
+	}
+}
+
+/* Queues a frame without payload (ACK, NAK, NOTREADY) answering h. */
+static void send_ctl(struct emu_conn *k, int type, int op, const struct wire *h)
+{
+	struct ofr *f = ofr_new(0);
+	struct wire *w;
+	if (!f)
+		return;                 /* the requester waits, as for a lost ACK */
+	w = (struct wire *)f->buf;
+	w->type = (uint8_t)type;
+	w->op = (uint8_t)op;
+	w->sqpn = h->sqpn;
+	w->dqpn = h->dqpn;
+	w->gen = h->gen;
+	w->seq = h->seq;
+	oq_push(k, f);
+}
+
+static void send_hello(struct emu_ctx *c, struct emu_conn *k)
+{
+	struct ofr *f = ofr_new(sizeof(struct wire_hello));
+	struct wire *w;
+	struct wire_hello hl = {.magic = NET_MAGIC, .version = NET_VERSION};
+	if (!f)
+		return;
+	w = (struct wire *)f->buf;
+	w->type = W_HELLO;
+	w->len = sizeof(hl);
+	memcpy(hl.from, c->gid.raw, 16);
+	memcpy(hl.to, k->gid, 16);
+	memcpy(f->buf + sizeof(*w), &hl, sizeof(hl));
+	oq_push(k, f);
+}
+
+static struct swqe *wr_by_seq(struct emu_ctx *c, uint32_t qpn, uint64_t seq)
+{
+	struct emu_qp *qp = c->qp_slots[qpn & (EMU_QP_SLOTS - 1)];
+	uint64_t j;
+	if (!qp || qp->ib.qp_num != qpn || !qp->count)
+		return NULL;
+	j = seq - qp->ring[qp->head].seq;
+	if (j >= qp->count)
+		return NULL;
+	return &qp->ring[(qp->head + j) % qp->cap];
+}
+
+/* Writes what the socket takes, several frames per call. 0: done or would
+ * block; -1: the connection is broken. */
+static int conn_output(struct emu_ctx *c, struct emu_conn *k)
+{
+	while (k->oq) {
+		struct iovec v[NET_MAXIOV];
+		struct msghdr m;
+		struct ofr *f;
+		int nv = 0;
+		ssize_t n;
+		size_t left;
+
+		for (f = k->oq; f && nv < NET_MAXIOV; f = f->next) {
+			if (f->zleft) {
+				v[nv].iov_base = (void *)g_zero;
+				v[nv++].iov_len = f->zleft < sizeof(g_zero) ? f->zleft : sizeof(g_zero);
+				break;
+			}
+			for (int i = f->cur; i < f->niov && nv < NET_MAXIOV; i++)
+				if (f->iov[i].iov_len)
+					v[nv++] = f->iov[i];
+		}
+		memset(&m, 0, sizeof(m));
+		m.msg_iov = v;
+		m.msg_iovlen = (size_t)nv;
+		n = nv ? sendmsg(k->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : 0;
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			if (errno == EINTR)
+				continue;
+			if (errno == EFAULT) {
+				/* The application's memory under the head frame is
+				 * gone: keep the stream framed with zeros and fail
+				 * that WR locally when it is answered. */
+				struct swqe *w;
+				f = k->oq;
+				for (int i = f->cur; i < f->niov; i++)
+					f->zleft += f->iov[i].iov_len;
+				f->niov = f->cur;
+				f->started = 1;
+				if (f->qpn && (w = wr_by_seq(c, f->qpn, f->seq)) && !w->lerr)
+					w->lerr = IBV_WC_LOC_PROT_ERR;
+				if (!f->zleft)
+					return -1;
+				continue;
+			}
+			return -1;
+		}
+		left = (size_t)n;
+		while ((f = k->oq)) {
+			if (f->zleft) {
+				size_t s = left < f->zleft ? left : (size_t)f->zleft;
+				f->zleft -= s;
+				left -= s;
+				if (f->zleft)
+					break;
+			} else {
+				while (f->cur < f->niov) {
+					struct iovec *io = &f->iov[f->cur];
+					size_t s = left < io->iov_len ? left : io->iov_len;
+					io->iov_base = (char *)io->iov_base + s;
+					io->iov_len -= s;
+					left -= s;
+					if (s)
+						f->started = 1;
+					if (io->iov_len)
+						break;
+					f->cur++;
+				}
+				if (f->cur < f->niov)
+					break;
+			}
+			k->oq = f->next;
+			if (!k->oq)
+				k->oq_last = NULL;
+			free(f);
+		}
+		if (n == 0)
+			return 0;
+	}
+	return 0;
+}
+
+/* --- connections --------------------------------------------------------- */
+
+static void conn_watch(struct emu_ctx *c, struct emu_conn *k, uint32_t events, int op)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = k};
+	epoll_ctl(c->epfd, op, k->fd, &ev);
+}
+
+static struct emu_conn *conn_new(struct emu_ctx *c, int fd, int out)
+{
+	struct emu_conn *k = calloc(1, sizeof(*k));
+	if (!k)
+		return NULL;
+	k->ib = malloc(NET_IBUF);
+	if (!k->ib) {
+		free(k);
+		return NULL;
+	}
+	k->fd = fd;
+	k->out = out;
+	k->rstate = R_HDR;
+	k->next = c->conns;
+	c->conns = k;
+	return k;
+}
+
+static void conn_free(struct emu_ctx *c, struct emu_conn *k)
+{
+	struct emu_conn **pp;
+	for (pp = &c->conns; *pp; pp = &(*pp)->next)
+		if (*pp == k) {
+			*pp = k->next;
+			break;
+		}
+	if (k->fd >= 0) {
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, k->fd, NULL);
+		close(k->fd);
+	}
+	oq_free(k);
+	free(k->dead);
+	free(k->ib);
+	free(k);
+}
+
+/* Starts a (re)connection attempt; the HELLO goes first once connected. */
+static void conn_connect(struct emu_ctx *c, struct emu_conn *k, uint64_t now)
+{
+	int one = 1, fd;
+	k->want = 0;
+	k->retry_at = now + NET_RECONNECT;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	k->fd = fd;
+	if (connect(fd, (struct sockaddr *)&k->sa, sizeof(k->sa)) == 0) {
+		k->state = C_HELLO;
+		send_hello(c, k);
+		conn_watch(c, k, EPOLLIN, EPOLL_CTL_ADD);
+		net_trace(c, k, "connected, HELLO sent");
+	} else if (errno == EINPROGRESS) {
+		k->state = C_CONNECTING;
+		conn_watch(c, k, EPOLLIN | EPOLLOUT, EPOLL_CTL_ADD);
+	} else {
+		net_trace(c, k, strerror(errno));
+		close(fd);
+		k->fd = -1;
+	}
+}
+
+/* The outgoing connection to gid, shared by all our QPs connected there. */
+static struct emu_conn *conn_get(struct emu_ctx *c, const uint8_t *gid)
+{
+	struct emu_conn *k;
+	for (k = c->conns; k; k = k->next)
+		if (k->out && memcmp(k->gid, gid, 16) == 0) {
+			k->refs++;
+			return k;
+		}
+	k = conn_new(c, -1, 1);
+	if (!k)
+		return NULL;
+	memcpy(k->gid, gid, 16);
+	tcp_gid_decode(gid, &k->sa);
+	k->refs = 1;
+	k->state = C_IDLE;
+	conn_connect(c, k, now_ns());
+	return k;
+}
+
+static void conn_put(struct emu_ctx *c, struct emu_conn *k)
+{
+	if (k && --k->refs <= 0)
+		conn_free(c, k);        /* nothing of ours is outstanding on it */
+}
+
+/* A connection broke (or was refused). Outgoing: a confirmed one fails the
+ * QPs with WRs outstanding; an unconfirmed one is retried (the QPs resend
+ * from their head on the next one). Incoming: a receive WQE taken for a
+ * message that never finished is flushed and its QP goes to Error. */
+static void conn_lost(struct emu_ctx *c, struct emu_conn *k, const char *why)
+{
+	int was_up = k->state == C_UP;
+	net_trace(c, k, why);
+	if (k->fd >= 0) {
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, k->fd, NULL);
+		close(k->fd);
+		k->fd = -1;
+	}
+	oq_free(k);
+	if (!k->out) {
+		if (k->rdone == D_RECV && (k->rstate == R_DATA || k->rstate == R_SKIP)) {
+			struct shm_qp *q;
+			shm_lock(c->shm);
+			if ((q = shm_qp_find(c->shm, k->rqpn))) {
+				struct ibv_wc wc = {.wr_id = k->rwr_id, .status = IBV_WC_WR_FLUSH_ERR,
+						    .opcode = IBV_WC_RECV, .qp_num = q->qpn, .src_qp = k->h.sqpn};
+				cq_push(c->shm, c->size, q->recv_cq, &wc, 0, 0);
+				shm_qp_to_err(c->shm, c->size, q);
+			}
+			shm_unlock(c->shm);
+		}
+		k->state = C_DEAD;      /* freed by net_progress */
+		return;
+	}
+	k->state = C_IDLE;
+	k->rstate = R_HDR;
+	k->rdone = D_NONE;
+	k->ib_off = k->ib_len = 0;
+	k->readable = k->more = k->connready = 0;
+	k->retry_at = now_ns() + (was_up ? 0 : NET_RECONNECT);
+	for (struct emu_qp *qp = c->qps; qp; qp = qp->next) {
+		if (qp->conn != k)
+			continue;
+		if (was_up) {
+			if (qp->count)
+				sq_complete_head(c, qp, IBV_WC_RETRY_EXC_ERR);
+		} else
+			qp_rewind(qp);
+	}
+}
+
+static void net_close(struct emu_ctx *c)
+{
+	while (c->conns)
+		conn_free(c, c->conns);
+	if (c->lfd >= 0)
+		close(c->lfd);
+	if (c->epfd >= 0)
+		close(c->epfd);
+	c->lfd = c->epfd = -1;
+}
+
+static void accept_all(struct emu_ctx *c)
+{
+	for (;;) {
+		int one = 1, fd = accept4(c->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct emu_conn *k;
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return;         /* EAGAIN; EMFILE etc.: try again next call */
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (!(k = conn_new(c, fd, 0))) {
+			close(fd);
+			continue;
+		}
+		k->state = C_HELLO;
+		k->readable = 1;
+		conn_watch(c, k, EPOLLIN, EPOLL_CTL_ADD);
+	}
+}
+
+/* --- responder side ------------------------------------------------------ */
+
+static int dead_is(struct emu_conn *k, uint32_t qpn, uint32_t gen)
+{
+	for (uint32_t i = 0; i < k->ndead; i++)
+		if (k->dead[i].qpn == qpn)
+			return k->dead[i].gen == gen;
+	return 0;
+}
+
+static void dead_set(struct emu_conn *k, uint32_t qpn, uint32_t gen)
+{
+	uint32_t i;
+	for (i = 0; i < k->ndead; i++)
+		if (k->dead[i].qpn == qpn) {
+			k->dead[i].gen = gen;
+			return;
+		}
+	if (k->ndead == k->capdead) {
+		uint32_t ncap = k->capdead ? k->capdead * 2 : 8;
+		void *p = realloc(k->dead, sizeof(k->dead[0]) * ncap);
+		if (!p)
+			return;
+		k->dead = p;
+		k->capdead = ncap;
+	}
+	k->dead[k->ndead].qpn = qpn;
+	k->dead[k->ndead++].gen = gen;
+}
+
+/* Consume (and drop) the payload of the current frame. */
+static int r_skip(struct emu_conn *k, uint64_t plen)
+{
+	k->rstate = R_SKIP;
+	k->rleft = plen;
+	return 1;
+}
+
+/* Answer the current request with a NAK/NOTREADY, drop the rest of its
+ * (QP, generation), and skip its payload. */
+static int r_nak(struct emu_conn *k, int type, int status, uint64_t plen)
+{
+	send_ctl(k, type, status, &k->h);
+	dead_set(k, k->h.sqpn, k->h.gen);
+	k->rdone = D_NONE;
+	return r_skip(k, plen);
+}
+
+/* Starts executing the request in k->h. Returns 1 when the frame is taken
+ * (its payload follows), 0 when it is held (RNR). */
+static int req_begin(struct emu_ctx *c, struct emu_conn *k)
+{
+	struct wire *h = &k->h;
+	unsigned op = h->op;
+	int is_send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+	int takes_recv = is_send || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+	int held = k->rstate == R_HELD;
+	uint64_t plen = op == IBV_WR_RDMA_READ ? 0 : h->len;
+	struct shm_hdr *sh = c->shm;
+	struct shm_qp *q;
+	struct shm_rq *ring = NULL;
+	struct shm_rwqe *rw = NULL;
+	struct iovec io;
+
+	k->rdone = D_NONE;
+	k->rfault = 0;
+	k->rniov = k->rcur = 0;
+	if (dead_is(k, h->sqpn, h->gen))
+		return r_skip(k, plen);
+	if (op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM && op != IBV_WR_RDMA_WRITE &&
+	    op != IBV_WR_RDMA_WRITE_WITH_IMM && op != IBV_WR_RDMA_READ)
+		return r_nak(k, W_NAK, IBV_WC_REM_INV_REQ_ERR, h->len);
+	shm_lock(sh);
+	/* As in local mode: only the connected QP, in RTR/RTS, is answered. */
+	q = shm_qp_find(sh, h->dqpn);
+	if (!q || (q->state != IBV_QPS_RTR && q->state != IBV_QPS_RTS) || q->dest_qpn != h->sqpn ||
+	    memcmp(q->dgid, k->gid, 16) != 0) {
+		shm_unlock(sh);
+		return r_nak(k, W_NOTREADY, 0, plen);
+	}
+	if (takes_recv) {
+		ring = rq_get(sh, c->size, q->rq);
+		rw = ring ? rq_head(ring) : NULL;
+		if (!rw) {
+			/* RNR: hold the stream here (IBA 9.7.5.2.8). Counted retries
+			 * follow the responder's min_rnr_timer; in between, any call
+			 * may find a newly posted receive. */
+			uint64_t now = now_ns();
+			if (!held)
+				k->held_tries = 0;
+			if (!held || now >= k->held_next) {
+				if (h->rnr_retry != 7 && k->held_tries >= h->rnr_retry) {
+					shm_unlock(sh);
+					return r_nak(k, W_NAK, IBV_WC_RNR_RETRY_EXC_ERR, plen);
+				}
+				k->held_tries++;
+				k->held_next = now + rnr_delay_ns(q->min_rnr_timer);
+			}
+			shm_unlock(sh);
+			k->rstate = R_HELD;
+			return 0;
+		}
+		if (rw->num_sge > ring->max_sge)
+			rw->num_sge = ring->max_sge;
+	}
+	if (is_send) {
+		uint64_t room = 0, need = h->len;
+		int bad = 0;
+		struct ibv_wc wc = {.wr_id = rw->wr_id, .opcode = IBV_WC_RECV, .qp_num = q->qpn, .src_qp = h->sqpn};
+		for (uint32_t i = 0; i < rw->num_sge; i++)
+			room += rw->sge[i].length;
+		if (h->len > room) {
+			/* Longer than the receive: LOC_LEN_ERR here, REM_INV_REQ_ERR
+			 * at the requester, this QP to Error (as local mode). */
+			wc.status = IBV_WC_LOC_LEN_ERR;
+			ring->head++;
+			cq_push(sh, c->size, q->recv_cq, &wc, 0, 0);
+			shm_qp_to_err(sh, c->size, q);
+			shm_unlock(sh);
+			return r_nak(k, W_NAK, IBV_WC_REM_INV_REQ_ERR, plen);
+		}
+		for (uint32_t i = 0; i < rw->num_sge; i++) {
+			struct shm_mr *m = shm_mr_find(sh, rw->sge[i].lkey);
+			const struct ibv_sge *g = &rw->sge[i];
+			if (g->length == 0)
+				continue;
+			if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE) || g->addr < m->va ||
+			    g->addr - m->va > m->len || g->length > m->len - (g->addr - m->va)) {
+				bad = 1;
+				break;
+			}
+			if (need) {
+				k->riov[k->rniov].iov_base = (void *)(uintptr_t)g->addr;
+				k->riov[k->rniov].iov_len = need < g->length ? need : g->length;
+				need -= k->riov[k->rniov].iov_len;
+				k->rniov++;
+			}
+		}
+		if (bad) {
+			/* Receive WQE protection error: LOC_PROT_ERR here, REM_OP_ERR
+			 * at the requester. */
+			wc.status = IBV_WC_LOC_PROT_ERR;
+			ring->head++;
+			cq_push(sh, c->size, q->recv_cq, &wc, 0, 0);
+			shm_qp_to_err(sh, c->size, q);
+			shm_unlock(sh);
+			k->rniov = 0;
+			return r_nak(k, W_NAK, IBV_WC_REM_OP_ERR, plen);
+		}
+		k->rwr_id = rw->wr_id;  /* taken now: another stream may use the SRQ */
+		ring->head++;
+		k->rdone = D_RECV;
+	} else {
+		unsigned need = op == IBV_WR_RDMA_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+		if (remote_range(sh, q, h->rkey, h->raddr, h->len, need, &io)) {
+			shm_qp_to_err(sh, c->size, q);
+			shm_unlock(sh);
+			return r_nak(k, W_NAK, IBV_WC_REM_ACCESS_ERR, plen);
+		}
+		if (op == IBV_WR_RDMA_READ) {
+			/* The data goes back from our memory as the socket takes it. */
+			struct ofr *f = ofr_new(0);
+			shm_unlock(sh);
+			if (f) {
+				struct wire *w = (struct wire *)f->buf;
+				w->type = W_RDATA;
+				w->sqpn = h->sqpn;
+				w->dqpn = h->dqpn;
+				w->gen = h->gen;
+				w->seq = h->seq;
+				w->len = h->len;
+				if (h->len)
+					f->iov[f->niov++] = io;
+				oq_push(k, f);
+			}
+			return r_skip(k, 0);
+		}
+		if (h->len)
+			k->riov[k->rniov++] = io;
+		if (op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+			k->rwr_id = rw->wr_id;
+			ring->head++;
+			k->rdone = D_RECV;
+		} else
+			k->rdone = D_ACK;
+	}
+	k->rqpn = q->qpn;
+	shm_unlock(sh);
+	k->rstate = R_DATA;
+	k->rleft = plen;
+	return 1;
+}
+
+/* The payload of the current request is in (or was skipped). */
+static void req_finish(struct emu_ctx *c, struct emu_conn *k)
+{
+	struct wire *h = &k->h;
+	struct shm_qp *q;
+	if (k->rdone == D_RECV) {
+		struct ibv_wc wc = {.wr_id = k->rwr_id, .status = k->rfault ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS,
+				    .opcode = h->op == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV,
+				    .byte_len = (uint32_t)h->len, .qp_num = k->rqpn, .src_qp = h->sqpn};
+		if (h->op != IBV_WR_SEND) {
+			wc.wc_flags = IBV_WC_WITH_IMM;
+			wc.imm_data = h->imm;
+		}
+		shm_lock(c->shm);
+		if ((q = shm_qp_find(c->shm, k->rqpn))) {       /* still there */
+			cq_push(c->shm, c->size, q->recv_cq, &wc, 0, 0);
+			if (k->rfault)
+				shm_qp_to_err(c->shm, c->size, q);
+		}
+		shm_unlock(c->shm);
+	} else if (k->rfault) {
+		shm_lock(c->shm);
+		if ((q = shm_qp_find(c->shm, k->rqpn)))
+			shm_qp_to_err(c->shm, c->size, q);
+		shm_unlock(c->shm);
+	}
+	if (k->rfault) {
+		/* Unmapped memory behind a valid key: a protection error. */
+		send_ctl(k, W_NAK, h->op == IBV_WR_SEND || h->op == IBV_WR_SEND_WITH_IMM ? IBV_WC_REM_OP_ERR
+											  : IBV_WC_REM_ACCESS_ERR, h);
+		dead_set(k, h->sqpn, h->gen);
+	} else
+		send_ctl(k, W_ACK, 0, h);
+}
+
+/* --- requester side ------------------------------------------------------ */
+
+/* Our QP the response in k->h answers, if it is still current. */
+static struct emu_qp *resp_qp(struct emu_ctx *c, struct emu_conn *k)
+{
+	struct emu_qp *qp = c->qp_slots[k->h.sqpn & (EMU_QP_SLOTS - 1)];
+	if (!qp || qp->ib.qp_num != k->h.sqpn || qp->conn != k || qp->gen != k->h.gen || !qp->sent ||
+	    !qp->count || qp->ring[qp->head].seq != k->h.seq)
+		return NULL;
+	return qp;
+}
+
+static int resp_begin(struct emu_ctx *c, struct emu_conn *k)
+{
+	struct wire *h = &k->h;
+	uint64_t plen = h->type == W_RDATA ? h->len : 0;
+	struct emu_qp *qp = resp_qp(c, k);
+	struct swqe *w;
+	uint64_t now;
+
+	k->rdone = D_NONE;
+	k->rfault = 0;
+	k->rniov = k->rcur = 0;
+	if (!qp)
+		return r_skip(k, plen);         /* stale: flushed, reset, rewound */
+	w = &qp->ring[qp->head];
+	switch (h->type) {
+	case W_ACK:
+		sq_complete_head(c, qp, w->lerr ? (enum ibv_wc_status)w->lerr : IBV_WC_SUCCESS);
+		break;
+	case W_NAK:
+		sq_complete_head(c, qp, (enum ibv_wc_status)h->op);
+		break;
+	case W_NOTREADY:
+		/* Remote QP missing or not connected to us: like packets that
+		 * are never answered, retried until the retry window ends. */
+		now = now_ns();
+		if (!qp->deadline)
+			qp->deadline = now + retry_window_ns(qp);
+		if (now >= qp->deadline) {
+			sq_complete_head(c, qp, IBV_WC_RETRY_EXC_ERR);
+			break;
+		}
+		qp_rewind(qp);
+		qp->next_try = now + NET_NOTREADY;
+		qp->probe = 1;          /* resend the head alone until it is answered */
+		break;
+	case W_RDATA:
+		if (w->opcode != IBV_WR_RDMA_READ || h->len != w->len) {
+			sq_complete_head(c, qp, IBV_WC_BAD_RESP_ERR);
+			break;
+		}
+		if (local_iov(c, w->sge, w->num_sge, IBV_ACCESS_LOCAL_WRITE, k->riov, &k->rniov)) {
+			k->rniov = 0;
+			k->rfault = 1;          /* MR deregistered meanwhile */
+		}
+		k->rdone = D_RDATA;
+		k->rstate = k->rfault ? R_SKIP : R_DATA;
+		k->rleft = plen;
+		return 1;
+	}
+	return r_skip(k, plen);
+}
+
+static void resp_finish(struct emu_ctx *c, struct emu_conn *k)
+{
+	struct emu_qp *qp = resp_qp(c, k);
+	if (qp)
+		sq_complete_head(c, qp, k->rfault ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS);
+}
+
+/* --- input --------------------------------------------------------------- */
+
+/* More bytes into the input buffer: 1 got some, 0 would block, -1 EOF/error. */
+static int conn_fill(struct emu_conn *k)
+{
+	ssize_t n;
+	if (k->ib_off) {
+		memmove(k->ib, k->ib + k->ib_off, k->ib_len - k->ib_off);
+		k->ib_len -= k->ib_off;
+		k->ib_off = 0;
+	}
+	do
+		n = recv(k->fd, k->ib + k->ib_len, NET_IBUF - k->ib_len, MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n > 0) {
+		k->ib_len += (uint32_t)n;
+		return 1;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		k->readable = 0;
+		return 0;
+	}
+	if (n == 0)
+		errno = 0;
+	return -1;
+}
+
+static void r_advance(struct emu_conn *k, size_t n)
+{
+	while (n && k->rcur < k->rniov) {
+		struct iovec *io = &k->riov[k->rcur];
+		size_t s = n < io->iov_len ? n : io->iov_len;
+		io->iov_base = (char *)io->iov_base + s;
+		io->iov_len -= s;
+		n -= s;
+		if (!io->iov_len)
+			k->rcur++;
+	}
+}
+
+/* Handles a complete HELLO (header in k->h, body at the buffer). */
+static int hello_in(struct emu_ctx *c, struct emu_conn *k)
+{
+	struct wire_hello hl;
+	memcpy(&hl, k->ib + k->ib_off, sizeof(hl));
+	k->ib_off += sizeof(hl);
+	if (hl.magic != NET_MAGIC || hl.version != NET_VERSION || memcmp(hl.to, c->gid.raw, 16) != 0)
+		return -1;              /* not for this context (stale GID) */
+	if (k->out) {
+		if (memcmp(hl.from, k->gid, 16) != 0)
+			return -1;
+		k->state = C_UP;
+		for (struct emu_qp *qp = c->qps; qp; qp = qp->next)
+			if (qp->conn == k)
+				qp->deadline = 0;       /* connected: now only waiting */
+		net_trace(c, k, "connection confirmed");
+	} else {
+		memcpy(k->gid, hl.from, 16);
+		send_hello(c, k);
+		k->state = C_UP;
+		net_trace(c, k, "connection accepted");
+	}
+	return 0;
+}
+
+/* Reads and handles what has arrived on k. 0: fine (maybe more later),
+ * -1: the connection broke (conn_lost done). */
+static int conn_input(struct emu_ctx *c, struct emu_conn *k)
+{
+	uint64_t budget = NET_BUDGET;
+	k->more = 0;
+	while (k->fd >= 0) {
+		uint32_t avail = k->ib_len - k->ib_off;
+		int r;
+		if (k->rstate == R_HELD) {
+			if (!req_begin(c, k))
+				return 0;       /* still RNR: leave the stream alone */
+			continue;
+		}
+		if (k->rstate == R_DATA || k->rstate == R_SKIP) {
+			if (!k->rleft) {
+				int d = k->rdone;
+				k->rstate = R_HDR;
+				if (d == D_RDATA)
+					resp_finish(c, k);
+				else if (d == D_ACK || d == D_RECV)
+					req_finish(c, k);
+				k->rdone = D_NONE;
+				continue;
+			}
+			if (avail) {
+				uint64_t n = avail < k->rleft ? avail : k->rleft;
+				if (k->rstate == R_DATA) {
+					const unsigned char *p = k->ib + k->ib_off;
+					for (uint64_t left = n; left && k->rcur < k->rniov; ) {
+						struct iovec *io = &k->riov[k->rcur];
+						size_t s = left < io->iov_len ? left : io->iov_len;
+						memcpy(io->iov_base, p, s);
+						p += s;
+						left -= s;
+						r_advance(k, s);
+					}
+				}
+				k->ib_off += (uint32_t)n;
+				k->rleft -= n;
+				budget -= n < budget ? n : budget;
+				continue;
+			}
+			if (!budget) {
+				k->more = 1;
+				return 0;
+			}
+			if (k->rstate == R_DATA && k->rcur >= k->rniov) {
+				k->rstate = R_SKIP;     /* cannot happen: targets cover rleft */
+				continue;
+			}
+			if (k->rstate == R_DATA && k->rleft >= NET_DIRECT) {
+				/* Large: straight into place (EFAULT-safe). */
+				ssize_t n;
+				int cnt = k->rniov - k->rcur;
+				do
+					n = readv(k->fd, &k->riov[k->rcur], cnt > 1024 ? 1024 : cnt);
+				while (n < 0 && errno == EINTR);
+				if (n > 0) {
+					r_advance(k, (size_t)n);
+					k->rleft -= (uint64_t)n;
+					budget -= (uint64_t)n < budget ? (uint64_t)n : budget;
+					continue;
+				}
+				if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+					k->readable = 0;
+					return 0;
+				}
+				if (n < 0 && errno == EFAULT) {
+					k->rfault = 1;
+					k->rstate = R_SKIP;
+					continue;
+				}
+				conn_lost(c, k, n == 0 ? "closed by the peer" : strerror(errno));
+				return -1;
+			}
+			if ((r = conn_fill(k)) == 0)
+				return 0;
+			if (r < 0) {
+				conn_lost(c, k, errno ? strerror(errno) : "closed by the peer");
+				return -1;
+			}
+			continue;
+		}
+		/* R_HDR: a whole header (and a HELLO's body) from the buffer. */
+		if (avail >= sizeof(struct wire)) {
+			memcpy(&k->h, k->ib + k->ib_off, sizeof(k->h));
+			if (k->h.type != W_HELLO || avail >= sizeof(struct wire) + sizeof(struct wire_hello)) {
+				int ok;
+				k->ib_off += sizeof(struct wire);
+				budget -= sizeof(struct wire) < budget ? sizeof(struct wire) : budget;
+				if (k->h.len > EMU_MAX_MSG)
+					ok = -1;
+				else if (k->state == C_HELLO)
+					ok = k->h.type == W_HELLO && k->h.len == sizeof(struct wire_hello) ? hello_in(c, k)
+													    : -1;
+				else if (!k->out)
+					ok = k->h.type == W_REQ ? (req_begin(c, k), 0) : -1;
+				else
+					ok = k->h.type >= W_ACK && k->h.type <= W_RDATA ? (resp_begin(c, k), 0) : -1;
+				if (ok < 0) {
+					conn_lost(c, k, "protocol error (or HELLO for another HCA)");
+					return -1;
+				}
+				continue;
+			}
+		}
+		if (!budget) {
+			k->more = 1;
+			return 0;
+		}
+		if ((r = conn_fill(k)) == 0)
+			return 0;
+		if (r < 0) {
+			conn_lost(c, k, errno ? strerror(errno) : "closed by the peer");
+			return -1;
+		}
+	}
+	return -1;
+}
+
+/* --- requester: transmit -------------------------------------------------- */
+
+/* Puts WR w on the wire (queues its frame). -1: not sent; w->lerr set when it
+ * fails locally (it completes with that status once it is the head). */
+static int net_tx(struct emu_ctx *c, struct emu_qp *qp, struct swqe *w)
+{
+	struct iovec liov[EMU_MAX_SGE];
+	int nl = 0;
+	size_t body = 0;
+	struct ofr *f;
+	struct wire *h;
+
+	/* Faults are decided here, at the sender, as in local mode. */
+	if (w->fault == FAULT_RETRY_EXC)
+		w->lerr = IBV_WC_RETRY_EXC_ERR;
+	else if (w->fault == FAULT_REM_ACCESS)
+		w->lerr = IBV_WC_REM_ACCESS_ERR;
+	else if (w->len > EMU_MAX_MSG)
+		w->lerr = IBV_WC_LOC_LEN_ERR;
+	else if (!w->is_inline && local_iov(c, w->sge, w->num_sge,
+					     w->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0, liov, &nl))
+		w->lerr = IBV_WC_LOC_PROT_ERR;
+	if (w->lerr)
+		return -1;
+	if (w->is_inline)
+		body = (size_t)w->len;
+	if (!(f = ofr_new(body)))
+		return -1;
+	h = (struct wire *)f->buf;
+	h->type = W_REQ;
+	h->op = (uint8_t)w->opcode;
+	h->rnr_retry = (uint8_t)qp->attr.rnr_retry;
+	h->sqpn = qp->ib.qp_num;
+	h->dqpn = qp->attr.dest_qp_num;
+	h->gen = qp->gen;
+	h->seq = w->seq;
+	h->len = w->len;
+	h->raddr = w->raddr;
+	h->rkey = w->rkey;
+	h->imm = w->imm;
+	f->qpn = qp->ib.qp_num;
+	f->seq = w->seq;
+	if (w->is_inline)
+		memcpy(f->buf + sizeof(*h), qp->inl + (size_t)(w - qp->ring) * qp->init.cap.max_inline_data, body);
+	else if (w->opcode != IBV_WR_RDMA_READ)
+		for (int i = 0; i < nl; i++)
+			f->iov[f->niov++] = liov[i];
+	oq_push(qp->conn, f);
+	return 0;
+}
+
+/* TCP counterpart of the local execute loop: completes a locally failed
+ * head, (re)sends what is not on the wire yet, and keeps the retry window
+ * while the connection cannot be made. Caller holds plock. */
+static void qp_net_progress(struct emu_ctx *c, struct emu_qp *qp)
+{
+	struct emu_conn *k = qp->conn;
+	uint64_t now;
+
+	while (qp->count && !qp->sent) {
+		struct swqe *w = &qp->ring[qp->head];
+		if (qp->barrier && w->seq >= qp->barrier_seq) {
+			qp->barrier = 0;
+			qp_enter_err(c, qp);
+			return;
+		}
+		if (!w->lerr)
+			break;
+		sq_complete_head(c, qp, (enum ibv_wc_status)w->lerr);   /* -> ERR */
+	}
+	if (qp->sent == qp->count)
+		return;                 /* all on the wire (or nothing to do) */
+	now = now_ns();
+	if (qp->next_try) {
+		if (now < qp->next_try)
+			return;
+		qp->next_try = 0;
+	}
+	if (k->state != C_UP && k->state != C_HELLO) {
+		/* Not connected (yet): the transport retry window runs. A peer
+		 * whose kernel took the connection but that does not call
+		 * verbs (C_HELLO) is only waited for. */
+		k->want = 1;
+		if (!qp->deadline)
+			qp->deadline = now + retry_window_ns(qp);
+		if (now >= qp->deadline)
+			sq_complete_head(c, qp, IBV_WC_RETRY_EXC_ERR);
+		return;
+	}
+	while (qp->sent < qp->count && !(qp->probe && qp->sent)) {
+		struct swqe *w = &qp->ring[(qp->head + qp->sent) % qp->cap];
+		if ((qp->barrier && w->seq >= qp->barrier_seq) || w->lerr || net_tx(c, qp, w))
+			break;
+		qp->sent++;
+	}
+	if (!qp->sent && qp->count && qp->ring[qp->head].lerr)
+		sq_complete_head(c, qp, (enum ibv_wc_status)qp->ring[qp->head].lerr);
+}
+
+/* The HCA's work in TCP mode, done inside every verbs data-path call:
+ * accept, finish connects, read and handle frames, send new WRs, write. */
+static void net_progress(struct emu_ctx *c)
+{
+	struct epoll_event ev[64];
+	struct emu_conn *k, **kp;
+	uint64_t now;
+	int n;
+
+	n = epoll_wait(c->epfd, ev, 64, 0);
+	for (int i = 0; i < n; i++) {
+		if (!ev[i].data.ptr) {
+			accept_all(c);
+			continue;
+		}
+		k = ev[i].data.ptr;
+		if (k->state == C_CONNECTING && (ev[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			k->connready = 1;
+		if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))
+			k->readable = 1;
+	}
+	for (k = c->conns; k; k = k->next) {
+		if (k->state == C_CONNECTING && k->connready) {
+			int err = 0;
+			socklen_t l = sizeof(err);
+			k->connready = 0;
+			if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &l) || err) {
+				errno = err;
+				conn_lost(c, k, err ? strerror(err) : "connect failed");
+				continue;
+			}
+			k->state = C_HELLO;
+			send_hello(c, k);
+			conn_watch(c, k, EPOLLIN, EPOLL_CTL_MOD);
+			net_trace(c, k, "connected, HELLO sent");
+		}
+	}
+	for (k = c->conns; k; k = k->next)
+		if (k->fd >= 0 && k->state != C_CONNECTING && k->state != C_DEAD &&
+		    (k->readable || k->more || k->rstate == R_HELD))
+			conn_input(c, k);
+	progress(c);
+	now = now_ns();
+	for (k = c->conns; k; k = k->next) {
+		if (k->out && k->state == C_IDLE && k->want && now >= k->retry_at)
+			conn_connect(c, k, now);
+		if (k->fd >= 0 && k->oq && (k->state == C_HELLO || k->state == C_UP) && conn_output(c, k) < 0)
+			conn_lost(c, k, strerror(errno));
+	}
+	for (kp = &c->conns; (k = *kp);) {
+		if (k->state == C_DEAD) {
+			*kp = k->next;
+			k->next = NULL;
+			conn_free(c, k);        /* not in the list any more: no-op unlink */
+		} else
+			kp = &k->next;
+	}
+}
+
 static int emu_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct emu_qp *qp = (struct emu_qp *)ibqp;
@@ -2089,8 +3449,16 @@ static int emu_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv
 	pthread_mutex_lock(&c->plock);
 	s = &shm_qp_tab(c->shm)[qp->slot];
 	c->cnt_post++;
-	if (fault_hit(c, FAULT_QP_ERR, c->cnt_post))
-		qp_enter_err(c, qp);
+	if (fault_hit(c, FAULT_QP_ERR, c->cnt_post)) {
+		if (qp->conn && qp->sent && !qp->barrier) {
+			/* TCP mode: the WRs already on the wire complete as they
+			 * would have (local mode executes them at once); the QP
+			 * goes to ERR before anything not yet sent. */
+			qp->barrier = 1;
+			qp->barrier_seq = qp->ring[qp->head].seq + qp->sent;
+		} else
+			qp_enter_err(c, qp);
+	}
 	state = (enum ibv_qp_state)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
 	/* Posting to the SQ before RTS is an immediate error; in Error the WRs
 	 * are accepted and complete with flush error (IBA QP state Error; rxe
@@ -2166,7 +3534,10 @@ static int emu_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv
 		sq_flush(c, qp);
 	}
 	/* Do the HCA's work now: this QP and anything else queued. */
-	progress(c);
+	if (c->net)
+		net_progress(c);
+	else
+		progress(c);
 out:
 	pthread_mutex_unlock(&c->plock);
 	return rc;
@@ -2207,17 +3578,31 @@ static int emu_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv
 	struct emu_ctx *c = ctx_of(ibqp->context);
 	struct shm_qp *s = &shm_qp_tab(c->shm)[qp->slot];
 	/* A QP attached to an SRQ has no RQ; receives may be posted from INIT. */
+	int rc;
 	if (qp->srq || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == IBV_QPS_RESET) {
 		*bad = wr;
 		return EINVAL;
 	}
-	return post_recv_common(c, qp->rq_off, qp->init.cap.max_recv_sge, s, wr, bad);
+	rc = post_recv_common(c, qp->rq_off, qp->init.cap.max_recv_sge, s, wr, bad);
+	if (c->net) {                   /* a held (RNR) message may fit now */
+		pthread_mutex_lock(&c->plock);
+		net_progress(c);
+		pthread_mutex_unlock(&c->plock);
+	}
+	return rc;
 }
 
 static int emu_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct emu_srq *srq = (struct emu_srq *)ibsrq;
-	return post_recv_common(ctx_of(ibsrq->context), srq->off, srq->max_sge, NULL, wr, bad);
+	struct emu_ctx *c = ctx_of(ibsrq->context);
+	int rc = post_recv_common(c, srq->off, srq->max_sge, NULL, wr, bad);
+	if (c->net) {
+		pthread_mutex_lock(&c->plock);
+		net_progress(c);
+		pthread_mutex_unlock(&c->plock);
+	}
+	return rc;
 }
 
 static int emu_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
@@ -2230,7 +3615,9 @@ static int emu_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 	if (num < 0)
 		return -1;
 	pthread_mutex_lock(&c->plock);
-	if (c->pend)
+	if (c->net)
+		net_progress(c);        /* also serves the peers' requests */
+	else if (c->pend)
 		progress(c);
 	s = (struct shm_cq *)((char *)c->shm + cq->off);
 	shm_lock(c->shm);

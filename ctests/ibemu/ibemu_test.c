@@ -5,13 +5,23 @@
  * fork(). Every wait has a timeout; the parent kills a case that overruns.
  * Exit 0 when every case passes.
  *
- * Usage: ibemu_test [case-name ...]   (default: all cases)
+ * Usage: ibemu_test [--net local|tcp] [case-name ...]   (default: all cases)
+ *
+ * --net tcp sets IBEMU_NET=tcp and IBEMU_NET_ADDR=127.0.0.1 for every process
+ * of every case, so the same cases run over the emulator's TCP data path;
+ * cases that only make sense in one mode are skipped with the reason. In
+ * tcp mode the emulator progresses only inside verbs calls, so a process
+ * waiting on its control socket keeps polling its CQ meanwhile (as any
+ * program waiting for the network does), unless a case turns that off.
  */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +39,8 @@
 #include <unistd.h>
 
 static const char *g_case = "";
+static int g_net;                       /* --net tcp */
+static struct ibv_cq *g_hook_cq;        /* tcp: polled while waiting on a socket */
 
 static double now_s(void)
 {
@@ -82,7 +94,14 @@ static int xread(int fd, void *p, size_t n, int ms)
 		int left = (int)((end - now_s()) * 1000);
 		ssize_t r;
 		CHECK(left > 0, "timed out reading from peer socket");
-		if (poll(&pfd, 1, left) <= 0)
+		if (g_net && g_hook_cq) {
+			/* tcp mode: the HCA works only inside verbs calls. */
+			ibv_poll_cq(g_hook_cq, 0, NULL);
+			if (poll(&pfd, 1, 0) <= 0) {
+				sleep_us(50);
+				continue;
+			}
+		} else if (poll(&pfd, 1, left) <= 0)
 			continue;
 		r = read(fd, c, n);
 		CHECK(r > 0, "peer socket closed (%s)", r < 0 ? strerror(errno) : "EOF");
@@ -148,20 +167,53 @@ static int node_open(struct node *n, size_t len, int cqe)
 	CHECK((n->cq = ibv_create_cq(n->ctx, cqe, NULL, NULL, 0)), "create_cq: %s", strerror(errno));
 	CHECK((n->srq = ibv_create_srq(n->pd, &sa)), "create_srq: %s", strerror(errno));
 	n->len = len;
-	n->buf = aligned_alloc(4096, len);
+	n->buf = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
 	CHECK(n->buf, "malloc");
 	memset(n->buf, 0, len);
 	CHECK((n->mr = ibv_reg_mr(n->pd, n->buf, len, ACC)), "reg_mr: %s", strerror(errno));
+	g_hook_cq = n->cq;
 	return 0;
 }
 
-/* The emulator's memfds (ours and mapped peers') must be gone after close. */
+/* Inode numbers of the TCP sockets of this network namespace. */
+static int tcp_inodes(unsigned long *ino, int max)
+{
+	static const char *const tabs[] = {"/proc/self/net/tcp", "/proc/self/net/tcp6"};
+	char line[512];
+	int k = 0;
+	for (unsigned t = 0; t < 2; t++) {
+		FILE *f = fopen(tabs[t], "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f) && k < max) {
+			unsigned long v;
+			char *p = line;
+			int field = 0;
+			while (*p && field < 9) {       /* inode is the 10th column */
+				while (*p == ' ')
+					p++;
+				while (*p && *p != ' ')
+					p++;
+				field++;
+			}
+			if (sscanf(p, " %lu", &v) == 1 && v)
+				ino[k++] = v;
+		}
+		fclose(f);
+	}
+	return k;
+}
+
+/* The emulator's memfds (ours and mapped peers') must be gone after close,
+ * and so must its TCP sockets and epoll set (tcp mode). */
 static int no_memfd_left(void)
 {
 	char line[512];
 	FILE *f = fopen("/proc/self/maps", "r");
 	DIR *d;
 	struct dirent *de;
+	static unsigned long ino[65536];
+	int nino = tcp_inodes(ino, 65536);
 	CHECK(f, "open maps");
 	while (fgets(line, sizeof(line), f)) {
 		if (strstr(line, "memfd:ibemu")) {
@@ -179,10 +231,17 @@ static int no_memfd_left(void)
 		k = readlink(p, t, sizeof(t) - 1);
 		if (k > 0) {
 			t[k] = 0;
-			if (strstr(t, "memfd:ibemu")) {
+			unsigned long v;
+			if (strstr(t, "memfd:ibemu") || strstr(t, "[eventpoll]")) {
 				closedir(d);
 				CHECK(0, "fd left after ibv_close_device: %s", t);
 			}
+			if (sscanf(t, "socket:[%lu]", &v) == 1)
+				for (int i = 0; i < nino; i++)
+					if (ino[i] == v) {
+						closedir(d);
+						CHECK(0, "TCP socket left after ibv_close_device: fd %s", de->d_name);
+					}
 		}
 	}
 	closedir(d);
@@ -199,6 +258,8 @@ static int node_close(struct node *n, struct ibv_qp **qps)
 	CHECK(ibv_destroy_cq(n->cq) == 0, "destroy_cq");
 	CHECK(ibv_dealloc_pd(n->pd) == 0, "dealloc_pd");
 	CHECK(ibv_close_device(n->ctx) == 0, "close_device");
+	if (g_hook_cq == n->cq)
+		g_hook_cq = NULL;
 	free(n->buf);
 	return no_memfd_left();
 }
@@ -472,15 +533,34 @@ static int c_device(int rank, int *fd)
 	      "port attrs: state %d mtu %d ll %d gids %d", pa.state, pa.active_mtu, pa.link_layer, pa.gid_tbl_len);
 	CHECK(ibv_query_port(ctx, 2, &pa) != 0, "port 2 must not exist");
 	CHECK(ibv_query_gid(ctx, 1, 0, &g) == 0, "query_gid");
-	CHECK(g.raw[0] == 0xfe && g.raw[1] == 0x80 && g.raw[2] == 0x69 && g.raw[3] == 0x65, "GID magic");
-	memcpy(&v, g.raw + 4, 4);
-	CHECK(ntohl(v) == (uint32_t)getpid(), "GID pid %u", ntohl(v));
-	memcpy(&v, g.raw + 8, 4);
-	snprintf(path, sizeof(path), "/proc/self/fd/%u", ntohl(v));
-	k = readlink(path, target, sizeof(target) - 1);
-	CHECK(k > 0, "GID fd %u is not open", ntohl(v));
-	target[k] = 0;
-	CHECK(strstr(target, "memfd:ibemu"), "GID fd is %s, not the memfd", target);
+	if (g_net) {
+		/* fe80:6974, IPv4 address, port, 0, nonce; the listener answers. */
+		struct sockaddr_in sa = {.sin_family = AF_INET};
+		int s;
+		CHECK(g.raw[0] == 0xfe && g.raw[1] == 0x80 && g.raw[2] == 0x69 && g.raw[3] == 0x74, "tcp GID magic");
+		memcpy(&sa.sin_addr, g.raw + 4, 4);
+		memcpy(&sa.sin_port, g.raw + 8, 2);
+		CHECK(sa.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && sa.sin_port && !g.raw[10] && !g.raw[11],
+		      "GID address %s port %u (IBEMU_NET_ADDR=127.0.0.1)", inet_ntoa(sa.sin_addr), ntohs(sa.sin_port));
+		s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		CHECK(s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0, "GID's port does not listen: %s",
+		      strerror(errno));
+		close(s);
+		(void)v;
+		(void)path;
+		(void)target;
+		(void)k;
+	} else {
+		CHECK(g.raw[0] == 0xfe && g.raw[1] == 0x80 && g.raw[2] == 0x69 && g.raw[3] == 0x65, "GID magic");
+		memcpy(&v, g.raw + 4, 4);
+		CHECK(ntohl(v) == (uint32_t)getpid(), "GID pid %u", ntohl(v));
+		memcpy(&v, g.raw + 8, 4);
+		snprintf(path, sizeof(path), "/proc/self/fd/%u", ntohl(v));
+		k = readlink(path, target, sizeof(target) - 1);
+		CHECK(k > 0, "GID fd %u is not open", ntohl(v));
+		target[k] = 0;
+		CHECK(strstr(target, "memfd:ibemu"), "GID fd is %s, not the memfd", target);
+	}
 	CHECK(ibv_query_gid(ctx, 1, 1, &g2) == -1, "gid index 1 must fail");
 	ctx2 = ibv_open_device(l[0]);
 	CHECK(ctx2, "second open");
@@ -535,7 +615,7 @@ static int open_fails(const char *var, const char *val)
 	int num;
 	struct ibv_device **l = ibv_get_device_list(&num);
 	struct ibv_context *ctx;
-	char *msg;
+	char *msg, *old = getenv(var) ? strdup(getenv(var)) : NULL;
 	CHECK(l && num == 1, "list");
 	setenv(var, val, 1);
 	capture(1);
@@ -544,7 +624,11 @@ static int open_fails(const char *var, const char *val)
 	int e = errno;
 	capture(0);
 	msg = captured();
-	unsetenv(var);
+	if (old)                        /* e.g. IBEMU_NET under --net tcp */
+		setenv(var, old, 1);
+	else
+		unsetenv(var);
+	free(old);
 	ibv_free_device_list(l);
 	CHECK(!ctx && e == EINVAL, "%s='%s' must fail open with EINVAL (ctx %p errno %d)", var, val, (void *)ctx, e);
 	CHECK(strstr(msg, var) && strstr(msg, val) && strchr(msg, '\n') == msg + strlen(msg) - 1,
@@ -1247,8 +1331,11 @@ static int c_peer_kill(int rank, int *fd)
 		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1, NULL));
 		CHECK(ibv_destroy_qp(p.qp2) == 0, "destroy qp2");
 		TRY(sync_peer(f));
-		for (int i = 0; i < 300; i++)   /* killed long before this ends */
-			sleep_us(50000);
+		for (int i = 0; i < 3000; i++) {        /* killed long before this ends */
+			struct ibv_wc wc;
+			ibv_poll_cq(p.n.cq, 1, &wc);    /* tcp: answers the sender's requests */
+			sleep_us(5000);
+		}
 		CHECK(0, "victim was not killed");
 	}
 	TRY(sync_peer(f));
@@ -1268,9 +1355,16 @@ static int c_peer_kill(int rank, int *fd)
 	TRY(expect_wc(p.n.cq, IBV_WC_RETRY_EXC_ERR, -1, 3, NULL));
 	dt = now_s() - t0;
 	TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, 4, NULL));
-	CHECK(dt >= 0.25 && dt < 4, "killed peer: RETRY_EXC_ERR after %.2f s", dt);
+	/* tcp: a WR already on the wire when the peer's connection breaks
+	 * fails at once; one sent later waits out the window (refused). */
+	CHECK((g_net || dt >= 0.25) && dt < 4, "killed peer: RETRY_EXC_ERR after %.2f s", dt);
 	CHECK(qp_state(p.qp) == IBV_QPS_ERR, "QP must be in ERR");
-	fprintf(stderr, "    (retry window with timeout 14, retry_cnt 7: RETRY_EXC_ERR after %.2f s)\n", dt);
+	if (g_net)
+		fprintf(stderr, "    (killed peer: RETRY_EXC_ERR after %.2f s: %s)\n", dt,
+			dt < 0.25 ? "its connection broke with the WR on the wire"
+				  : "connection refused until the retry window ended");
+	else
+		fprintf(stderr, "    (retry window with timeout 14, retry_cnt 7: RETRY_EXC_ERR after %.2f s)\n", dt);
 	{
 		struct ibv_qp *qps[3] = {p.qp, p.qp2, NULL};
 		return node_close(&p.n, qps);   /* no final sync: the peer is dead */
@@ -1765,6 +1859,455 @@ static int c_alltoall(int rank, int *fd)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Mixing modes, and the IBEMU_NET variables (both modes)                    */
+
+static struct ibv_context *open_with(const char *net, const char *addr)
+{
+	int num;
+	struct ibv_device **l = ibv_get_device_list(&num);
+	struct ibv_context *ctx;
+	char *on = getenv("IBEMU_NET") ? strdup(getenv("IBEMU_NET")) : NULL;
+	char *oa = getenv("IBEMU_NET_ADDR") ? strdup(getenv("IBEMU_NET_ADDR")) : NULL;
+	if (net)
+		setenv("IBEMU_NET", net, 1);
+	else
+		unsetenv("IBEMU_NET");
+	if (addr)
+		setenv("IBEMU_NET_ADDR", addr, 1);
+	else
+		unsetenv("IBEMU_NET_ADDR");
+	ctx = l && num == 1 ? ibv_open_device(l[0]) : NULL;
+	int e = errno;
+	if (on)
+		setenv("IBEMU_NET", on, 1);
+	else
+		unsetenv("IBEMU_NET");
+	if (oa)
+		setenv("IBEMU_NET_ADDR", oa, 1);
+	else
+		unsetenv("IBEMU_NET_ADDR");
+	free(on);
+	free(oa);
+	ibv_free_device_list(l);
+	errno = e;
+	return ctx;
+}
+
+static int c_net_mix(int rank, int *fd)
+{
+	struct ibv_context *cl, *ct, *cl2;
+	struct ibv_pd *pl, *pt;
+	struct ibv_cq *ql, *qt;
+	struct ibv_qp *xl, *xt;
+	union ibv_gid gl, gt;
+	struct ibv_qp_attr a;
+	char *msg;
+	(void)rank;
+	(void)fd;
+
+	CHECK((cl = open_with(NULL, NULL)), "open, IBEMU_NET unset: %s", strerror(errno));
+	CHECK((cl2 = open_with("local", "bogus")), "open, IBEMU_NET=local: %s", strerror(errno));
+	CHECK((ct = open_with("tcp", "127.0.0.1")), "open, IBEMU_NET=tcp: %s", strerror(errno));
+	CHECK(ibv_query_gid(cl, 1, 0, &gl) == 0 && ibv_query_gid(ct, 1, 0, &gt) == 0, "query_gid");
+	CHECK(gl.raw[3] == 0x65 && gt.raw[3] == 0x74, "GID magics %02x %02x", gl.raw[3], gt.raw[3]);
+	CHECK((pl = ibv_alloc_pd(cl)) && (pt = ibv_alloc_pd(ct)), "pd");
+	CHECK((ql = ibv_create_cq(cl, 8, NULL, NULL, 0)) && (qt = ibv_create_cq(ct, 8, NULL, NULL, 0)), "cq");
+	{
+		struct ibv_qp_init_attr ia = {.send_cq = ql, .recv_cq = ql, .qp_type = IBV_QPT_RC,
+					      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+						      .max_recv_sge = 1}};
+		CHECK((xl = ibv_create_qp(pl, &ia)), "qp local");
+		ia.send_cq = ia.recv_cq = qt;
+		CHECK((xt = ibv_create_qp(pt, &ia)), "qp tcp");
+	}
+	a = a_init();
+	CHECK(ibv_modify_qp(xl, &a, M_INIT) == 0 && ibv_modify_qp(xt, &a, M_INIT) == 0, "INIT");
+	a = a_rtr(&gt, xt->qp_num, C_DEF);
+	CHECK(ibv_modify_qp(xl, &a, M_RTR) == EINVAL, "local QP to a tcp GID must be EINVAL");
+	a = a_rtr(&gl, xl->qp_num, C_DEF);
+	CHECK(ibv_modify_qp(xt, &a, M_RTR) == EINVAL, "tcp QP to a local GID must be EINVAL");
+	CHECK(qp_state(xl) == IBV_QPS_INIT && qp_state(xt) == IBV_QPS_INIT, "states unchanged");
+	CHECK(ibv_destroy_qp(xl) == 0 && ibv_destroy_qp(xt) == 0 && ibv_destroy_cq(ql) == 0 &&
+		      ibv_destroy_cq(qt) == 0 && ibv_dealloc_pd(pl) == 0 && ibv_dealloc_pd(pt) == 0,
+	      "destroy");
+	CHECK(ibv_close_device(cl) == 0 && ibv_close_device(cl2) == 0 && ibv_close_device(ct) == 0, "close");
+
+	/* Invalid values: one line, EINVAL. */
+	TRY(open_fails("IBEMU_NET", "udp"));
+	TRY(open_fails("IBEMU_NET", "TCP"));
+	{
+		char *on = getenv("IBEMU_NET") ? strdup(getenv("IBEMU_NET")) : NULL;
+		setenv("IBEMU_NET", "tcp", 1);
+		TRY(open_fails("IBEMU_NET_ADDR", "10.77.0"));
+		TRY(open_fails("IBEMU_NET_ADDR", "::1"));
+		if (on)
+			setenv("IBEMU_NET", on, 1);
+		else
+			unsetenv("IBEMU_NET");
+		free(on);
+	}
+	/* A well-formed address that is not this host's: one line, no context. */
+	capture(1);
+	errno = 0;
+	ct = open_with("tcp", "203.0.113.77");
+	int e = errno;
+	capture(0);
+	msg = captured();
+	CHECK(!ct && e == EADDRNOTAVAIL && strstr(msg, "203.0.113.77") && strchr(msg, '\n') == msg + strlen(msg) - 1,
+	      "IBEMU_NET_ADDR not on this host: ctx %p errno %d, stderr '%s'", (void *)ct, e, msg);
+	return no_memfd_left();
+}
+
+/* ------------------------------------------------------------------------ */
+/* tcp-only cases                                                            */
+
+/* Reads without making verbs progress (as if blocked in an MPI collective). */
+static int raw_sync(int fd)
+{
+	struct ibv_cq *h = g_hook_cq;
+	int rc;
+	g_hook_cq = NULL;
+	rc = sync_peer(fd);
+	g_hook_cq = h;
+	return rc;
+}
+
+/* Both sides move 8 QPs to RTR/RTS at the same moment, meet on the control
+ * socket without any verbs call, then send right away: no deadlock, every
+ * message arrives in order per QP. */
+static int c_tcp_rtr_race(int rank, int *fd)
+{
+	enum { NQ = 8, NM = 16 };
+	struct node n;
+	struct ibv_qp *qp[NQ + 1];
+	struct { union ibv_gid gid; uint32_t qpn[NQ]; } me, peer;
+	int f = fd[1 - rank], got_send = 0, got_recv = 0, next[NQ];
+	struct ibv_wc wc[16];
+	double t0;
+
+	TRY(node_open(&n, (size_t)2 * NQ * NM * 256, 1024));
+	memset(&me, 0, sizeof(me));
+	me.gid = my_gid(&n);
+	for (int i = 0; i < NQ; i++) {
+		CHECK((qp[i] = mkqp(&n, 1, NM, 0)), "qp");
+		me.qpn[i] = qp[i]->qp_num;
+		next[i] = 0;
+	}
+	qp[NQ] = NULL;
+	for (int i = 0; i < NQ * NM; i++) {
+		struct ibv_sge s = sge(n.mr, n.buf + (size_t)(NQ * NM + i) * 256, 256);
+		TRY(post_srq(n.srq, (uint64_t)i, &s, 1));
+	}
+	TRY(xchg(f, &me, &peer, sizeof(me)));
+	TRY(raw_sync(f));
+	for (int i = 0; i < NQ; i++)
+		TRY(qp_up(qp[i], &peer.gid, peer.qpn[i], C_DEF));
+	TRY(raw_sync(f));       /* both sides in RTS, nobody polled */
+	for (int i = 0; i < NQ; i++)
+		for (int m = 0; m < NM; m++) {
+			char *b = n.buf + (size_t)(i * NM + m) * 256;
+			struct ibv_sge s = sge(n.mr, b, 64);
+			uint32_t tag = (uint32_t)(rank << 16 | i << 8 | m);
+			memcpy(b, &tag, 4);
+			TRY(post(qp[i], (uint64_t)(i * NM + m), IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		}
+	t0 = now_s();
+	while (got_send < NQ * NM || got_recv < NQ * NM) {
+		int k = ibv_poll_cq(n.cq, 16, wc);
+		CHECK(k >= 0, "poll");
+		CHECK(now_s() - t0 < 10, "stuck: %d sends and %d receives completed of %d", got_send, got_recv, NQ * NM);
+		for (int j = 0; j < k; j++) {
+			CHECK(wc[j].status == IBV_WC_SUCCESS, "wr_id %llu: %s", (unsigned long long)wc[j].wr_id,
+			      ibv_wc_status_str(wc[j].status));
+			if (wc[j].opcode == IBV_WC_RECV) {
+				uint32_t tag;
+				int i = -1;
+				for (int x = 0; x < NQ; x++)
+					if (qp[x]->qp_num == wc[j].qp_num)
+						i = x;
+				CHECK(i >= 0 && wc[j].byte_len == 64, "recv on qp %#x len %u", wc[j].qp_num, wc[j].byte_len);
+				memcpy(&tag, n.buf + (size_t)(NQ * NM + wc[j].wr_id) * 256, 4);
+				CHECK(tag == (uint32_t)((1 - rank) << 16 | i << 8 | next[i]),
+				      "qp %d: got message %#x, want #%d", i, tag, next[i]);
+				next[i]++;
+				got_recv++;
+			} else
+				got_send++;
+		}
+		if (!k)
+			sleep_us(20);
+	}
+	TRY(sync_peer(f));
+	return node_close(&n, qp);
+}
+
+/* One 64 MiB RDMA WRITE (two 32 MiB SGEs, streamed over partial writes),
+ * then WRITE_WITH_IMM to tell the target; and a 16 MiB RDMA READ back. */
+static int c_tcp_write64m(int rank, int *fd)
+{
+	const size_t BIG = 64u << 20, RD = 16u << 20;
+	struct pair p;
+	struct ibv_sge s[2];
+	struct ibv_wc wc;
+	int f = fd[1 - rank];
+	double t0;
+	TRY(pair_up(&p, f, BIG + RD, 0, C_DEF, C_DEF));
+	char *b = p.n.buf;
+	if (rank == 0) {
+		s[0] = sge(p.n.mr, b + BIG, 64);
+		TRY(post_srq(p.n.srq, 7, s, 1));
+		TRY(sync_peer(f));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, 7, &wc));
+		CHECK(wc.imm_data == htonl(64) && wc.byte_len == 0, "imm %#x len %u", wc.imm_data, wc.byte_len);
+		TRY(check_pattern(b, BIG, 64));
+		TRY(sync_peer(f));      /* checked; now the sender reads it back */
+		TRY(sync_peer(f));
+	} else {
+		pattern(b, BIG, 64);
+		TRY(sync_peer(f));
+		t0 = now_s();
+		s[0] = sge(p.n.mr, b, (uint32_t)(BIG / 2));
+		s[1] = sge(p.n.mr, b + BIG / 2, (uint32_t)(BIG / 2));
+		TRY(post(p.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, s, 2, 0, p.peer.addr, p.peer.rkey));
+		TRY(post(p.qp, 2, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_SEND_SIGNALED, NULL, 0, 64, 0, 0));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 1, NULL));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 2, NULL));
+		double dt = now_s() - t0;
+		TRY(sync_peer(f));
+		memset(b + BIG, 0, RD);
+		s[0] = sge(p.n.mr, b + BIG, (uint32_t)RD);
+		t0 = now_s();
+		TRY(post(p.qp, 3, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, s, 1, 0, p.peer.addr + BIG - RD, p.peer.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, 3, &wc));
+		CHECK(wc.byte_len == RD, "read byte_len %u", wc.byte_len);
+		memmove(b, b + BIG, RD);        /* compare with what was written there */
+		pattern(b + RD, BIG - RD, 64);
+		TRY(check_pattern(b + BIG - RD, RD, 64));
+		CHECK(memcmp(b, b + BIG - RD, RD) == 0, "RDMA READ returned other data");
+		fprintf(stderr, "    (64 MiB write: %.0f MB/s; 16 MiB read: %.0f MB/s)\n", BIG / 1e6 / dt,
+			RD / 1e6 / (now_s() - t0));
+		TRY(sync_peer(f));
+	}
+	return pair_down(&p, f);
+}
+
+/* The target dies while 32 MiB writes stream to it: the WR in flight fails
+ * with RETRY_EXC_ERR within the retry window, the rest is flushed; a WR
+ * posted afterwards on another QP to the dead peer (connection refused)
+ * fails after the window. */
+static int c_tcp_kill_mid(int rank, int *fd)
+{
+	const size_t LEN = 32u << 20;
+	struct pair p;
+	struct ibv_sge s;
+	struct ibv_wc wc;
+	int f = fd[1 - rank];
+	double t0, dt;
+	TRY(pair_up(&p, f, LEN, 1, C_DEF, C_DEF));
+	if (rank == 1) {                        /* the victim: polls until killed */
+		for (;;) {
+			ibv_poll_cq(p.n.cq, 1, &wc);
+			sleep_us(100);
+		}
+	}
+	s = sge(p.n.mr, p.n.buf, (uint32_t)LEN);
+	for (int i = 0; i < 8; i++)
+		TRY(post(p.qp, (uint64_t)i, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, p.peer.addr, p.peer.rkey));
+	TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0, NULL));
+	CHECK(kill(p.peer.pid, SIGKILL) == 0, "kill");
+	t0 = now_s();
+	TRY(expect_wc(p.n.cq, IBV_WC_RETRY_EXC_ERR, IBV_WC_RDMA_WRITE, 1, NULL));
+	dt = now_s() - t0;
+	for (int i = 2; i < 8; i++)
+		TRY(expect_wc(p.n.cq, IBV_WC_WR_FLUSH_ERR, -1, (uint64_t)i, NULL));
+	CHECK(dt < 3.5, "RETRY_EXC_ERR %.2f s after the kill", dt);
+	CHECK(qp_state(p.qp) == IBV_QPS_ERR && qp_state(p.qp2) == IBV_QPS_RTS, "states %d %d", qp_state(p.qp),
+	      qp_state(p.qp2));
+	t0 = now_s();
+	s = sge(p.n.mr, p.n.buf, 64);
+	TRY(post(p.qp2, 9, IBV_WR_SEND, 0, &s, 1, 0, 0, 0));
+	TRY(expect_wc(p.n.cq, IBV_WC_RETRY_EXC_ERR, IBV_WC_SEND, 9, NULL));
+	double dt2 = now_s() - t0;
+	CHECK(dt2 >= 0.25 && dt2 < 4, "send to the dead peer: RETRY_EXC_ERR after %.2f s", dt2);
+	fprintf(stderr, "    (in flight at the kill: RETRY_EXC_ERR after %.3f s; posted later: after %.2f s)\n", dt, dt2);
+	{
+		struct ibv_qp *qps[3] = {p.qp, p.qp2, NULL};
+		return node_close(&p.n, qps);
+	}
+}
+
+/* The receiver goes to sleep for 1 s without any verbs call (right after
+ * RTR: it has not even accepted the connection) while 200 sends of up to
+ * 64 KiB are posted to it: nothing completes meanwhile (completion means
+ * acknowledged) and nothing fails; afterwards all arrive, in order. */
+static int c_tcp_sleepy(int rank, int *fd)
+{
+	enum { N = 200, SZ = 65536 };
+	struct node n;
+	struct ibv_qp *qp, *qps[2];
+	struct info me, peer;
+	struct ibv_wc wc;
+	int f = fd[1 - rank];
+	char go = 'g';
+
+	TRY(node_open(&n, (size_t)N * SZ, 1024));
+	g_hook_cq = NULL;                       /* no progress behind our back */
+	CHECK((qp = mkqp(&n, 1, 256, 0)), "qp");
+	memset(&me, 0, sizeof(me));
+	me.gid = my_gid(&n);
+	me.qpn = qp->qp_num;
+	TRY(xchg(f, &me, &peer, sizeof(me)));
+	TRY(qp_up(qp, &peer.gid, peer.qpn, C_DEF));
+	if (rank == 0) {
+		for (int i = 0; i < N; i++) {
+			struct ibv_sge s = sge(n.mr, n.buf + (size_t)i * SZ, SZ);
+			TRY(post_srq(n.srq, (uint64_t)i, &s, 1));
+		}
+		TRY(xwrite(f, &go, 1));
+		sleep_us(1000000);
+		for (int i = 0; i < N; i++) {
+			uint32_t seq;
+			TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, (uint64_t)i, &wc));
+			memcpy(&seq, n.buf + (size_t)i * SZ, 4);
+			CHECK(seq == (uint32_t)i && wc.byte_len == 4096u + (uint32_t)i * 300u,
+			      "message %d: seq %u len %u", i, seq, wc.byte_len);
+		}
+	} else {
+		double t0;
+		TRY(xread(f, &go, 1, 10000));
+		t0 = now_s();
+		for (int i = 0; i < N; i++) {
+			char *b = n.buf + (size_t)i * SZ;
+			struct ibv_sge s = sge(n.mr, b, 4096u + (uint32_t)i * 300u);
+			uint32_t seq = (uint32_t)i;
+			memcpy(b, &seq, 4);
+			TRY(post(qp, (uint64_t)i, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		}
+		TRY(expect_none(n.cq, 700));    /* the receiver sleeps: no ACK yet */
+		for (int i = 0; i < N; i++)
+			TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, (uint64_t)i, NULL));
+		CHECK(now_s() - t0 > 0.8, "completions before the receiver woke up");
+		CHECK(qp_state(qp) == IBV_QPS_RTS, "QP state %d", qp_state(qp));
+	}
+	g_hook_cq = n.cq;
+	TRY(sync_peer(f));
+	qps[0] = qp;
+	qps[1] = NULL;
+	return node_close(&n, qps);
+}
+
+/* IBEMU_NET_ADDR unset: the first non-loopback IPv4 address of the host
+ * (else 127.0.0.1); a SEND, an RDMA WRITE and a READ over it. A connection
+ * to a closed port, and one to a live port whose nonce is wrong (HELLO
+ * refused), end in RETRY_EXC_ERR after the retry window. */
+static int c_tcp_ifaddr(int rank, int *fd)
+{
+	struct pair p;
+	struct ibv_sge s;
+	struct ibv_wc wc;
+	struct ifaddrs *ifs, *i;
+	struct in_addr want = {.s_addr = htonl(INADDR_LOOPBACK)}, got;
+	int f = fd[1 - rank];
+
+	if (getifaddrs(&ifs) == 0) {
+		for (i = ifs; i; i = i->ifa_next)
+			if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+			    !(i->ifa_flags & IFF_LOOPBACK)) {
+				want = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+				break;
+			}
+		freeifaddrs(ifs);
+	}
+	unsetenv("IBEMU_NET_ADDR");
+	TRY(pair_up(&p, f, 1 << 20, 0, C_DEF, C_DEF));
+	memcpy(&got, p.me.gid.raw + 4, 4);
+	CHECK(got.s_addr == want.s_addr, "GID address %s", inet_ntoa(got));
+	if (rank == 0) {
+		fprintf(stderr, "    (address from getifaddrs: %s)\n", inet_ntoa(got));
+		s = sge(p.n.mr, p.n.buf, 4096);
+		TRY(post_srq(p.n.srq, 1, &s, 1));
+		pattern(p.n.buf + 8192, 4096, 3);
+		TRY(sync_peer(f));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 1, &wc));
+		TRY(check_pattern(p.n.buf, 1000, 1));
+		TRY(check_pattern(p.n.buf + 65536, 100000, 2));
+		TRY(sync_peer(f));
+	} else {
+		pattern(p.n.buf, 1000, 1);
+		pattern(p.n.buf + 65536, 100000, 2);
+		TRY(sync_peer(f));
+		s = sge(p.n.mr, p.n.buf + 65536, 100000);
+		TRY(post(p.qp, 1, IBV_WR_RDMA_WRITE, 0, &s, 1, 0, p.peer.addr + 65536, p.peer.rkey));
+		s = sge(p.n.mr, p.n.buf, 1000);
+		TRY(post(p.qp, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 2, NULL));
+		s = sge(p.n.mr, p.n.buf + 300000, 4096);
+		TRY(post(p.qp2, 3, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, &s, 1, 0, p.peer.addr + 8192, p.peer.rkey));
+		TRY(expect_wc(p.n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, 3, NULL));
+		TRY(check_pattern(p.n.buf + 300000, 4096, 3));
+		TRY(sync_peer(f));
+	}
+	TRY(pair_down(&p, f));
+	if (rank == 1)
+		return 0;
+
+	/* Unreachable peers (rank 0 alone): a closed port, a wrong nonce. */
+	{
+		struct node a, b;
+		struct ibv_qp *qa, *qb, *qps[2] = {NULL, NULL};
+		union ibv_gid gb;
+		double t0, dt;
+		TRY(node_open(&b, 4096, 16));
+		CHECK((qb = mkqp(&b, 1, 4, 0)), "qp");
+		gb = my_gid(&b);
+		qps[0] = qb;
+		TRY(node_close(&b, qps));       /* its port is closed now */
+		TRY(node_open(&a, 4096, 16));
+		CHECK((qa = mkqp(&a, 1, 4, 0)), "qp");
+		TRY(qp_up(qa, &gb, 0x123, C_DEF));
+		s = sge(a.mr, a.buf, 64);
+		t0 = now_s();
+		TRY(post(qa, 1, IBV_WR_SEND, 0, &s, 1, 0, 0, 0));
+		TRY(expect_wc(a.cq, IBV_WC_RETRY_EXC_ERR, IBV_WC_SEND, 1, NULL));
+		dt = now_s() - t0;
+		CHECK(dt >= 0.25 && dt < 4, "closed port: RETRY_EXC_ERR after %.2f s", dt);
+		/* A live context, wrong nonce: it refuses the HELLO (while polling). */
+		TRY(node_open(&b, 4096, 16));
+		gb = my_gid(&b);
+		gb.raw[15] ^= 1;
+		{
+			struct ibv_qp *qa2;
+			struct ibv_qp_attr at;
+			CHECK((qa2 = mkqp(&a, 1, 4, 0)), "qp");
+			TRY(qp_up(qa2, &gb, 0x123, C_DEF));
+			t0 = now_s();
+			TRY(post(qa2, 2, IBV_WR_SEND, 0, &s, 1, 0, 0, 0));
+			for (;;) {
+				int k = ibv_poll_cq(a.cq, 1, &wc);
+				ibv_poll_cq(b.cq, 0, NULL);     /* b answers (refuses) */
+				CHECK(k >= 0 && now_s() - t0 < 5, "no completion");
+				if (k)
+					break;
+				sleep_us(100);
+			}
+			dt = now_s() - t0;
+			CHECK(wc.wr_id == 2 && wc.status == IBV_WC_RETRY_EXC_ERR && dt >= 0.25 && dt < 4,
+			      "wrong nonce: wr_id %llu '%s' after %.2f s", (unsigned long long)wc.wr_id,
+			      ibv_wc_status_str(wc.status), dt);
+			at.qp_state = IBV_QPS_RESET;
+			CHECK(ibv_modify_qp(qa2, &at, IBV_QP_STATE) == 0, "reset");
+			CHECK(ibv_destroy_qp(qa2) == 0, "destroy");
+		}
+		CHECK(ibv_dereg_mr(b.mr) == 0 && ibv_destroy_srq(b.srq) == 0 && ibv_destroy_cq(b.cq) == 0 &&
+			      ibv_dealloc_pd(b.pd) == 0 && ibv_close_device(b.ctx) == 0,
+		      "close b");
+		free(b.buf);
+		qps[0] = qa;
+		return node_close(&a, qps);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
 /* Runner                                                                    */
 
 typedef int (*case_fn)(int rank, int *fd);
@@ -1776,6 +2319,8 @@ struct tcase {
 	int check_shm;
 	double timeout;
 	int fault;
+	int only;               /* 'l': local mode only, 't': tcp mode only */
+	const char *why;        /* ... because */
 };
 
 /* Entries other jobs on this machine may create while we run (MPI, UCX). */
@@ -1902,39 +2447,71 @@ static int run_case(const struct tcase *t)
 }
 
 static const struct tcase cases[] = {
-	{"device", c_device, 1, -1, 0, 10, 0},
-	{"env_nodev", c_env, 1, -1, 0, 10, 0},
-	{"qp_state", c_qp_state, 1, -1, 0, 10, 0},
-	{"send_recv", c_send_recv, 2, -1, 0, 10, 0},
-	{"send_imm", c_send_imm, 2, -1, 0, 10, 0},
-	{"rdma_write", c_rdma_write, 2, -1, 0, 10, 0},
-	{"rdma_read", c_rdma_read, 2, -1, 0, 10, 0},
-	{"rnr_order", c_rnr, 2, -1, 0, 10, 0},
-	{"bad_rkey", c_bad_rkey, 2, -1, 0, 10, 0},
-	{"dereg_mr", c_dereg, 2, -1, 0, 10, 0},
-	{"short_recv", c_short_recv, 2, -1, 0, 10, 0},
-	{"peer_kill", c_peer_kill, 2, 1, 1, 15, 0},
-	{"lock_kill", c_lock_kill, 2, 1, 1, 15, 0},
-	{"fault_rem_acc", c_fault, 2, -1, 0, 10, 0},
-	{"fault_retry", c_fault, 2, -1, 0, 10, 1},
-	{"fault_qp_err", c_fault, 2, -1, 0, 10, 2},
-	{"fault_rank", c_fault_rank, 1, -1, 0, 10, 0},
-	{"alltoall3", c_alltoall, 3, -1, 0, 28, 0},
+	{"device", c_device, 1, -1, 0, 10, 0, 0, NULL},
+	{"env_nodev", c_env, 1, -1, 0, 10, 0, 0, NULL},
+	{"qp_state", c_qp_state, 1, -1, 0, 10, 0, 0, NULL},
+	{"send_recv", c_send_recv, 2, -1, 0, 10, 0, 0, NULL},
+	{"send_imm", c_send_imm, 2, -1, 0, 10, 0, 0, NULL},
+	{"rdma_write", c_rdma_write, 2, -1, 0, 10, 0, 0, NULL},
+	{"rdma_read", c_rdma_read, 2, -1, 0, 10, 0, 0, NULL},
+	{"rnr_order", c_rnr, 2, -1, 0, 10, 0, 0, NULL},
+	{"bad_rkey", c_bad_rkey, 2, -1, 0, 10, 0, 0, NULL},
+	{"dereg_mr", c_dereg, 2, -1, 0, 10, 0, 0, NULL},
+	{"short_recv", c_short_recv, 2, -1, 0, 10, 0, 0, NULL},
+	{"peer_kill", c_peer_kill, 2, 1, 1, 15, 0, 0, NULL},
+	{"lock_kill", c_lock_kill, 2, 1, 1, 15, 0, 'l',
+	 "inherently local: a peer killed while holding this HCA's shared lock; tcp mode shares no memory"},
+	{"fault_rem_acc", c_fault, 2, -1, 0, 10, 0, 0, NULL},
+	{"fault_retry", c_fault, 2, -1, 0, 10, 1, 0, NULL},
+	{"fault_qp_err", c_fault, 2, -1, 0, 10, 2, 0, NULL},
+	{"fault_rank", c_fault_rank, 1, -1, 0, 10, 0, 0, NULL},
+	{"alltoall3", c_alltoall, 3, -1, 0, 28, 0, 0, NULL},
+	{"net_mix", c_net_mix, 1, -1, 0, 10, 0, 0, NULL},
+	{"tcp_rtr_race", c_tcp_rtr_race, 2, -1, 0, 15, 0, 't', "tcp only"},
+	{"tcp_write64m", c_tcp_write64m, 2, -1, 0, 20, 0, 't', "tcp only"},
+	{"tcp_kill_mid", c_tcp_kill_mid, 2, 1, 1, 15, 0, 't', "tcp only"},
+	{"tcp_sleepy", c_tcp_sleepy, 2, -1, 0, 15, 0, 't', "tcp only"},
+	{"tcp_ifaddr", c_tcp_ifaddr, 2, -1, 0, 15, 0, 't', "tcp only"},
 };
 
 int main(int argc, char **argv)
 {
-	int fails = 0, ran = 0;
+	int fails = 0, ran = 0, skipped = 0, first = 1;
 	double t0 = now_s();
 	signal(SIGPIPE, SIG_IGN);
+	if (argc > 1 && !strncmp(argv[1], "--net", 5)) {
+		const char *m = argv[1][5] == '=' ? argv[1] + 6 : argc > 2 ? argv[2] : "";
+		first = argv[1][5] == '=' ? 2 : 3;
+		if (!strcmp(m, "tcp")) {
+			g_net = 1;
+			setenv("IBEMU_NET", "tcp", 1);
+			setenv("IBEMU_NET_ADDR", "127.0.0.1", 1);
+		} else if (!strcmp(m, "local")) {
+			unsetenv("IBEMU_NET");
+		} else {
+			fprintf(stderr, "usage: ibemu_test [--net local|tcp] [case ...]\n");
+			return 2;
+		}
+	} else if (getenv("IBEMU_NET") && !strcmp(getenv("IBEMU_NET"), "tcp"))
+		g_net = 1;
+	printf("mode: %s\n", g_net ? "tcp (IBEMU_NET=tcp IBEMU_NET_ADDR=127.0.0.1)" : "local");
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int want = argc < 2;
-		for (int a = 1; a < argc; a++)
+		int want = argc <= first;
+		for (int a = first; a < argc; a++)
 			want |= !strcmp(argv[a], cases[i].name);
 		if (!want)
 			continue;
+		if ((cases[i].only == 'l' && g_net) || (cases[i].only == 't' && !g_net)) {
+			printf("SKIP %-14s (%s)\n", cases[i].name, cases[i].why);
+			skipped++;
+			continue;
+		}
 		ran++;
 		fails += !run_case(&cases[i]);
+	}
+	if (!ran && skipped) {
+		printf("OK: 0 cases run, %d skipped\n", skipped);
+		return 0;
 	}
 	if (!ran) {
 		fprintf(stderr, "no such case; cases:");
@@ -1943,6 +2520,7 @@ int main(int argc, char **argv)
 		fputc('\n', stderr);
 		return 2;
 	}
-	printf("%s: %d of %d cases passed (%.2f s)\n", fails ? "FAIL" : "OK", ran - fails, ran, now_s() - t0);
+	printf("%s: %d of %d cases passed, %d skipped (%s mode, %.2f s)\n", fails ? "FAIL" : "OK", ran - fails, ran,
+	       skipped, g_net ? "tcp" : "local", now_s() - t0);
 	return fails ? 1 : 0;
 }

@@ -15,7 +15,8 @@
 //! sending every eager message and every request to send on the first queue pair of the
 //! pair, whose messages arrive in order (InfiniBand's reliable connection):
 //! - up to [`EAGER`] bytes: a send of the header and the data from a registered bounce
-//!   buffer; the send completes once copied there (a buffered send);
+//!   buffer; the send completes once posted to the HCA, which delivers it without this
+//!   process;
 //! - beyond: the sender sends a request (`RTS`), the receiver answers with its buffer's
 //!   address and key once a receive matches (`CTS`), the sender writes the data with RDMA
 //!   writes spread over the pair's queue pairs, and signals the arrival with a zero-byte
@@ -139,9 +140,19 @@ enum Op {
 
 /// Work that waits for a bounce buffer or for room in the send queues, in order.
 enum Work {
-    Ctrl { peer: i32, hdr: Hdr, data: Vec<u8> },
-    Writes { id: u32 },
-    Imm { id: u32 },
+    /// A send from a bounce buffer; `done`: the eager send it completes once posted.
+    Ctrl {
+        peer: i32,
+        hdr: Hdr,
+        data: Vec<u8>,
+        done: Option<u32>,
+    },
+    Writes {
+        id: u32,
+    },
+    Imm {
+        id: u32,
+    },
 }
 
 /// Registered memory owned by the fabric.
@@ -629,6 +640,7 @@ impl Fabric {
                     peer,
                     hdr,
                     data: Vec::new(),
+                    done: None,
                 });
             }
         }
@@ -781,7 +793,16 @@ impl Fabric {
                 return;
             }
             let r = match w {
-                Work::Ctrl { peer, hdr, data } => self.send_ctrl(peer, &hdr, &data),
+                Work::Ctrl {
+                    peer,
+                    hdr,
+                    data,
+                    done,
+                } => self.send_ctrl(peer, &hdr, &data).map(|()| {
+                    if let Some(id) = done {
+                        self.finish(id, Ok(data.len()));
+                    }
+                }),
                 Work::Writes { id } => self.send_writes(id),
                 Work::Imm { id } => self.send_imm(id),
             };
@@ -1189,13 +1210,16 @@ impl Wire {
         f.sent_bytes += len as u64;
         if len <= f.eager {
             f.sent_eager += 1;
-            // copied now: the send is done (a buffered send), the bytes go in order
-            op.done = Some(Ok(len));
+            // done once handed to the HCA, not before: a send that completed in the shim's
+            // backlog would go nowhere once the process stops calling the shim (a rank that
+            // left its last collective and waits in the library: its peer would wait
+            // forever); then the HCA delivers it without this process
             let id = f.new_op(Op::Send(op));
             f.backlog.push_back(Work::Ctrl {
                 peer: w,
                 hdr,
                 data: copy(),
+                done: Some(id),
             });
             f.drain();
             return Ok(id);
@@ -1219,6 +1243,7 @@ impl Wire {
                 ..hdr
             },
             data: Vec::new(),
+            done: None,
         });
         f.drain();
         Ok(id)
