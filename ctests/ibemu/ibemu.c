@@ -14,9 +14,14 @@
  *    magic + pid + memfd number + nonce; a peer that connects to the GID
  *    (modify_qp to RTR) maps /proc/<pid>/fd/<fd>. Nothing is ever created in
  *    /dev/shm or on disk, so kill -9 leaves nothing behind.
- *  - The "HCA" has no threads of its own: post_send executes what it can at
- *    once and keeps the rest (RNR, remote not ready) in a private send queue
- *    that every later post_send/poll_cq of this process retries.
+ *  - post_send executes what it can at once and keeps the rest (RNR, remote
+ *    not ready) in a private send queue that every later post_send/poll_cq
+ *    of this process retries. As a real HCA keeps working after the post
+ *    returned, one "agent" thread per context (IBEMU_AGENT=1, the default)
+ *    does the same work on its own while the program makes no verbs call:
+ *    it retries queued WRs on the RNR and transport timers and, in tcp mode,
+ *    serves the sockets (see "The agent" below). It takes plock like a verbs
+ *    call, so the lock order is unchanged.
  *  - Payloads move with process_vm_writev/readv between the processes.
  *  - Lock order: the context's private lock (plock), then at most ONE shared
  *    lock (ours or a peer's) at a time. Never two shared locks at once, so two
@@ -51,6 +56,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -274,6 +280,20 @@ struct emu_ctx {
 	int lfd, epfd;                  /* listening socket, epoll set */
 	struct sockaddr_in laddr;       /* where lfd listens */
 	struct emu_conn *conns;
+	/* The agent thread (IBEMU_AGENT). agent_stop, agent_wake and
+	 * last_call are atomics (written under plock, read by the agent
+	 * without it); moved under plock; the counters are the agent's. */
+	int agent_on;                   /* IBEMU_AGENT=1 (default) */
+	int agent_started;
+	pthread_t agent;
+	int agent_efd;                  /* eventfd: wakes it (poke, stop) */
+	int agent_stop;
+	uint64_t agent_wake;            /* when it plans to run next; 0: now
+					 * (running, poked, or no agent) */
+	uint64_t agent_passes, agent_defers;
+	uint64_t last_call;             /* the program's last progressing verbs call */
+	uint64_t moved;                 /* WRs completed, bytes sent or received,
+					 * connections accepted: did a pass help? */
 };
 
 #define ctx_of(x) ((struct emu_ctx *)(x))
@@ -289,6 +309,14 @@ static uint64_t now_ns(void)
 }
 
 static int g_trace;     /* IBEMU_TRACE=1 in some context of this process */
+
+/* Stamped at the end of the verbs calls that progress the whole context
+ * (the agent leaves the work to them meanwhile); caller holds plock, the
+ * agent reads it without. */
+static void called(struct emu_ctx *c)
+{
+	__atomic_store_n(&c->last_call, now_ns(), __ATOMIC_RELAXED);
+}
 
 /* A peer that died holding the lock must not hang anyone: robust mutex.
  * What it was doing is either done or not started (every update publishes
@@ -725,6 +753,8 @@ static int emu_poll_cq(struct ibv_cq *, int, struct ibv_wc *);
 static int emu_req_notify_cq(struct ibv_cq *, int);
 static int net_open(struct emu_ctx *c);
 static void net_close(struct emu_ctx *c);
+static int agent_start(struct emu_ctx *c);
+static void agent_stop(struct emu_ctx *c);
 
 static int parse_u64(const char *s, uint64_t *v)
 {
@@ -740,12 +770,13 @@ static int parse_u64(const char *s, uint64_t *v)
 	return 0;
 }
 
-/* IBEMU_FAULT=<kind>:<n>[,...], IBEMU_FAULT_RANK=<r>, IBEMU_TRACE=0|1.
+/* IBEMU_FAULT=<kind>:<n>[,...], IBEMU_FAULT_RANK=<r>, IBEMU_TRACE=0|1,
+ * IBEMU_AGENT=0|1, IBEMU_NET=local|tcp, IBEMU_NET_ADDR=<IPv4>.
  * The fault counters belong to the context (a process opens one). */
 static int parse_env(struct emu_ctx *c)
 {
 	const char *f = getenv("IBEMU_FAULT"), *fr = getenv("IBEMU_FAULT_RANK");
-	const char *tr = getenv("IBEMU_TRACE");
+	const char *tr = getenv("IBEMU_TRACE"), *ag = getenv("IBEMU_AGENT");
 	static const char *const allowed_fault =
 		"comma-separated kind:n with kind rem_access|retry_exc|qp_err and n >= 1";
 	const char *net = getenv("IBEMU_NET");
@@ -781,6 +812,14 @@ static int parse_env(struct emu_ctx *c)
 				freeifaddrs(ifs);
 			}
 		}
+	}
+	c->agent_on = 1;
+	if (ag && *ag) {
+		if (strcmp(ag, "0") && strcmp(ag, "1")) {
+			env_error("IBEMU_AGENT", ag, "0 or 1");
+			return -1;
+		}
+		c->agent_on = ag[0] == '1';
 	}
 	if (tr && *tr) {
 		if (strcmp(tr, "0") && strcmp(tr, "1")) {
@@ -861,7 +900,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	c->memfd = -1;
-	c->lfd = c->epfd = -1;
+	c->lfd = c->epfd = c->agent_efd = -1;
 	if (parse_env(c)) {
 		free(c);
 		errno = EINVAL;
@@ -938,6 +977,9 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	/* Peers write into us with process_vm_writev; Yama (ptrace_scope 1) would
 	 * refuse a non-ancestor otherwise. Failure is fine (no Yama). */
 	prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+	/* Last: from here on the agent may work on the context. */
+	if (c->agent_on && (errno = agent_start(c)))
+		goto fail;
 	return &c->ib;
 
 nomem:
@@ -952,6 +994,8 @@ fail: {
 		close(c->lfd);
 	if (c->epfd >= 0)
 		close(c->epfd);
+	if (c->agent_efd >= 0)
+		close(c->agent_efd);
 	free(c->ext);
 	free(c->qp_slots);
 	free(c);
@@ -972,6 +1016,7 @@ EXPORT int ibv_close_device(struct ibv_context *context)
 	struct emu_ctx *c = ctx_of(context);
 	if (!c)
 		return -1;
+	agent_stop(c);                  /* joined: nothing runs behind our back */
 	while (c->qps)
 		ibv_destroy_qp(&c->qps->ib);
 	while (c->srqs)
@@ -1854,8 +1899,10 @@ EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask
 	qp->attr.qp_state = next;
 	qp->ib.state = next;
 	rc = 0;
-	if (c->net)
+	if (c->net) {
 		net_progress(c);        /* accept / finish connecting, if ready */
+		called(c);
+	}
 out:
 	if (npeer)
 		peer_put(c, npeer);
@@ -1897,7 +1944,8 @@ static const uint32_t rnr_timer_10us[32] = {
 static uint64_t rnr_delay_ns(uint32_t t)
 {
 	uint64_t ns = (uint64_t)rnr_timer_10us[t & 31] * 10000;
-	/* Capped: retries only happen inside the caller's poll_cq anyway. */
+	/* Capped (an emulator need not wait 655 ms; the agent or the
+	 * program's next verbs call retries). */
 	return ns > 20000000ull ? 20000000ull : ns;
 }
 
@@ -2161,6 +2209,7 @@ static void sq_complete_head(struct emu_ctx *c, struct emu_qp *qp, enum ibv_wc_s
 {
 	struct swqe *w = &qp->ring[qp->head];
 	trace_wr(c, qp, w, ibv_wc_status_str(st));
+	c->moved++;
 	if (st != IBV_WC_SUCCESS || w->signaled) {
 		struct ibv_wc wc = {.wr_id = w->wr_id, .status = st, .opcode = wc_op_of(w->opcode),
 				    .byte_len = (uint32_t)w->len, .qp_num = qp->ib.qp_num,
@@ -2357,6 +2406,8 @@ struct emu_conn {
 	int refs;               /* out: QPs bound to it */
 	int want;               /* out, C_IDLE: a QP waits for it */
 	int readable, more, connready;
+	int broken;             /* EPOLLERR/EPOLLHUP while a request is held */
+	uint32_t wev;           /* the epoll events registered for fd */
 	uint8_t gid[16];        /* the peer context */
 	struct sockaddr_in sa;
 	uint64_t retry_at;
@@ -2587,6 +2638,7 @@ static int conn_output(struct emu_ctx *c, struct emu_conn *k)
 			return -1;
 		}
 		left = (size_t)n;
+		c->moved += n > 0;
 		while ((f = k->oq)) {
 			if (f->zleft) {
 				size_t s = left < f->zleft ? left : (size_t)f->zleft;
@@ -2627,6 +2679,20 @@ static void conn_watch(struct emu_ctx *c, struct emu_conn *k, uint32_t events, i
 {
 	struct epoll_event ev = {.events = events, .data.ptr = k};
 	epoll_ctl(c->epfd, op, k->fd, &ev);
+	k->wev = events;
+}
+
+/* What a connection in C_HELLO/C_UP is watched for, so that the epoll set
+ * is readable exactly when there is something to do (the agent sleeps on
+ * it): input, unless a request is held (RNR: the stream is not read until a
+ * receive is posted, which the program's own post_recv handles); output
+ * room while frames wait in the output queue. EPOLLERR/EPOLLHUP are always
+ * reported. */
+static void conn_rewatch(struct emu_ctx *c, struct emu_conn *k)
+{
+	uint32_t ev = (k->rstate == R_HELD ? 0u : (uint32_t)EPOLLIN) | (k->oq ? (uint32_t)EPOLLOUT : 0u);
+	if (k->fd >= 0 && (k->state == C_HELLO || k->state == C_UP) && ev != k->wev)
+		conn_watch(c, k, ev, EPOLL_CTL_MOD);
 }
 
 static struct emu_conn *conn_new(struct emu_ctx *c, int fd, int out)
@@ -2750,7 +2816,7 @@ static void conn_lost(struct emu_ctx *c, struct emu_conn *k, const char *why)
 	k->rstate = R_HDR;
 	k->rdone = D_NONE;
 	k->ib_off = k->ib_len = 0;
-	k->readable = k->more = k->connready = 0;
+	k->readable = k->more = k->connready = k->broken = 0;
 	k->retry_at = now_ns() + (was_up ? 0 : NET_RECONNECT);
 	for (struct emu_qp *qp = c->qps; qp; qp = qp->next) {
 		if (qp->conn != k)
@@ -2791,6 +2857,7 @@ static void accept_all(struct emu_ctx *c)
 		}
 		k->state = C_HELLO;
 		k->readable = 1;
+		c->moved++;
 		conn_watch(c, k, EPOLLIN, EPOLL_CTL_ADD);
 	}
 }
@@ -3218,6 +3285,7 @@ static int conn_input(struct emu_ctx *c, struct emu_conn *k)
 					n = readv(k->fd, &k->riov[k->rcur], cnt > 1024 ? 1024 : cnt);
 				while (n < 0 && errno == EINTR);
 				if (n > 0) {
+					c->moved++;
 					r_advance(k, (size_t)n);
 					k->rleft -= (uint64_t)n;
 					budget -= (uint64_t)n < budget ? (uint64_t)n : budget;
@@ -3241,6 +3309,7 @@ static int conn_input(struct emu_ctx *c, struct emu_conn *k)
 				conn_lost(c, k, errno ? strerror(errno) : "closed by the peer");
 				return -1;
 			}
+			c->moved++;
 			continue;
 		}
 		/* R_HDR: a whole header (and a HELLO's body) from the buffer. */
@@ -3276,6 +3345,7 @@ static int conn_input(struct emu_ctx *c, struct emu_conn *k)
 			conn_lost(c, k, errno ? strerror(errno) : "closed by the peer");
 			return -1;
 		}
+		c->moved++;
 	}
 	return -1;
 }
@@ -3379,8 +3449,11 @@ static void qp_net_progress(struct emu_ctx *c, struct emu_qp *qp)
 		sq_complete_head(c, qp, (enum ibv_wc_status)qp->ring[qp->head].lerr);
 }
 
-/* The HCA's work in TCP mode, done inside every verbs data-path call:
- * accept, finish connects, read and handle frames, send new WRs, write. */
+static void agent_poke(struct emu_ctx *c);
+
+/* The HCA's work in TCP mode, done inside every verbs data-path call and by
+ * the agent: accept, finish connects, read and handle frames, send new WRs,
+ * write. Caller holds plock. */
 static void net_progress(struct emu_ctx *c)
 {
 	struct epoll_event ev[64];
@@ -3399,6 +3472,8 @@ static void net_progress(struct emu_ctx *c)
 			k->connready = 1;
 		if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))
 			k->readable = 1;
+		if (k->rstate == R_HELD && (ev[i].events & (EPOLLERR | EPOLLHUP)))
+			k->broken = 1;
 	}
 	for (k = c->conns; k; k = k->next) {
 		if (k->state == C_CONNECTING && k->connready) {
@@ -3416,10 +3491,18 @@ static void net_progress(struct emu_ctx *c)
 			net_trace(c, k, "connected, HELLO sent");
 		}
 	}
-	for (k = c->conns; k; k = k->next)
+	for (k = c->conns; k; k = k->next) {
+		if (k->broken && k->rstate == R_HELD && k->state != C_DEAD) {
+			/* Reset while its stream was held (RNR): the requester
+			 * is gone, nothing behind the held request can matter. */
+			conn_lost(c, k, "connection reset while a request was held (RNR)");
+			continue;
+		}
+		k->broken = 0;
 		if (k->fd >= 0 && k->state != C_CONNECTING && k->state != C_DEAD &&
 		    (k->readable || k->more || k->rstate == R_HELD))
 			conn_input(c, k);
+	}
 	progress(c);
 	now = now_ns();
 	for (k = c->conns; k; k = k->next) {
@@ -3427,6 +3510,7 @@ static void net_progress(struct emu_ctx *c)
 			conn_connect(c, k, now);
 		if (k->fd >= 0 && k->oq && (k->state == C_HELLO || k->state == C_UP) && conn_output(c, k) < 0)
 			conn_lost(c, k, strerror(errno));
+		conn_rewatch(c, k);
 	}
 	for (kp = &c->conns; (k = *kp);) {
 		if (k->state == C_DEAD) {
@@ -3436,6 +3520,261 @@ static void net_progress(struct emu_ctx *c)
 		} else
 			kp = &k->next;
 	}
+	agent_poke(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The agent (IBEMU_AGENT=1, the default)                                   */
+/*
+ * A real HCA keeps working after ibv_post_send returned: it retries an RNR'd
+ * SEND on its own, and it answers the peers' requests whether or not the
+ * program calls verbs. Programs rely on that (an MPI library completes an
+ * eager send once posted and may then block elsewhere), so each context has
+ * one thread that does what a verbs call does for pending work, when no verbs
+ * call does it:
+ *  - local mode: runs the queued send WRs (progress) on their RNR and
+ *    transport retry timers. Nothing else: the peers write into this
+ *    process themselves.
+ *  - tcp mode: net_progress (accept, connect, read ACK/NAK/READ data and
+ *    write the sender CQEs, serve the peers' requests into this process's
+ *    memory with RECV CQEs and answers, flush output queues) when the epoll
+ *    set says there is something (it is watched for input and, while frames
+ *    wait, for output room), or when a timer is due.
+ *
+ * It sleeps in ppoll (nanosecond timeout; the epoll set in tcp mode, and an
+ * eventfd through which close, or a verbs call that queued timed work while
+ * the agent sleeps long, wakes it) and runs at most once per AGENT_TICK_NS,
+ * so it never spins. Timed retries that keep finding nothing to do (a long
+ * RNR) back off to AGENT_BACKOFF_NS between passes: a wake-up costs 10-40 us
+ * of CPU on a small VM, every 200 us that would be 4% of a core. With
+ * nothing outstanding it blocks (up to AGENT_IDLE_NS, a safety net).
+ *
+ * It is the fallback for a program that does not call: while the program
+ * makes verbs calls that progress the whole context (post_send, poll_cq; in
+ * tcp mode also post_recv, post_srq_recv, modify_qp), those do the work and
+ * the agent only looks again AGENT_QUIET_NS after the latest one (backing
+ * off to AGENT_QUIET_MAX_NS while the program stays busy), so a
+ * busy-polling program and its agent do not compete for plock or the cores.
+ *
+ * Locking: it takes plock with trylock (busy: the program is inside a verbs
+ * call, which does this work), holds it for one pass only, takes at most
+ * one shared lock under it, as a verbs call does, and writes CQEs under the
+ * owner's shared lock like everyone else, so ibv_poll_cq stays consistent.
+ * ibv_close_device stops and joins it first. All signals are blocked in it.
+ * Not fork-safe (neither was the rest: a child must not use a context of
+ * its parent; it has no agent).
+ */
+
+#define AGENT_TICK_NS       200000ull           /* 200 us: at most one pass per tick */
+#define AGENT_BACKOFF_NS    5000000ull          /* retries that find nothing: up to 5 ms apart */
+#define AGENT_HELD_NS       100000000ull        /* tcp: a held request, re-checked */
+#define AGENT_IDLE_NS       1000000000ull       /* nothing timed: wake anyway (safety net) */
+#define AGENT_QUIET_NS      1000000ull          /* the program called verbs within 1 ms: it works */
+#define AGENT_QUIET_MAX_NS  8000000ull          /* ... look again after at most 8 ms */
+
+/* When pending work needs a pass that no event announces (RNR and transport
+ * retries, reconnects, counted RNR holds, input left over by the budget):
+ * an absolute time, or UINT64_MAX when only events (or nothing) are
+ * awaited. Caller holds plock. */
+static uint64_t agent_due(struct emu_ctx *c, uint64_t now)
+{
+	uint64_t t = UINT64_MAX;
+	for (struct emu_qp *qp = c->pend; qp; qp = qp->pnext) {
+		uint64_t at;
+		if (!qp->count)
+			continue;
+		/* tcp: all it may send is on the wire; the answers are input. */
+		if (qp->conn && !qp->next_try && (qp->sent == qp->count || (qp->probe && qp->sent)))
+			continue;
+		at = qp->next_try ? qp->next_try : now;
+		if (at < t)
+			t = at;
+	}
+	for (struct emu_conn *k = c->conns; k; k = k->next) {
+		uint64_t at = UINT64_MAX;
+		if (k->more)
+			at = now;
+		else if (k->rstate == R_HELD)
+			/* The next counted RNR retry; with rnr_retry 7 the program's
+			 * post_recv resumes it, but its QP may have gone meanwhile. */
+			at = k->h.rnr_retry != 7 ? k->held_next : now + AGENT_HELD_NS;
+		else if (k->out && k->state == C_IDLE && k->want)
+			at = k->retry_at;
+		if (at < t)
+			t = at;
+	}
+	return t;
+}
+
+/* Called at the end of verbs calls that may queue timed work: wakes the
+ * agent when that work is due before it planned to run. Caller holds plock. */
+static void agent_poke(struct emu_ctx *c)
+{
+	uint64_t now, one = 1, w = __atomic_load_n(&c->agent_wake, __ATOMIC_RELAXED);
+	if (!w)                         /* no agent, or it runs / was poked */
+		return;
+	now = now_ns();
+	/* The program calls now, so the agent would act AGENT_QUIET_NS from
+	 * now at the earliest; if it looks again within AGENT_QUIET_MAX_NS
+	 * anyway, leave it asleep. */
+	if (w <= now + AGENT_QUIET_MAX_NS)
+		return;
+	if (agent_due(c, now) < w) {
+		__atomic_store_n(&c->agent_wake, 0, __ATOMIC_RELAXED);
+		if (write(c->agent_efd, &one, sizeof(one)) < 0) {
+			/* cannot fail (the counter would have to overflow) */
+		}
+	}
+}
+
+static void sleep_until(uint64_t t)
+{
+	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static void *agent_main(void *arg)
+{
+	struct emu_ctx *c = arg;
+	struct pollfd pf[2] = {{.fd = c->agent_efd, .events = POLLIN}, {.fd = c->epfd, .events = POLLIN}};
+	uint64_t last = 0, wake = UINT64_MAX, now, v, lc, moved = 0, gap = AGENT_TICK_NS, quiet = AGENT_QUIET_NS;
+	int events = c->net;            /* wake on the epoll set too */
+
+	for (;;) {
+		now = now_ns();
+		if (wake == UINT64_MAX)
+			wake = now + AGENT_IDLE_NS;
+		if (wake > now) {
+			struct timespec ts = {.tv_sec = (time_t)((wake - now) / 1000000000ull),
+					      .tv_nsec = (long)((wake - now) % 1000000000ull)};
+			if (ppoll(pf, events ? 2 : 1, &ts, NULL) > 0 && (pf[0].revents & POLLIN) &&
+			    read(c->agent_efd, &v, sizeof(v)) < 0) {
+				/* EAGAIN: drained already */
+			}
+			now = now_ns();
+		}
+		/* Woken by an event within a tick of the last pass: never two
+		 * passes within a tick (wake itself is always a tick later). */
+		if (now < last + AGENT_TICK_NS) {
+			sleep_until(last + AGENT_TICK_NS);
+			now = now_ns();
+		}
+		if (__atomic_load_n(&c->agent_stop, __ATOMIC_ACQUIRE))
+			break;
+		lc = __atomic_load_n(&c->last_call, __ATOMIC_RELAXED);
+		if (pthread_mutex_trylock(&c->plock)) {
+			/* Inside a verbs call, which does this very work: look
+			 * again later (less often while it stays busy). */
+			goto defer;
+		}
+		if (c->agent_stop) {
+			pthread_mutex_unlock(&c->plock);
+			break;
+		}
+		if (now < lc + AGENT_QUIET_NS) {
+			/* The program is calling verbs. If work waits (input or
+			 * output room its calls have not taken yet, a timer due
+			 * soon), look again once it may have gone quiet; else
+			 * sleep as after a pass. */
+			struct pollfd ep = {.fd = c->epfd, .events = POLLIN};
+			wake = agent_due(c, now);
+			if ((c->net && poll(&ep, 1, 0) > 0) || wake < now + AGENT_QUIET_MAX_NS) {
+				pthread_mutex_unlock(&c->plock);
+				goto defer;
+			}
+			events = c->net;
+			last = now;
+			__atomic_store_n(&c->agent_wake, wake == UINT64_MAX ? now + AGENT_IDLE_NS : wake,
+					 __ATOMIC_RELAXED);
+			pthread_mutex_unlock(&c->plock);
+			c->agent_defers++;
+			continue;
+		}
+		quiet = AGENT_QUIET_NS;         /* quiet: we work */
+		events = c->net;
+		__atomic_store_n(&c->agent_wake, 0, __ATOMIC_RELAXED);        /* no pokes while we work */
+		if (c->net)
+			net_progress(c);
+		else if (c->pend)
+			progress(c);
+		c->agent_passes++;
+		last = now_ns();
+		/* A pass that moved nothing doubles the gap to the next timed
+		 * one (up to AGENT_BACKOFF_NS); one that did resets it. */
+		if (c->moved != moved)
+			gap = AGENT_TICK_NS;
+		else if (gap < AGENT_BACKOFF_NS)
+			gap = gap * 2 < AGENT_BACKOFF_NS ? gap * 2 : AGENT_BACKOFF_NS;
+		moved = c->moved;
+		wake = agent_due(c, last);
+		if (wake != UINT64_MAX && wake < last + gap)
+			wake = last + gap;
+		__atomic_store_n(&c->agent_wake, wake == UINT64_MAX ? last + AGENT_IDLE_NS : wake, __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&c->plock);
+		continue;
+defer:
+		/* Events do not wake us meanwhile: they are the program's. */
+		wake = (lc > now ? lc : now) + quiet;
+		quiet = quiet * 2 < AGENT_QUIET_MAX_NS ? quiet * 2 : AGENT_QUIET_MAX_NS;
+		events = 0;
+		last = now;
+		__atomic_store_n(&c->agent_wake, wake, __ATOMIC_RELAXED);
+		c->agent_defers++;              /* (read after the join only) */
+	}
+	return NULL;
+}
+
+/* 0 or an errno. */
+static int agent_start(struct emu_ctx *c)
+{
+	pthread_attr_t at;
+	sigset_t all, old;
+	int rc;
+
+	c->agent_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->agent_efd < 0)
+		return errno;
+	c->agent_wake = now_ns() + AGENT_IDLE_NS;
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 256u << 10);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);      /* inherited: no signal lands in it */
+	rc = pthread_create(&c->agent, &at, agent_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&at);
+	if (rc) {
+		fprintf(stderr, "ibemu: cannot start the agent thread: %s\n", strerror(rc));
+		close(c->agent_efd);
+		c->agent_efd = -1;
+		c->agent_wake = 0;
+		return rc;
+	}
+	pthread_setname_np(c->agent, "ibemu-agent");
+	c->agent_started = 1;
+	return 0;
+}
+
+static void agent_stop(struct emu_ctx *c)
+{
+	uint64_t one = 1;
+	if (!c->agent_started)
+		return;
+	pthread_mutex_lock(&c->plock);
+	__atomic_store_n(&c->agent_stop, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->agent_wake, 0, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&c->plock);
+	if (write(c->agent_efd, &one, sizeof(one)) < 0) {
+		/* cannot fail; the agent also sees agent_stop within its idle time */
+	}
+	pthread_join(c->agent, NULL);
+	c->agent_started = 0;
+	c->agent_wake = 0;              /* (it may have planned another look) */
+	close(c->agent_efd);
+	c->agent_efd = -1;
+	if (c->trace)
+		fprintf(stderr, "ibemu[%d]: agent thread stopped after %llu passes (%llu times deferred to the program)\n",
+			(int)getpid(), (unsigned long long)c->agent_passes, (unsigned long long)c->agent_defers);
 }
 
 static int emu_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
@@ -3535,9 +3874,12 @@ static int emu_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv
 	}
 	/* Do the HCA's work now: this QP and anything else queued. */
 	if (c->net)
-		net_progress(c);
-	else
+		net_progress(c);        /* (pokes the agent) */
+	else {
 		progress(c);
+		agent_poke(c);          /* RNR'd or blocked WRs: the agent retries them */
+	}
+	called(c);
 out:
 	pthread_mutex_unlock(&c->plock);
 	return rc;
@@ -3587,6 +3929,7 @@ static int emu_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv
 	if (c->net) {                   /* a held (RNR) message may fit now */
 		pthread_mutex_lock(&c->plock);
 		net_progress(c);
+		called(c);
 		pthread_mutex_unlock(&c->plock);
 	}
 	return rc;
@@ -3600,6 +3943,7 @@ static int emu_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, stru
 	if (c->net) {
 		pthread_mutex_lock(&c->plock);
 		net_progress(c);
+		called(c);
 		pthread_mutex_unlock(&c->plock);
 	}
 	return rc;
@@ -3619,6 +3963,7 @@ static int emu_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 		net_progress(c);        /* also serves the peers' requests */
 	else if (c->pend)
 		progress(c);
+	called(c);
 	s = (struct shm_cq *)((char *)c->shm + cq->off);
 	shm_lock(c->shm);
 	if (s->overflow) {

@@ -9,10 +9,13 @@
  *
  * --net tcp sets IBEMU_NET=tcp and IBEMU_NET_ADDR=127.0.0.1 for every process
  * of every case, so the same cases run over the emulator's TCP data path;
- * cases that only make sense in one mode are skipped with the reason. In
- * tcp mode the emulator progresses only inside verbs calls, so a process
- * waiting on its control socket keeps polling its CQ meanwhile (as any
- * program waiting for the network does), unless a case turns that off.
+ * cases that only make sense in one mode are skipped with the reason. The
+ * emulator's agent thread (IBEMU_AGENT=1, the default) works while a process
+ * makes no verbs call; a process waiting on its control socket in tcp mode
+ * still polls its CQ meanwhile (as any program waiting for the network does,
+ * and as IBEMU_AGENT=0 needs), unless a case turns that off. The agent_*
+ * cases check the agent (and, with IBEMU_AGENT=0, that they would stall
+ * without it); tcp_sleepy checks the calling-thread path with IBEMU_AGENT=0.
  */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
@@ -33,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -40,7 +44,8 @@
 
 static const char *g_case = "";
 static int g_net;                       /* --net tcp */
-static struct ibv_cq *g_hook_cq;        /* tcp: polled while waiting on a socket */
+static struct ibv_cq *g_hook_cq;        /* tcp: polled while waiting on a socket
+					 * (needed with IBEMU_AGENT=0) */
 
 static double now_s(void)
 {
@@ -95,7 +100,8 @@ static int xread(int fd, void *p, size_t n, int ms)
 		ssize_t r;
 		CHECK(left > 0, "timed out reading from peer socket");
 		if (g_net && g_hook_cq) {
-			/* tcp mode: the HCA works only inside verbs calls. */
+			/* tcp mode, IBEMU_AGENT=0: the HCA works only inside
+			 * verbs calls. */
 			ibv_poll_cq(g_hook_cq, 0, NULL);
 			if (poll(&pfd, 1, 0) <= 0) {
 				sleep_us(50);
@@ -204,8 +210,34 @@ static int tcp_inodes(unsigned long *ino, int max)
 	return k;
 }
 
+/* The emulator's agent threads in this process (one per open context with
+ * IBEMU_AGENT=1), by name: sanitizers may run threads of their own. */
+static int nagents(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int k = 0;
+	if (!d)
+		return -1;
+	while ((de = readdir(d))) {
+		char p[300], name[32] = "";
+		FILE *f;
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "/proc/self/task/%s/comm", de->d_name);
+		if ((f = fopen(p, "r"))) {
+			if (fgets(name, sizeof(name), f))
+				k += !strcmp(name, "ibemu-agent\n");
+			fclose(f);
+		}
+	}
+	closedir(d);
+	return k;
+}
+
 /* The emulator's memfds (ours and mapped peers') must be gone after close,
- * and so must its TCP sockets and epoll set (tcp mode). */
+ * and so must its TCP sockets and epoll set (tcp mode), its agent thread
+ * and the agent's eventfd. */
 static int no_memfd_left(void)
 {
 	char line[512];
@@ -232,7 +264,7 @@ static int no_memfd_left(void)
 		if (k > 0) {
 			t[k] = 0;
 			unsigned long v;
-			if (strstr(t, "memfd:ibemu") || strstr(t, "[eventpoll]")) {
+			if (strstr(t, "memfd:ibemu") || strstr(t, "[eventpoll]") || strstr(t, "[eventfd]")) {
 				closedir(d);
 				CHECK(0, "fd left after ibv_close_device: %s", t);
 			}
@@ -245,6 +277,7 @@ static int no_memfd_left(void)
 		}
 	}
 	closedir(d);
+	CHECK(nagents() == 0, "%d agent threads left after ibv_close_device (they must be joined)", nagents());
 	return 0;
 }
 
@@ -670,6 +703,27 @@ static int c_env(int rank, int *fd)
 	TRY(open_fails("IBEMU_FAULT", "qp_err:2,teleport:1"));
 	TRY(open_fails("IBEMU_FAULT_RANK", "one"));
 	TRY(open_fails("IBEMU_TRACE", "2"));
+	TRY(open_fails("IBEMU_AGENT", "2"));
+	TRY(open_fails("IBEMU_AGENT", "on"));
+
+	/* IBEMU_AGENT: one thread per context (default 1), none with 0. */
+	{
+		struct ibv_context *c1, *c2;
+		l = ibv_get_device_list(&num);
+		CHECK(l && num == 1, "list");
+		setenv("IBEMU_AGENT", "0", 1);
+		c1 = ibv_open_device(l[0]);
+		CHECK(c1 && nagents() == 0, "IBEMU_AGENT=0: ctx %p, %d agents", (void *)c1, nagents());
+		setenv("IBEMU_AGENT", "1", 1);
+		c2 = ibv_open_device(l[0]);
+		CHECK(c2 && nagents() == 1, "IBEMU_AGENT=1: ctx %p, %d agents", (void *)c2, nagents());
+		unsetenv("IBEMU_AGENT");
+		ctx = ibv_open_device(l[0]);
+		CHECK(ctx && nagents() == 2, "IBEMU_AGENT unset: ctx %p, %d agents", (void *)ctx, nagents());
+		CHECK(ibv_close_device(c2) == 0 && nagents() == 1, "close: %d agents", nagents());
+		CHECK(ibv_close_device(ctx) == 0 && ibv_close_device(c1) == 0 && nagents() == 0, "close all");
+		ibv_free_device_list(l);
+	}
 
 	/* Valid combinations open fine. */
 	setenv("IBEMU_FAULT", "rem_access:1,qp_err:3,retry_exc:2", 1);
@@ -2136,10 +2190,12 @@ static int c_tcp_kill_mid(int rank, int *fd)
 	}
 }
 
-/* The receiver goes to sleep for 1 s without any verbs call (right after
- * RTR: it has not even accepted the connection) while 200 sends of up to
- * 64 KiB are posted to it: nothing completes meanwhile (completion means
- * acknowledged) and nothing fails; afterwards all arrive, in order. */
+/* The calling-thread path (IBEMU_AGENT=0 on both sides): the receiver goes
+ * to sleep for 1 s without any verbs call (right after RTR: it has not even
+ * accepted the connection) while 200 sends of up to 64 KiB are posted to
+ * it: nothing completes meanwhile (completion means acknowledged) and
+ * nothing fails; afterwards all arrive, in order. (With the agent, the
+ * receiver's agent would serve them during the sleep: agent_responder.) */
 static int c_tcp_sleepy(int rank, int *fd)
 {
 	enum { N = 200, SZ = 65536 };
@@ -2150,7 +2206,9 @@ static int c_tcp_sleepy(int rank, int *fd)
 	int f = fd[1 - rank];
 	char go = 'g';
 
+	setenv("IBEMU_AGENT", "0", 1);
 	TRY(node_open(&n, (size_t)N * SZ, 1024));
+	unsetenv("IBEMU_AGENT");
 	g_hook_cq = NULL;                       /* no progress behind our back */
 	CHECK((qp = mkqp(&n, 1, 256, 0)), "qp");
 	memset(&me, 0, sizeof(me));
@@ -2305,6 +2363,307 @@ static int c_tcp_ifaddr(int rank, int *fd)
 		qps[0] = qa;
 		return node_close(&a, qps);
 	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* The agent (IBEMU_AGENT): the HCA works while the program makes no call   */
+
+/* CPU time of this process (all threads), in seconds. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+	       ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e-6;
+}
+
+/* Blocks in read() on the control socket: no verbs call, no polling. */
+static int block_read(int fd, char *c, int ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	int r = poll(&pfd, 1, ms);
+	CHECK(r == 1, "nothing from the peer within %d ms", ms);
+	CHECK(read(fd, c, 1) == 1, "peer socket closed");
+	return 0;
+}
+
+/* One RC QP on the SRQ each, connected; nothing polled behind our back. */
+static int agent_pair(struct node *n, struct ibv_qp **qp, struct info *peer, int f, size_t len, const char *agent)
+{
+	struct info me;
+	setenv("IBEMU_AGENT", agent, 1);
+	TRY(node_open(n, len, 1024));
+	unsetenv("IBEMU_AGENT");
+	g_hook_cq = NULL;
+	CHECK(nagents() == (agent[0] == '1'), "IBEMU_AGENT=%s: %d agent threads", agent, nagents());
+	CHECK((*qp = mkqp(n, 1, 512, 0)), "qp");
+	memset(&me, 0, sizeof(me));
+	me.gid = my_gid(n);
+	me.qpn = (*qp)->qp_num;
+	me.rkey = n->mr->rkey;
+	me.addr = (uintptr_t)n->buf;
+	me.pid = getpid();
+	TRY(xchg(f, &me, peer, sizeof(me)));
+	TRY(qp_up(*qp, &peer->gid, peer->qpn, C_DEF));
+	return raw_sync(f);
+}
+
+static uint32_t ar_len(int i)
+{
+	return 65536u - (uint32_t)(i % 61) * 16u;
+}
+
+/* RNR, then silence (g_fault 0: IBEMU_AGENT=1): the receiver (rank 0) has
+ * posted 50 receives; the sender posts 300 SENDs of ~64 KiB, then blocks in
+ * read() on its control socket and makes no verbs call at all. The receiver
+ * posts the other 250 receives over ~100 ms and must get all 300, in order:
+ * the sender's agent retries the RNR'd WRs (local mode) or streams the rest
+ * and reads the ACKs (tcp mode). g_fault 1 (IBEMU_AGENT=0): the same stalls
+ * (shown for 500 ms); once the sender polls again, everything arrives. */
+static int c_agent_rnr(int rank, int *fd)
+{
+	enum { N = 300, FIRST = 50, SZ = 65536 };
+	int off = g_fault == 1, f = fd[1 - rank];
+	struct node n;
+	struct ibv_qp *qp, *qps[2] = {NULL, NULL};
+	struct info peer;
+	struct ibv_wc wc[16];
+	char c;
+
+	TRY(agent_pair(&n, &qp, &peer, f, (size_t)N * SZ, off ? "0" : "1"));
+	qps[0] = qp;
+	if (rank == 0) {
+		int got = 0, posted = 0;
+		double t0, tall = 0;
+		for (; posted < FIRST; posted++) {
+			struct ibv_sge s = sge(n.mr, n.buf + (size_t)posted * SZ, SZ);
+			TRY(post_srq(n.srq, (uint64_t)posted, &s, 1));
+		}
+		TRY(xwrite(f, "r", 1));                 /* receives posted */
+		TRY(block_read(f, &c, 10000));          /* the sender has posted all */
+		t0 = now_s();
+		for (;;) {
+			int k = ibv_poll_cq(n.cq, 16, wc);
+			CHECK(k >= 0, "poll_cq");
+			for (int j = 0; j < k; j++, got++) {
+				uint32_t seq;
+				CHECK(wc[j].status == IBV_WC_SUCCESS && wc[j].opcode == IBV_WC_RECV &&
+					      wc[j].wr_id == (uint64_t)got,
+				      "receive %d: wr_id %llu status '%s'", got, (unsigned long long)wc[j].wr_id,
+				      ibv_wc_status_str(wc[j].status));
+				memcpy(&seq, n.buf + (size_t)got * SZ, 4);
+				CHECK(seq == (uint32_t)got && wc[j].byte_len == ar_len(got), "message %d: seq %u len %u",
+				      got, seq, wc[j].byte_len);
+				TRY(check_pattern(n.buf + (size_t)got * SZ + 4, 60, (unsigned)got));
+			}
+			/* 25 more receives every 10 ms, the SRQ (256) never over-full */
+			if (posted < N && now_s() - t0 >= (posted - FIRST) / 25 * 0.01 && posted - got + 25 <= 256)
+				for (int e = posted + 25; posted < e && posted < N; posted++) {
+					struct ibv_sge s = sge(n.mr, n.buf + (size_t)posted * SZ, SZ);
+					TRY(post_srq(n.srq, (uint64_t)posted, &s, 1));
+				}
+			if (posted == N && !tall)
+				tall = now_s();
+			if (got == N)
+				break;
+			if (off && tall && now_s() - tall > 0.5)
+				break;
+			CHECK(now_s() - t0 < 10, "stuck: %d of %d messages arrived (%d receives posted)", got, N,
+			      posted);
+			if (!k)
+				sleep_us(50);
+		}
+		if (off) {
+			/* Without the agent the rest waits for the sender's calls. */
+			CHECK(got < N, "IBEMU_AGENT=0: all %d arrived while the sender made no verbs call", N);
+			fprintf(stderr, "    (IBEMU_AGENT=0: %d of %d arrived while the sender made no verbs call)\n",
+				got, N);
+			TRY(xwrite(f, "w", 1));         /* wake up and poll */
+			while (got < N) {
+				int k = ibv_poll_cq(n.cq, 16, wc);
+				CHECK(k >= 0 && now_s() - t0 < 15, "after the sender woke: %d of %d", got, N);
+				for (int j = 0; j < k; j++, got++)
+					CHECK(wc[j].status == IBV_WC_SUCCESS && wc[j].wr_id == (uint64_t)got,
+					      "receive %d: wr_id %llu", got, (unsigned long long)wc[j].wr_id);
+				if (!k)
+					sleep_us(50);
+			}
+		} else {
+			fprintf(stderr, "    (all %d arrived %.0f ms after the last receive was posted, the sender "
+					"asleep)\n", N, (now_s() - tall) * 1e3);
+			TRY(xwrite(f, "d", 1));
+		}
+		TRY(block_read(f, &c, 10000));          /* the sender has its CQEs */
+	} else {
+		double cpu0, t0;
+		TRY(block_read(f, &c, 10000));
+		for (int i = 0; i < N; i++) {
+			char *b = n.buf + (size_t)i * SZ;
+			struct ibv_sge s = sge(n.mr, b, ar_len(i));
+			uint32_t seq = (uint32_t)i;
+			pattern(b + 4, 60, (unsigned)i);
+			memcpy(b, &seq, 4);
+			TRY(post(qp, (uint64_t)i, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		}
+		cpu0 = cpu_s();
+		t0 = now_s();
+		TRY(xwrite(f, "p", 1));
+		TRY(block_read(f, &c, 15000));          /* asleep: not a single verbs call */
+		if (!off)
+			fprintf(stderr, "    (sender asleep %.0f ms with RNR'd work queued: %.1f ms CPU)\n",
+				(now_s() - t0) * 1e3, (cpu_s() - cpu0) * 1e3);
+		for (int i = 0; i < N; i++) {
+			struct ibv_wc w;
+			TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, (uint64_t)i, &w));
+		}
+		TRY(expect_none(n.cq, 10));
+		CHECK(qp_state(qp) == IBV_QPS_RTS, "QP state %d", qp_state(qp));
+		TRY(xwrite(f, "c", 1));
+	}
+	g_hook_cq = n.cq;
+	TRY(sync_peer(f));
+	return node_close(&n, qps);
+}
+
+/* The responder (rank 0) posts 21 receives, then sleeps in read() and makes
+ * no verbs call; the requester does an 8 MiB RDMA WRITE, a 4 MiB RDMA READ,
+ * 20 SENDs and a WRITE_WITH_IMM, and gets every completion (acknowledged:
+ * the responder's agent placed the data, wrote the RECV CQEs and answered)
+ * while the responder sleeps. In local mode the requester does all of it
+ * itself (checked all the same). g_fault 1 (tcp only): the responder has
+ * IBEMU_AGENT=0, and nothing completes while it sleeps (shown for 500 ms);
+ * once it polls again, everything does. */
+static int c_agent_responder(int rank, int *fd)
+{
+	enum { NS = 20, W = 8 << 20, R = 4 << 20, MSG = 65536 };
+	const size_t LEN = (size_t)W + R + (size_t)(NS + 1) * MSG;
+	int f = fd[1 - rank], off = g_fault == 1;
+	struct node n;
+	struct ibv_qp *qp, *qps[2] = {NULL, NULL};
+	struct info peer;
+	char c;
+
+	TRY(agent_pair(&n, &qp, &peer, f, LEN, off && rank == 0 ? "0" : "1"));
+	qps[0] = qp;
+	char *b = n.buf, *rd = b + W, *msgs = b + W + R;
+	if (rank == 0) {
+		struct ibv_wc wc;
+		double cpu0, t0;
+		pattern(rd, R, 77);
+		for (int i = 0; i <= NS; i++) {
+			struct ibv_sge s = sge(n.mr, msgs + (size_t)i * MSG, MSG);
+			TRY(post_srq(n.srq, 100 + (uint64_t)i, &s, 1));
+		}
+		cpu0 = cpu_s();
+		t0 = now_s();
+		TRY(xwrite(f, "r", 1));
+		TRY(block_read(f, &c, 15000));          /* asleep until the requester is done */
+		if (off) {
+			/* 'w': serve the requester in our own calls now (xread
+			 * polls the CQ), until it is done. */
+			CHECK(c == 'w', "got '%c'", c);
+			g_hook_cq = n.cq;
+			TRY(xread(f, &c, 1, 10000));
+			g_hook_cq = NULL;
+		} else if (g_net)
+			fprintf(stderr, "    (responder asleep %.0f ms, served by its agent: %.1f ms CPU)\n",
+				(now_s() - t0) * 1e3, (cpu_s() - cpu0) * 1e3);
+		CHECK(c == 'd', "got '%c'", c);
+		for (int i = 0; i < NS; i++) {
+			TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RECV, 100 + (uint64_t)i, &wc));
+			CHECK(wc.byte_len == 1000u + (uint32_t)i * 3000u && wc.src_qp == peer.qpn, "recv %d: len %u", i,
+			      wc.byte_len);
+			TRY(check_pattern(msgs + (size_t)i * MSG, wc.byte_len, 200 + (unsigned)i));
+		}
+		TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, 100 + NS, &wc));
+		CHECK(wc.imm_data == htonl(0xa9e47) && wc.byte_len == 4096, "write-imm: imm %#x len %u", wc.imm_data,
+		      wc.byte_len);
+		TRY(check_pattern(b, W, 88));
+		TRY(check_pattern(msgs + (size_t)NS * MSG, 4096, 99));
+		TRY(expect_none(n.cq, 10));
+	} else {
+		struct ibv_sge s;
+		double t0;
+		pattern(b, W, 88);
+		memset(rd, 0, R);
+		TRY(block_read(f, &c, 10000));
+		t0 = now_s();
+		s = sge(n.mr, b, W);
+		TRY(post(qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, &s, 1, 0, peer.addr, peer.rkey));
+		s = sge(n.mr, rd, R);
+		TRY(post(qp, 2, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, &s, 1, 0, peer.addr + W, peer.rkey));
+		for (int i = 0; i < NS; i++) {
+			char *m = msgs + (size_t)i * MSG;
+			pattern(m, 1000u + (uint32_t)i * 3000u, 200 + (unsigned)i);
+			s = sge(n.mr, m, 1000u + (uint32_t)i * 3000u);
+			TRY(post(qp, 10 + (uint64_t)i, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+		}
+		pattern(msgs + (size_t)NS * MSG, 4096, 99);
+		s = sge(n.mr, msgs + (size_t)NS * MSG, 4096);
+		TRY(post(qp, 3, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_SEND_SIGNALED, &s, 1, 0xa9e47,
+			 peer.addr + W + R + (size_t)NS * MSG, peer.rkey));
+		if (off) {
+			/* Without its agent the sleeping responder answers nothing. */
+			TRY(expect_none(n.cq, 500));
+			fprintf(stderr, "    (responder with IBEMU_AGENT=0 asleep: no completion in 500 ms)\n");
+			TRY(xwrite(f, "w", 1));
+		}
+		TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 1, NULL));
+		TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, 2, NULL));
+		for (int i = 0; i < NS; i++)
+			TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_SEND, 10 + (uint64_t)i, NULL));
+		TRY(expect_wc(n.cq, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 3, NULL));
+		TRY(check_pattern(rd, R, 77));
+		if (!off)
+			fprintf(stderr, "    (all %d WRs completed in %.0f ms while the responder made no verbs call)\n",
+				NS + 3, (now_s() - t0) * 1e3);
+		TRY(xwrite(f, "d", 1));
+	}
+	g_hook_cq = n.cq;
+	TRY(sync_peer(f));
+	return node_close(&n, qps);
+}
+
+/* An idle context costs (next to) nothing: two connected processes sleep
+ * 1 s (IBEMU_IDLE_S) without a verbs call; each may use at most 0.5% of a
+ * core meanwhile (the agent blocks; tcp mode: wakes every 50 ms at most). */
+static int c_agent_idle(int rank, int *fd)
+{
+	int f = fd[1 - rank];
+	struct node n;
+	struct ibv_qp *qp, *qps[2] = {NULL, NULL};
+	struct info peer;
+	const char *e = getenv("IBEMU_IDLE_S");
+	double secs = e ? atof(e) : 1.0, cpu0, t0, cpu, dt;
+	struct ibv_sge s;
+
+	TRY(agent_pair(&n, &qp, &peer, f, 1 << 16, "1"));
+	qps[0] = qp;
+	/* One message each way first, so that the connections are up. */
+	s = sge(n.mr, n.buf + 4096, 64);
+	TRY(post_srq(n.srq, 1, &s, 1));
+	TRY(raw_sync(f));
+	s = sge(n.mr, n.buf, 64);
+	TRY(post(qp, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, &s, 1, 0, 0, 0));
+	for (int i = 0, seen = 0; i < 2; i++) {
+		struct ibv_wc wc;
+		CHECK(wait_wc(n.cq, &wc, WAIT_MS) == 1 && wc.status == IBV_WC_SUCCESS && (wc.wr_id == 1 || wc.wr_id == 2) &&
+			      !(seen & (1 << wc.wr_id)),
+		      "completion %d: wr_id %llu '%s'", i, (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+		seen |= 1 << wc.wr_id;
+	}
+	TRY(raw_sync(f));
+	cpu0 = cpu_s();
+	t0 = now_s();
+	sleep_us((long)(secs * 1e6));
+	cpu = cpu_s() - cpu0;
+	dt = now_s() - t0;
+	fprintf(stderr, "    (rank %d idle %.1f s with a connected QP: %.2f ms CPU, %.3f%% of a core)\n", rank, dt,
+		cpu * 1e3, cpu / dt * 100);
+	CHECK(cpu / dt < 0.005, "idle context used %.2f%% of a core", cpu / dt * 100);
+	g_hook_cq = n.cq;
+	TRY(sync_peer(f));
+	return node_close(&n, qps);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2472,6 +2831,12 @@ static const struct tcase cases[] = {
 	{"tcp_kill_mid", c_tcp_kill_mid, 2, 1, 1, 15, 0, 't', "tcp only"},
 	{"tcp_sleepy", c_tcp_sleepy, 2, -1, 0, 15, 0, 't', "tcp only"},
 	{"tcp_ifaddr", c_tcp_ifaddr, 2, -1, 0, 15, 0, 't', "tcp only"},
+	{"agent_rnr", c_agent_rnr, 2, -1, 0, 15, 0, 0, NULL},
+	{"agent_off_rnr", c_agent_rnr, 2, -1, 0, 20, 1, 0, NULL},
+	{"agent_responder", c_agent_responder, 2, -1, 0, 15, 0, 0, NULL},
+	{"agent_off_resp", c_agent_responder, 2, -1, 0, 15, 1, 't',
+	 "tcp only: in local mode the requester does the responder's part itself"},
+	{"agent_idle", c_agent_idle, 2, -1, 0, 15, 0, 0, NULL},
 };
 
 int main(int argc, char **argv)

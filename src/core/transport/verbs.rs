@@ -970,6 +970,25 @@ impl Drop for Wire {
             let _ = p2p::wait(&mut n.req);
         }
         if n.comm != MPI_COMM_NULL() {
+            // notices of several failing ranks: the ones that arrived are taken, so that no
+            // message is left unmatched on the communicator
+            while let Ok(Some(st)) = p2p::iprobe(MPI_ANY_SOURCE, 0, n.comm) {
+                let mut w: c_int = 0;
+                // SAFETY: one int into a local word.
+                let r = unsafe {
+                    p2p::recv(
+                        (&mut w as *mut c_int).cast(),
+                        1,
+                        MPI_INT(),
+                        st.MPI_SOURCE,
+                        0,
+                        n.comm,
+                    )
+                };
+                if r.is_err() {
+                    break;
+                }
+            }
             let _ = mpi_comm::free(&mut n.comm);
         }
     }
