@@ -206,7 +206,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_VERBS_EAGER",
         default: "8152",
         allowed: "0 to 8152 (bytes)",
-        doc: "Under `SHIM_TRANSPORT=verbs`, messages up to this size travel in one send through a registered bounce buffer (and the send completes at once); larger ones announce themselves, and the receiver's buffer is written with RDMA writes once a receive matches. 0 sends everything the second way (the tests use it).",
+        doc: "Under `SHIM_TRANSPORT=verbs`, messages up to this size travel in one send through a registered bounce buffer (the send completes once it is posted to the HCA); larger ones announce themselves, and the receiver's buffer is written with RDMA writes once a receive matches. 0 sends everything the second way (the tests use it).",
     },
     VarSpec {
         name: "SHIM_TUNING_FILE",
