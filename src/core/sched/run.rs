@@ -264,31 +264,24 @@ impl Run {
                     }
                 }
                 let send = matches!(sched.actions[v as usize], Action::Send { .. });
-                if self.wire.is_some() {
-                    let rc = self.post_wire(send, data, peer, self.tag + tag_offset, v);
-                    if rc != MPI_SUCCESS {
-                        self.error = rc;
-                        return;
+                let tag = self.tag + tag_offset;
+                let rc = if self.wire.is_some() {
+                    self.post_wire(send, data, peer, tag, v)
+                } else {
+                    let mut req = MPI_REQUEST_NULL();
+                    let (rc, packed) = self.post(send, data, peer, tag, &mut req);
+                    if rc == MPI_SUCCESS {
+                        self.reqs.push(req);
+                        self.req_action.push(v);
+                        self.req_packed.push(packed);
                     }
-                    self.state[v as usize] = POSTED;
-                    if let Some(n) = sched.next_on_channel(v) {
-                        if self.state[n as usize] == BLOCKED {
-                            self.state[n as usize] = READY;
-                            self.ready.push_front(n);
-                        }
-                    }
-                    return;
-                }
-                let mut req = MPI_REQUEST_NULL();
-                let (rc, packed) = self.post(send, data, peer, self.tag + tag_offset, &mut req);
+                    rc
+                };
                 if rc != MPI_SUCCESS {
                     self.error = rc;
                     return;
                 }
                 self.state[v as usize] = POSTED;
-                self.reqs.push(req);
-                self.req_action.push(v);
-                self.req_packed.push(packed);
                 if let Some(n) = sched.next_on_channel(v) {
                     if self.state[n as usize] == BLOCKED {
                         self.state[n as usize] = READY;
