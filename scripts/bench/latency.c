@@ -34,6 +34,10 @@ static const char *NAMES[] = {"Barrier", "Bcast", "Gather", "Gatherv", "Scatter"
                               "Neighbor_alltoall"};
 
 static int rank, size;
+/* on how many nodes the ranks are (MPI_COMM_TYPE_SHARED): tuning rows measured across
+ * nodes name it ("best MPI_<coll> <ranks>/<nodes> ..."), the shim uses them only there */
+static int nodes = 1;
+static char at[32];
 /* -R: the root of the next rooted call (0 throughout without -R) */
 static int rotate, root;
 static double *sbuf, *rbuf;
@@ -165,7 +169,7 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
         for (char *save, *t = strtok_r(buf, ",", &save); t && na < 31; t = strtok_r(NULL, ",", &save)) names[na++] = t;
         /* columns: 0 = system MPI, 1.. = the shim's names ("auto" first) */
         if (rank == 0) {
-            printf("\n#### %s (%d ranks, blocking, median us)\n\n| bytes | system MPI |", NAMES[c], size);
+            printf("\n#### %s (%d ranks%s, blocking, median us)\n\n| bytes | system MPI |", NAMES[c], size, nodes > 1 ? at + strlen(at) + 1 : "");
             for (int a = 0; a < na; a++) printf(" %s |", names[a]);
             printf(" best | auto/best | auto/system |\n|---|---|");
             for (int a = 0; a < na; a++) printf("---|");
@@ -219,7 +223,7 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
                 fflush(stdout);
                 /* the size the shim decides by: the total for Reduce_scatter(_block) */
                 long key = (c == REDUCE_SCATTER || c == REDUCE_SCATTER_BLOCK) ? p->bytes * size : p->bytes;
-                if (tune && !unsized(c, size)) fprintf(tune, "best MPI_%s %d %ld %s\n", NAMES[c], size, key, p->best_name);
+                if (tune && !unsized(c, size)) fprintf(tune, "best MPI_%s %s %ld %s\n", NAMES[c], at, key, p->best_name);
             }
             for (int a = 1; a < na; a++) {
                 lgsum[a] += log(med[a + 1] / p->best);
@@ -232,7 +236,7 @@ static int all_algorithms(const char *colls, long minb, long maxb, int reps, int
             int b = 1;
             for (int a = 1; a < na; a++)
                 if (worst[a] < worst[b] - 1e-9 || (fabs(worst[a] - worst[b]) < 1e-9 && lgsum[a] < lgsum[b])) b = a;
-            fprintf(tune, "best MPI_%s %d 0 %s\n", NAMES[c], size, names[b]);
+            fprintf(tune, "best MPI_%s %s 0 %s\n", NAMES[c], at, names[b]);
         }
     }
     int miss = 0;
@@ -271,6 +275,18 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    {
+        MPI_Comm node;
+        int lr, first;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &lr);
+        first = lr == 0;
+        MPI_Allreduce(&first, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Comm_free(&node);
+        /* "P" or "P/N", then (after its NUL) " on N nodes" for the tables' headings */
+        int n = nodes > 1 ? snprintf(at, sizeof at, "%d/%d", size, nodes) : snprintf(at, sizeof at, "%d", size);
+        snprintf(at + n + 1, sizeof at - n - 1, " on %d nodes", nodes);
+    }
     long minb = 8, maxb = 4l << 20;
     int reps = 7;
     const char *colls = NULL, *forms = "bn", *tune_out = NULL;

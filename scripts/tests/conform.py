@@ -24,7 +24,8 @@ Usage: conform.py [--level reduced|full] [--only coll_matrix,errors,lifetime,rma
 build; output in build/conform/<name>, its record of native crashes in
 ctests/conform/<name>.skip); without it, MPICC, MPIRUN and SHIM_LIB_PATH (default Debian's
 MPICH, build/conform, mpich-4.0.2.skip).
-With SHIM_GHOSTS=g in a configuration, g more processes are launched (one node), so that the
+With SHIM_GHOSTS=g in a configuration, g more processes are launched per node (CONFORM_NODES,
+default 1: MPIRUN's node count, e.g. scripts/tools/cluster-mpirun's CLUSTER_NODES), so that the
 program sees as many as natively.
 The reduced level is what scripts/test runs (CI); the full level is the README's
 `python3 scripts/tests/conform.py --level full`.
@@ -226,8 +227,9 @@ def run_once(exe, n, env, start, level, idle, log, res):
     e = {k: v for k, v in os.environ.items() if k not in ("SHIM_LIB_PATH", "SHIM_LIB_FOR")}
     e.update(CONFORM_FROM=str(start), CONFORM_LEVEL=level, CONFORM_PROGRESS=str(progress))
     e.update(env)
-    # with ghosts the program sees n processes: SHIM_GHOSTS more are launched (one node)
-    cmd = MPIRUN + ["-n", str(n + int(env.get("SHIM_GHOSTS", "0"))), str(exe)]
+    # with ghosts the program sees n processes: SHIM_GHOSTS more are launched per node
+    nodes = int(os.environ.get("CONFORM_NODES", "1"))
+    cmd = MPIRUN + ["-n", str(n + nodes * int(env.get("SHIM_GHOSTS", "0"))), str(exe)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=e,
                          start_new_session=True)
     current = None

@@ -94,6 +94,8 @@ pub struct CommState {
     pub nb_eligible: AtomicU32,
     /// The verbs wire (`SHIM_TRANSPORT=verbs`), once set up.
     pub wire: Mutex<WireState>,
+    /// On how many nodes its (local group's) processes are, once asked ([`Self::nodes`]).
+    nodes: OnceLock<c_int>,
 }
 
 /// Where a communicator stands with the verbs wire.
@@ -140,7 +142,38 @@ impl CommState {
             node: Mutex::new(NodeState::Counting(0)),
             nb_eligible: AtomicU32::new(0),
             wire: Mutex::new(WireState::Unset),
+            nodes: OnceLock::new(),
         }
+    }
+
+    /// On how many nodes the processes of its (local) group are, from the census taken at
+    /// init: local, the same on every rank, asked during a call on it (the handle is
+    /// valid) and kept. 1 in a job on one node, without a call to the library; where the
+    /// group cannot be read, 1 (the one-node rules apply).
+    pub fn nodes(&self) -> c_int {
+        *self.nodes.get_or_init(|| {
+            if crate::platform::proc::one_node() {
+                return 1;
+            }
+            let Ok(mut mine) = mpi_comm::group(self.user) else {
+                return 1;
+            };
+            let n = match mpi_comm::group(MPI_COMM_WORLD()) {
+                Ok(mut world) => {
+                    let ranks: Vec<c_int> = (0..self.size).collect();
+                    let mut out = vec![MPI_UNDEFINED; ranks.len()];
+                    let n = match mpi_comm::group_translate_ranks(mine, &ranks, world, &mut out) {
+                        Ok(()) => crate::platform::proc::nodes_of(&out),
+                        Err(_) => 1,
+                    };
+                    let _ = mpi_comm::group_free(&mut world);
+                    n
+                }
+                Err(_) => 1,
+            };
+            let _ = mpi_comm::group_free(&mut mine);
+            n
+        })
     }
 
     /// The verbs wire the schedules of this communicator use, if it is set up (never on

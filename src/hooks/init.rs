@@ -310,6 +310,7 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selectio
         size: ls as i32,
     });
     proc::set_one_node(ls == size as usize);
+    proc::set_node_keys(census.nodes.clone());
     proc::set_any_oversubscribed(census.any_oversubscribed());
     if rank == 0 {
         for w in &loaded.warnings {

@@ -69,6 +69,41 @@ pub fn set_one_node(b: bool) {
     ONE_NODE.store(b, Ordering::Relaxed);
 }
 
+/// Each `MPI_COMM_WORLD` rank's node key (from the census at init), ghosts included.
+static NODE_KEYS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+
+/// Records every world rank's node key (once, at init).
+pub fn set_node_keys(keys: Vec<u64>) {
+    let _ = NODE_KEYS.set(keys);
+}
+
+/// On how many nodes the given `MPI_COMM_WORLD` ranks are: 1 in a job on one node or
+/// before the census; a rank the census does not know (`MPI_UNDEFINED`, or a process
+/// spawned later) counts as a node of its own.
+pub fn nodes_of(world_ranks: &[c_int]) -> i32 {
+    if one_node() {
+        return 1;
+    }
+    NODE_KEYS
+        .get()
+        .map_or(1, |keys| count_nodes(keys, world_ranks))
+}
+
+/// [`nodes_of`] with the census's node keys.
+fn count_nodes(keys: &[u64], world_ranks: &[c_int]) -> i32 {
+    let mut seen = std::collections::HashSet::new();
+    let mut strangers = 0;
+    for &r in world_ranks {
+        match usize::try_from(r).ok().and_then(|r| keys.get(r)) {
+            Some(&k) => {
+                seen.insert(k);
+            }
+            None => strangers += 1,
+        }
+    }
+    (seen.len() + strangers).max(1) as i32
+}
+
 /// More ranks on this node than processors. MPICH's own collectives then busy-poll
 /// without yielding, so a waiting rank burns the time slice the rank it waits for needs
 /// (measured on 2 cores: mpi4py's test_cco_vec at 3 ranks takes 153 s when `auto` hands
@@ -190,6 +225,25 @@ pub fn abort_job(code: c_int) -> ! {
 #[cfg(test)]
 mod tests {
     use super::Census;
+
+    #[test]
+    fn a_communicator_spans_the_nodes_of_its_ranks() {
+        // world ranks 0-1 on node 7, 2-3 on node 9, 4 on node 7
+        let keys = [7, 7, 9, 9, 7];
+        let cases: [(&[i32], i32); 6] = [
+            (&[0, 1], 1),
+            (&[0, 2], 2),
+            (&[4, 0, 1], 1),
+            (&[0, 1, 2, 3, 4], 2),
+            // a process the census does not know (spawned, or MPI_UNDEFINED) is a node
+            (&[0, 5], 2),
+            (&[], 1),
+        ];
+        for (ranks, want) in cases {
+            assert_eq!(super::count_nodes(&keys, ranks), want, "{ranks:?}");
+        }
+        assert_eq!(super::count_nodes(&keys, &[-32766, -32766]), 2);
+    }
 
     #[test]
     fn one_oversubscribed_node_makes_the_job_oversubscribed() {

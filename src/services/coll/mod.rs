@@ -560,7 +560,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The leaders' algorithm of a two-level collective: the automatic choice among the
-    /// shim's schedules for as many ranks as nodes.
+    /// shim's schedules for as many ranks as nodes (each on its own).
     pub fn leaders_choice(
         &self,
         h: &algo::hier::Hier,
@@ -568,10 +568,12 @@ impl<'a> Ctx<'a> {
         bytes: i64,
         commutative: bool,
     ) -> select::Choice {
+        let leaders = h.leaders().size;
         select::choose(
             coll,
             self.form(),
-            h.leaders().size,
+            leaders,
+            leaders,
             bytes,
             commutative,
             false,
@@ -641,15 +643,20 @@ impl<'a> Ctx<'a> {
             && cfg.single_copy.is_some_and(|t| footprint as u64 >= t)
             && self.red.get().is_none_or(|(ti, _)| ti.dense())
             && (!select::single_copy_addresses(coll) || 8 * self.size() as u64 <= cfg.slot);
-        // this machine's measured rows, where there are any, else the rules
+        // this machine's measured rows (across nodes: measured across as many), where there
+        // are any, else the rules
+        let nodes = self.st.nodes();
         let row = (form == select::Form::Blocking)
-            .then(|| select::segment_measured(coll, self.size(), bytes))
+            .then(|| select::segment_measured(coll, self.size(), nodes, bytes))
             .flatten();
         let copy_wins = row.unwrap_or_else(|| select::shm_wins(coll, self.size(), footprint));
         let single_wins =
             single && row.unwrap_or_else(|| select::single_copy_wins(coll, self.size(), footprint));
         let one_node = copy_wins || single_wins;
-        let across = select::hier_wins(coll, form, footprint);
+        let across = (nodes > 1)
+            .then_some(row)
+            .flatten()
+            .unwrap_or_else(|| select::hier_wins(coll, form, footprint));
         if transport == Transport::Pmpi
             || self.size() < 2
             || self.st.inter
@@ -865,6 +872,7 @@ impl<'a> Ctx<'a> {
             coll,
             self.form(),
             self.size(),
+            self.st.nodes(),
             bytes,
             commutative,
             native_ok,

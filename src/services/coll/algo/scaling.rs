@@ -168,8 +168,8 @@ pub fn predict(
         data: 64,
     };
     let coll = case.coll();
-    let flat = select::choose(coll, Form::Blocking, p, bytes, true, false);
-    let lead = select::choose(coll, Form::Blocking, nodes, bytes, true, false);
+    let flat = select::choose(coll, Form::Blocking, p, nodes, bytes, true, false);
+    let lead = select::choose(coll, Form::Blocking, nodes, nodes, bytes, true, false);
     let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
     let data = Data::new(Addr::recv(0), bytes, MPI_BYTE());
     let red = reduction(bytes);

@@ -756,19 +756,30 @@ pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
 /// Those rules were measured on one kind of machine; a machine where reading another
 /// process's memory is slow (README, "The node transport") needs its own rows. The rows are
 /// the same on every rank (checked at init), so all ranks decide alike.
-pub fn segment_measured(coll: Coll, p: i32, bytes: i64) -> Option<bool> {
-    segment_measured_with(&tuning::get(), coll, p, bytes)
+///
+/// On a communicator spanning `nodes` nodes, rows measured across as many (where `shm`
+/// names the two-level algorithm, `algo::hier`) decide whether the two-level algorithm
+/// runs; `None` where there are none ([`hier_wins`] rules).
+pub fn segment_measured(coll: Coll, p: i32, nodes: i32, bytes: i64) -> Option<bool> {
+    segment_measured_with(&tuning::get(), coll, p, nodes, bytes)
 }
 
-fn segment_measured_with(tun: &tuning::Tuning, coll: Coll, p: i32, bytes: i64) -> Option<bool> {
-    // (the v and w forms have no size every rank knows: their rules stand)
-    if tun.params.shm_rows == 0.0
+fn segment_measured_with(
+    tun: &tuning::Tuning,
+    coll: Coll,
+    p: i32,
+    nodes: i32,
+    bytes: i64,
+) -> Option<bool> {
+    // (the v and w forms have no size every rank knows: their rules stand; rows across
+    // nodes were all measured with the segment among the candidates)
+    if (tun.params.shm_rows == 0.0 && nodes <= 1)
         || !spec_of(coll).sized
         || crate::platform::proc::any_oversubscribed()
     {
         return None;
     }
-    tun.measured(coll, p, bucket_floor(bucket(bytes)))
+    tun.measured(coll, p, nodes.max(1), bucket_floor(bucket(bytes)))
         .map(|a| a == Algo::Shm)
 }
 
@@ -828,12 +839,13 @@ const BUCKETS: usize = 128;
 /// native allowed, bucket), value `Choice::pack() + 1` (0 = not decided yet).
 type Table = &'static [AtomicU32];
 const TABLE_LEN: usize = Coll::COUNT * 3 * 2 * 2 * BUCKETS;
-/// Decision tables per communicator size: a direct slot for small sizes (one atomic load
-/// on the per-call path, which the native path's overhead budget needs), a map beyond.
-/// Tables live for the whole run (a few KiB per communicator size ever seen).
+/// Decision tables per communicator size and number of nodes: a direct slot for small
+/// sizes on one node (one atomic load on the per-call path, which the native path's
+/// overhead budget needs), a map beyond. Tables live for the whole run (a few KiB per
+/// communicator size and node count ever seen).
 const DIRECT: usize = 1024;
 static SMALL: [OnceLock<Table>; DIRECT] = [const { OnceLock::new() }; DIRECT];
-static DECISIONS: LazyLock<RwLock<HashMap<i32, Table>>> = LazyLock::new(Default::default);
+static DECISIONS: LazyLock<RwLock<HashMap<(i32, i32), Table>>> = LazyLock::new(Default::default);
 
 fn new_table() -> Table {
     Box::leak((0..TABLE_LEN).map(|_| AtomicU32::new(0)).collect())
@@ -855,15 +867,20 @@ pub fn reset() {
     clear_decisions();
 }
 
-fn table(p: i32) -> Table {
-    if (p as usize) < DIRECT {
+fn table(p: i32, nodes: i32) -> Table {
+    if nodes <= 1 && (p as usize) < DIRECT {
         return SMALL[p as usize].get_or_init(new_table);
     }
-    if let Some(t) = DECISIONS.read().unwrap_or_else(|e| e.into_inner()).get(&p) {
+    let key = (p, nodes.max(1));
+    if let Some(t) = DECISIONS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
         return t;
     }
     let mut w = DECISIONS.write().unwrap_or_else(|e| e.into_inner());
-    w.entry(p).or_insert_with(new_table)
+    w.entry(key).or_insert_with(new_table)
 }
 
 /// Whether the system MPI's own implementation of a collective can be trusted with any
@@ -906,8 +923,9 @@ pub fn shm_fallback_name(algorithm: &'static str) -> &'static str {
     n
 }
 
-/// The algorithm to run for one call. `bytes` must be a size every rank agrees on (see
-/// the module docs); it is ignored for collectives that are not `sized`. `native_ok` is
+/// The algorithm to run for one call on `p` ranks on `nodes` nodes. `bytes` must be a size
+/// every rank agrees on (see the module docs); it is ignored for collectives that are not
+/// `sized`. `native_ok` is
 /// false when the call is one the system MPI is known to get wrong (a hook's test of its
 /// arguments, which every rank decides alike): then neither `auto` nor a forced `native`
 /// hands it to the system MPI. A forced `native` then runs the best schedule instead
@@ -917,6 +935,7 @@ pub fn choose(
     coll: Coll,
     form: Form,
     p: i32,
+    nodes: i32,
     bytes: i64,
     commutative: bool,
     native_ok: bool,
@@ -953,7 +972,7 @@ pub fn choose(
         + native_ok as usize)
         * BUCKETS
         + bk.min(BUCKETS - 1);
-    let t = table(p);
+    let t = table(p, nodes);
     let v = t[idx].load(Ordering::Relaxed);
     let algo = if v != 0 {
         Algo::from_u8((v - 1) as u8)
@@ -962,6 +981,7 @@ pub fn choose(
             coll,
             form,
             p,
+            nodes,
             bucket_floor(bk as u32),
             commutative,
             k,
@@ -980,11 +1000,13 @@ pub fn choose(
 }
 
 /// The automatic decision: a measured winner from the tuning data when there is one for
-/// this collective, communicator size and size, else the cost model's.
+/// this collective, communicator size, number of nodes and size, else the cost model's.
+#[allow(clippy::too_many_arguments)]
 pub fn decide(
     coll: Coll,
     form: Form,
     p: i32,
+    nodes: i32,
     bytes: i64,
     commutative: bool,
     k: u32,
@@ -996,6 +1018,7 @@ pub fn decide(
         coll,
         form,
         p,
+        nodes,
         bytes,
         commutative,
         k,
@@ -1011,6 +1034,7 @@ fn decide_with(
     coll: Coll,
     form: Form,
     p: i32,
+    nodes: i32,
     bytes: i64,
     commutative: bool,
     k: u32,
@@ -1033,16 +1057,34 @@ fn decide_with(
         // MPICH 5: 0.04 µs for a 0-byte Alltoall, 0.57 for the shim's pairwise schedule)
         return Algo::Native;
     }
-    if form == Form::Blocking && native_ok && tun.rows() > 0 && !tun.covers(coll, p) {
+    let nodes = nodes.max(1);
+    if form == Form::Blocking
+        && native_ok
+        && (tun.rows() > 0 || nodes > 1)
+        && !tun.covers(coll, p, nodes)
+    {
         // measured, but not at this communicator size: the rows cannot be carried over (the
         // 2-rank data, taken to 4-16 ranks on 16 cores, made the shim 1.64-1.72x slower than
         // MPICH 5, whose collectives switch to shared-memory algorithms there), and the model
         // knows only MPICH 4.0's point-to-point algorithms; the library's own cannot be slower
-        // than itself
+        // than itself. Nor across nodes, where no row was measured across as many: one
+        // node's winners lost to MPICH's own by 1.1-1.7x at 2 KiB-32 KiB between two nodes
+        // (README, "Across nodes"), the library's protocols switching at other sizes on
+        // its network than on shared memory.
         return Algo::Native;
     }
+    // rows measured across these nodes where there are any; else (the system MPI not
+    // allowed) one node's, the best guess there is
+    let rows_nodes = if tun.covers(coll, p, nodes) { nodes } else { 1 };
     if form == Form::Blocking {
-        if let Some(a) = tun.measured(coll, p, bytes) {
+        if let Some(a) = tun.measured(coll, p, rows_nodes, bytes) {
+            if a == Algo::Shm && rows_nodes > 1 && native_ok {
+                // across nodes the two-level algorithm won, but it does not serve this call
+                // (it was decided before, `Ctx::shm_decide`): the row says nothing of the
+                // rest, and the model knows one node only (a Reduce_scatter taken to it
+                // at 2 x 1, 64 KiB: 1.66-1.73 of MPICH's time)
+                return Algo::Native;
+            }
             let a = model::runs_as(coll, a, p, commutative, k);
             if spec.algos.contains(&a)
                 && (a != Algo::Native || native_ok)
@@ -1127,7 +1169,7 @@ pub fn decision_table(sizes: &[i32], form: Form, commutative: bool) -> String {
                 let a = if f.algo != Algo::Auto {
                     f.algo
                 } else {
-                    decide(spec.coll, form, p, lo, commutative, k, seg, true)
+                    decide(spec.coll, form, p, 1, lo, commutative, k, seg, true)
                 };
                 if ranges.last().is_none_or(|r| r.1 != a) {
                     ranges.push((lo, a));
@@ -1213,12 +1255,16 @@ mod tests {
             (Coll::Gatherv, 2, 8, None, "no size every rank knows"),
         ];
         for &(c, p, bytes, want, why) in cases {
-            assert_eq!(segment_measured_with(&measured, c, p, bytes), want, "{why}");
+            assert_eq!(
+                segment_measured_with(&measured, c, p, 1, bytes),
+                want,
+                "{why}"
+            );
         }
         // the shipped rows predate single copy: the rules decide
         let shipped = parse("best MPI_Gather 2 32768 native\n");
         assert_eq!(
-            segment_measured_with(&shipped, Coll::Gather, 2, 32768),
+            segment_measured_with(&shipped, Coll::Gather, 2, 1, 32768),
             None
         );
     }
@@ -1249,12 +1295,12 @@ mod tests {
         for spec in COLLS.iter() {
             for form in [Form::Blocking, Form::Nonblocking, Form::Persistent] {
                 for bytes in [0, 8, 1 << 16, 1 << 22] {
-                    let ch = choose(spec.coll, form, 4, bytes, true, false);
+                    let ch = choose(spec.coll, form, 4, 1, bytes, true, false);
                     assert_ne!(ch.algo, Algo::Native, "{} {form:?} {bytes}", spec.mpi);
                 }
             }
             let any = (0..40).any(|b| {
-                choose(spec.coll, Form::Blocking, 4, bucket_floor(b), true, true).algo
+                choose(spec.coll, Form::Blocking, 4, 1, bucket_floor(b), true, true).algo
                     == Algo::Native
             });
             if spec.coll == Coll::ReduceScatterBlock {
@@ -1268,14 +1314,14 @@ mod tests {
         // MPICH 5's shipped rows (2 ranks) name the shim's pairwise Alltoall for 8 bytes,
         // which a 0-byte call took before (0.57 µs against the library's 0.04)
         let tun = tuning::for_library("MPICH Version:      5.0.2\nMPICH Release date: x");
-        assert!(tun.covers(Coll::Alltoall, 2));
+        assert!(tun.covers(Coll::Alltoall, 2, 1));
         for spec in COLLS.iter() {
             let c = spec.coll;
             for p in [2, 3, 4] {
                 if !spec.sized_at(p) || c == Coll::Barrier || !native_trusted(c) {
                     continue;
                 }
-                let got = decide_with(&tun, c, Form::Blocking, p, 0, true, 2, 0, true);
+                let got = decide_with(&tun, c, Form::Blocking, p, 1, 0, true, 2, 0, true);
                 assert_eq!(got, Algo::Native, "{} at {p} ranks", spec.mpi);
             }
         }
@@ -1373,28 +1419,117 @@ mod tests {
         let tun = tuning::get();
         for spec in COLLS.iter() {
             let c = spec.coll;
-            assert!(!tun.covers(c, 16), "{}", spec.mpi);
+            assert!(!tun.covers(c, 16, 1), "{}", spec.mpi);
             for bytes in [8, 4096, 1 << 20] {
                 let want = if native_trusted(c) && !crate::platform::proc::any_oversubscribed() {
                     Algo::Native
                 } else {
-                    decide(c, Form::Blocking, 16, bytes, true, 0, 0, false)
+                    decide(c, Form::Blocking, 16, 1, bytes, true, 0, 0, false)
                 };
-                let got = decide(c, Form::Blocking, 16, bytes, true, 0, 0, true);
+                let got = decide(c, Form::Blocking, 16, 1, bytes, true, 0, 0, true);
                 assert_eq!(got, want, "{} {bytes}", spec.mpi);
             }
         }
     }
 
     #[test]
+    fn across_nodes_only_rows_measured_across_as_many_nodes_decide() {
+        // one node's rows at 2 processes (the built-in tuning), and rows of 2 ranks on 2
+        // nodes for Reduce only
+        let mut tun = tuning::defaults();
+        tun.add_best(Coll::Reduce, 2, 2, 8192, Algo::Binomial);
+        tun.add_best(Coll::Reduce, 2, 2, 32768, Algo::Native);
+        tun.add_best(Coll::ReduceScatter, 2, 2, 65536, Algo::Shm);
+        let blocking = |c, nodes, bytes, native_ok| {
+            decide_with(
+                &tun,
+                c,
+                Form::Blocking,
+                2,
+                nodes,
+                bytes,
+                true,
+                2,
+                0,
+                native_ok,
+            )
+        };
+        let free = !crate::platform::proc::any_oversubscribed();
+        // (collective, nodes, bytes, the system MPI allowed) -> the decision
+        let cases: [(Coll, i32, i64, bool, Option<Algo>); 7] = [
+            // no row across 2 nodes: the library's own
+            (Coll::Allreduce, 2, 4096, true, Some(Algo::Native)),
+            (Coll::Bcast, 2, 8, true, Some(Algo::Native)),
+            // not across 3 nodes either, though 2 were measured
+            (Coll::Reduce, 3, 8192, true, Some(Algo::Native)),
+            // rows across 2 nodes decide there
+            (Coll::Reduce, 2, 8192, true, Some(Algo::Binomial)),
+            (Coll::Reduce, 2, 32768, true, Some(Algo::Native)),
+            // the library not allowed: one node's rows, as on one node
+            (Coll::Allreduce, 2, 4096, false, None),
+            (Coll::Bcast, 2, 8, false, None),
+        ];
+        for (c, nodes, bytes, native_ok, want) in cases {
+            let want = match want {
+                _ if !free => continue,
+                Some(a) => a,
+                None => blocking(c, 1, bytes, false),
+            };
+            assert_eq!(
+                blocking(c, nodes, bytes, native_ok),
+                want,
+                "{c:?} on {nodes} nodes, {bytes} B, native {native_ok}"
+            );
+        }
+        // where the two-level algorithm won but did not serve the call: the library's own
+        if free {
+            assert_eq!(blocking(Coll::ReduceScatter, 2, 65536, true), Algo::Native);
+        }
+        // a row across nodes naming `shm` takes the two-level algorithm there, without the
+        // one-node rows' `shm_rows` mark; one node's rows say nothing across nodes
+        tun.add_best(Coll::Allreduce, 2, 2, 131072, Algo::Shm);
+        if free {
+            assert_eq!(
+                segment_measured_with(&tun, Coll::Allreduce, 2, 2, 131072),
+                Some(true)
+            );
+            assert_eq!(
+                segment_measured_with(&tun, Coll::Reduce, 2, 2, 32768),
+                Some(false)
+            );
+            assert_eq!(segment_measured_with(&tun, Coll::Allreduce, 2, 2, 8), None);
+            assert_eq!(
+                segment_measured_with(&tun, Coll::Allreduce, 2, 3, 131072),
+                None
+            );
+        }
+        // non-blocking calls are the model's, wherever the ranks are
+        let nb = |nodes| {
+            decide_with(
+                &tun,
+                Coll::Allreduce,
+                Form::Nonblocking,
+                2,
+                nodes,
+                8,
+                true,
+                2,
+                0,
+                true,
+            )
+        };
+        assert_eq!(nb(2), nb(1));
+    }
+
+    #[test]
     fn forced_native_falls_back_where_the_system_mpi_is_wrong() {
         let coll = Coll::NeighborAlltoall;
         set_override(coll, Some(Algo::Native));
-        let ok = choose(coll, Form::Blocking, 2, 0, true, true);
+        let ok = choose(coll, Form::Blocking, 2, 1, 0, true, true);
         assert_eq!((ok.algo, ok.fallback), (Algo::Native, false));
-        let wrong = choose(coll, Form::Blocking, 2, 0, true, false);
+        let wrong = choose(coll, Form::Blocking, 2, 1, 0, true, false);
         assert_eq!((wrong.algo, wrong.fallback), (Algo::SingleRound, true));
-        let persistent = choose(coll, Form::Persistent, 2, 0, true, true);
+        let persistent = choose(coll, Form::Persistent, 2, 1, 0, true, true);
         assert!(persistent.fallback && persistent.algo != Algo::Native);
         set_override(coll, None);
         let name = fallback_name("single-round");

@@ -6,6 +6,7 @@
 //! ```text
 //! param L 0.35                     # a model parameter (see model::NAMES), µs or µs/byte
 //! best MPI_Allreduce 2 65536 ring  # measured fastest (blocking) at P = 2, 64 KiB
+//! best MPI_Reduce 2/2 8192 knomial # the same, P = 2 ranks on 2 nodes
 //! ```
 //! `scripts/shim-tune` writes one (`SHIM_CALIBRATE=1` for the parameters, the latency
 //! benchmark's all-algorithms mode for the table); `SHIM_TUNING_FILE` loads it. Without a
@@ -17,7 +18,10 @@
 //! their communicator size within a factor of two of their message size; at a size the
 //! rows do not reach the model decides; at a communicator size with no row for the
 //! collective, the library's own collective does (the model knows nothing of the
-//! library's node-level algorithms, which 2-rank measurements never exercise).
+//! library's node-level algorithms, which 2-rank measurements never exercise). Rows
+//! measured on one node (`P`) decide on one node only, rows measured across N nodes
+//! (`P/N`) on communicators spanning N nodes only: across nodes without such rows the
+//! library's own collective decides blocking calls.
 //!
 //! The file comes from the environment, so it is read defensively ([`read_capped`]): only
 //! a regular file (a FIFO, device or directory is refused before anything is read, and
@@ -34,8 +38,9 @@ use super::{Algo, COLLS, Coll, find, spec_of};
 #[derive(Clone, Debug, Default)]
 pub struct Tuning {
     pub params: Params,
-    /// (coll, P) -> (bytes, algorithm), sorted by bytes.
-    best: HashMap<(u8, i32), Vec<(i64, Algo)>>,
+    /// (coll, P, nodes) -> (bytes, algorithm), sorted by bytes: rows measured on a
+    /// communicator of P ranks on that many nodes.
+    best: HashMap<(u8, i32, i32), Vec<(i64, Algo)>>,
     /// Where it came from, for the decision table and logs.
     pub source: String,
     /// No data describes this library: blocking calls go to its own collectives.
@@ -43,9 +48,10 @@ pub struct Tuning {
 }
 
 impl Tuning {
-    /// The measured winner for a blocking call, if a row is close enough.
-    pub fn measured(&self, coll: Coll, p: i32, bytes: i64) -> Option<Algo> {
-        let rows = self.best.get(&(coll as u8, p))?;
+    /// The measured winner for a blocking call on `p` ranks on `nodes` nodes, if a row is
+    /// close enough.
+    pub fn measured(&self, coll: Coll, p: i32, nodes: i32, bytes: i64) -> Option<Algo> {
+        let rows = self.best.get(&(coll as u8, p, nodes))?;
         if let [(0, a)] = rows[..] {
             // one row at size 0: a decision for every size (collectives decided by the
             // process count alone, or files written before they were sized)
@@ -60,13 +66,14 @@ impl Tuning {
         (d <= 1.0 + 1e-9).then_some(a)
     }
 
-    /// Whether any row was measured for this collective at this communicator size.
-    pub fn covers(&self, coll: Coll, p: i32) -> bool {
-        self.best.contains_key(&(coll as u8, p))
+    /// Whether any row was measured for this collective at this communicator size and
+    /// number of nodes.
+    pub fn covers(&self, coll: Coll, p: i32, nodes: i32) -> bool {
+        self.best.contains_key(&(coll as u8, p, nodes))
     }
 
-    pub fn add_best(&mut self, coll: Coll, p: i32, bytes: i64, algo: Algo) {
-        let v = self.best.entry((coll as u8, p)).or_default();
+    pub fn add_best(&mut self, coll: Coll, p: i32, nodes: i32, bytes: i64, algo: Algo) {
+        let v = self.best.entry((coll as u8, p, nodes)).or_default();
         v.retain(|r| r.0 != bytes);
         v.push((bytes, algo));
         v.sort_unstable_by_key(|r| r.0);
@@ -87,10 +94,15 @@ impl Tuning {
         }
         let mut keys: Vec<_> = self.best.keys().copied().collect();
         keys.sort_unstable();
-        for (c, p) in keys {
+        for (c, p, nodes) in keys {
             let spec = &COLLS[c as usize - 1];
-            for &(b, a) in &self.best[&(c, p)] {
-                s.push_str(&format!("best {} {p} {b} {}\n", spec.mpi, a.name()));
+            let at = if nodes > 1 {
+                format!("{p}/{nodes}")
+            } else {
+                p.to_string()
+            };
+            for &(b, a) in &self.best[&(c, p, nodes)] {
+                s.push_str(&format!("best {} {at} {b} {}\n", spec.mpi, a.name()));
             }
         }
         s
@@ -138,7 +150,10 @@ impl Tuning {
                 }
                 ["best", coll, p, bytes, algo] => {
                     let spec = find(coll).ok_or_else(|| err("unknown collective"))?;
+                    // `P` (one node) or `P/N` (P ranks on N nodes)
+                    let (p, nodes) = p.split_once('/').unwrap_or((p, "1"));
                     let p: i32 = p.parse().map_err(|_| err("bad process count"))?;
+                    let nodes: i32 = nodes.parse().map_err(|_| err("bad node count"))?;
                     let bytes: i64 = bytes.parse().map_err(|_| err("bad byte count"))?;
                     let a = Algo::from_name(algo)
                         .filter(|a| spec_of(spec.coll).algos.contains(a))
@@ -156,11 +171,14 @@ impl Tuning {
                     if p < 1 || bytes < 0 {
                         return Err(err("process count and bytes must be positive"));
                     }
-                    t.add_best(spec.coll, p, bytes, a);
+                    if nodes < 1 || nodes > p {
+                        return Err(err("the node count must be 1 to the process count"));
+                    }
+                    t.add_best(spec.coll, p, nodes, bytes, a);
                 }
                 _ => {
                     return Err(err(
-                        "expected `param NAME VALUE` or `best COLL P BYTES ALGORITHM`",
+                        "expected `param NAME VALUE` or `best COLL P[/NODES] BYTES ALGORITHM`",
                     ));
                 }
             }
@@ -442,14 +460,14 @@ mod tests {
         let text = "param L 2.5\nparam gamma 1e-4 # comment\nbest MPI_Allreduce 2 1024 ring\nbest allreduce 2 65536 rabenseifner\n";
         let t = Tuning::parse(text, "t", &Tuning::default()).unwrap();
         assert_eq!(t.params.l, 2.5);
-        assert_eq!(t.measured(Coll::Allreduce, 2, 1024), Some(Algo::Ring));
-        assert_eq!(t.measured(Coll::Allreduce, 2, 1500), Some(Algo::Ring));
+        assert_eq!(t.measured(Coll::Allreduce, 2, 1, 1024), Some(Algo::Ring));
+        assert_eq!(t.measured(Coll::Allreduce, 2, 1, 1500), Some(Algo::Ring));
         assert_eq!(
-            t.measured(Coll::Allreduce, 2, 60000),
+            t.measured(Coll::Allreduce, 2, 1, 60000),
             Some(Algo::Rabenseifner)
         );
-        assert_eq!(t.measured(Coll::Allreduce, 2, 8192), None); // too far from both
-        assert_eq!(t.measured(Coll::Allreduce, 3, 1024), None);
+        assert_eq!(t.measured(Coll::Allreduce, 2, 1, 8192), None); // too far from both
+        assert_eq!(t.measured(Coll::Allreduce, 3, 1, 1024), None);
         // a single row at size 0 answers for every size
         let u = Tuning::parse(
             "best MPI_Alltoallv 4 0 pairwise
@@ -459,12 +477,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            u.measured(Coll::Alltoallv, 4, 1 << 20),
+            u.measured(Coll::Alltoallv, 4, 1, 1 << 20),
             Some(Algo::Pairwise)
         );
         let again = Tuning::parse(&t.to_text(), "t2", &Tuning::default()).unwrap();
         assert_eq!(again.params, t.params);
         assert_eq!(again.rows(), 2);
+    }
+
+    #[test]
+    fn rows_measured_across_nodes_answer_only_there() {
+        let text = "best MPI_Allreduce 2 4096 ring\nbest MPI_Allreduce 2/2 4096 recursive-doubling\nbest MPI_Bcast 8/4 0 binomial\n";
+        let t = Tuning::parse(text, "t", &Tuning::default()).unwrap();
+        assert_eq!(t.measured(Coll::Allreduce, 2, 1, 4096), Some(Algo::Ring));
+        assert_eq!(
+            t.measured(Coll::Allreduce, 2, 2, 4096),
+            Some(Algo::RecursiveDoubling)
+        );
+        assert!(t.covers(Coll::Bcast, 8, 4));
+        assert!(!t.covers(Coll::Bcast, 8, 1) && !t.covers(Coll::Bcast, 8, 2));
+        assert!(!t.covers(Coll::Allreduce, 2, 3));
+        // the file form keeps the node count
+        let again = Tuning::parse(&t.to_text(), "t2", &Tuning::default()).unwrap();
+        assert_eq!(
+            again.measured(Coll::Allreduce, 2, 2, 4096),
+            Some(Algo::RecursiveDoubling)
+        );
+        assert_eq!(again.rows(), 3);
+        // a node count outside 1..=P, or not a number, is refused with the line
+        for bad in [
+            "best MPI_Bcast 2/3 8 binomial",
+            "best MPI_Bcast 2/0 8 binomial",
+            "best MPI_Bcast 2/x 8 binomial",
+        ] {
+            let e = Tuning::parse(bad, "f", &Tuning::default()).unwrap_err();
+            assert!(e.starts_with("f:1: "), "{e}");
+        }
     }
 
     #[test]
@@ -584,7 +632,9 @@ mod tests {
         std::fs::write(&f, "param L 1\nsecret contents\n").unwrap();
         let e = load_file_with(f.to_str().unwrap(), MAX_FILE_BYTES, true).unwrap_err();
         assert!(
-            e.ends_with("bad.tune:2: expected `param NAME VALUE` or `best COLL P BYTES ALGORITHM`"),
+            e.ends_with(
+                "bad.tune:2: expected `param NAME VALUE` or `best COLL P[/NODES] BYTES ALGORITHM`"
+            ),
             "{e}"
         );
         std::fs::remove_dir_all(&d).unwrap();
