@@ -3,9 +3,11 @@
 
 Configurations: the system MPI; the system MPI with its own progress thread
 (MPIR_CVAR_ASYNC_PROGRESS=1); the shim with SHIM_PROGRESS=none; the shim with
-SHIM_PROGRESS=thread. Environments: shared memory (the MPI library's defaults) and the
-emulated cluster network (a network namespace whose loopback is shaped to 2 Gbit/s with
-tbf; UCX over TCP; design notes README "Running MPI here"). Each configuration runs
+SHIM_PROGRESS=thread. Environments: shared memory (the MPI library's defaults), the
+emulated network (a network namespace whose loopback is shaped to 2 Gbit/s with
+tbf; UCX over TCP; design notes README "Running MPI here") and `cluster`: the ranks spread
+over the emulated cluster's nodes (scripts/tools/cluster up, one rank per node up to 4
+nodes, 10 Gbit/s links; needs root; brought up and down here). Each configuration runs
 `--repeat` times; per point the median of each metric is reported.
 
 Outputs (build/bench/overlap-results/): all.csv (every row of every run), summary.md (medians,
@@ -16,7 +18,7 @@ With --mpi openmpi: Debian's Open MPI (mpirun.openmpi, the benchmark built with
 mpicc.openmpi, the shim's Open MPI build), over TCP (`--mca pml ob1 --mca btl tcp,self`)
 in both environments; Open MPI has no progress-thread setting, so three configurations.
 
-Usage: overlap.py [--mpi mpich|openmpi] [--env shm,net] [--ranks 2] [--repeat 3]
+Usage: overlap.py [--mpi mpich|openmpi] [--env shm,net,cluster] [--ranks 2] [--repeat 3]
                   [--iters 10] [--colls Ibcast,...] [--min 1024] [--max 4194304]
                   [--configs system,shim-none,shim-thread]
 Run it through scripts/bench/run-overlap, which builds the benchmark and a venv with matplotlib.
@@ -50,6 +52,7 @@ OMPI_CONFIGS = [
 ]
 OPENMPI = False
 NETNS = "shimnet"
+CLUSTER = ROOT / "scripts" / "tools" / "cluster"
 METRICS = ["t_blk_us", "t_pure_us", "t_cpu_us", "t_ovl_us", "t_comp_us", "t_test_us", "t_mpi_us", "wl_ovh_us",
            "osu_pct", "imb_pct", "beta", "thr_pct", "wl_pct"]
 
@@ -86,6 +89,12 @@ def run(env_name, label, extra, args, binary, coll):
                              "-i", str(args.iters), "-l", label]
     if env_name == "net":
         cmd = ["ip", "netns", "exec", NETNS, "env", "UCX_TLS=tcp,self", "UCX_NET_DEVICES=lo"] + cmd
+    if env_name == "cluster":
+        # timeout, then the cluster's run (the launcher must follow its --), then mpirun
+        nodes = min(args.ranks, 4)
+        ppn = -(-args.ranks // nodes)
+        cmd = cmd[:4] + [str(CLUSTER), "run", "--nodes", str(nodes), "--ppn", str(ppn), "--min-bytes", "0",
+                         "--"] + cmd[4:]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         why = "timed out (hung)" if p.returncode in (124, 137) else f"failed ({p.returncode})"
@@ -156,6 +165,8 @@ def main():
     envs = args.env.split(",")
     if "net" in envs:
         setup_netns()
+    if "cluster" in envs:
+        subprocess.run([str(CLUSTER), "up", str(min(args.ranks, 4))], check=True)
     allrows = []
     for env_name in envs:
         for rep in range(args.repeat):
@@ -163,6 +174,8 @@ def main():
                 log(f"{env_name} run {rep + 1}/{args.repeat}: {label}")
                 for coll in args.colls.split(","):
                     allrows += run(env_name, label, extra, args, args.binary, coll)
+    if "cluster" in envs:
+        subprocess.run([str(CLUSTER), "down"], check=False)
     with open(OUT / "all.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["env"] + list(allrows[0].keys() - {"env"}) if allrows else ["env"])
         w.writeheader()
@@ -206,19 +219,19 @@ def main():
         lines += [f"- {f}" for f in FAILURES]
     (OUT / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    # target check (issue 4): emulated network, thread, 64 KiB..4 MiB
-    if "net" in envs:
+    # target check (issue 4; issue 35 across nodes): network, thread, 64 KiB..4 MiB
+    for net in [e for e in envs if e in ("net", "cluster")]:
         targets = ["Ibcast", "Iallreduce", "Ialltoall", "Iallgather", "Igather", "Ireduce"]
-        print("\n### target check (emulated network, SHIM_PROGRESS=thread)\n")
+        print(f"\n### target check ({net}, SHIM_PROGRESS=thread)\n")
         for m in sorted(med, key=lambda m: (m["collective"], m["bytes"])):
-            if m["env"] != "net" or m["label"] != "shim-thread" or m["mode"] != "overlap":
+            if m["env"] != net or m["label"] != "shim-thread" or m["mode"] != "overlap":
                 continue
             if m["collective"] not in targets or not (64 << 10) <= m["bytes"] <= (4 << 20):
                 continue
-            sys_pure = [x["t_pure_us"] for x in med if x["env"] == "net" and x["label"] == "system"
+            sys_pure = [x["t_pure_us"] for x in med if x["env"] == net and x["label"] == "system"
                         and x["collective"] == m["collective"] and x["bytes"] == m["bytes"] and x["mode"] == "overlap"]
             ratio = m["t_pure_us"] / sys_pure[0] if sys_pure else float("nan")
-            longrow = [x for x in med if x["env"] == "net" and x["label"] == "shim-thread" and x["mode"] == "long"
+            longrow = [x for x in med if x["env"] == net and x["label"] == "shim-thread" and x["mode"] == "long"
                        and x["collective"] == m["collective"] and x["bytes"] == m["bytes"]]
             thr = longrow[0]["thr_pct"] if longrow else float("nan")
             print(f"{m['collective']:>11} {m['bytes']:>8}: OSU overlap {m['osu_pct']:5.1f}% "
