@@ -7,7 +7,7 @@ SHIM_PROGRESS=thread. Environments: shared memory (the MPI library's defaults), 
 emulated network (a network namespace whose loopback is shaped to 2 Gbit/s with
 tbf; UCX over TCP; design notes README "Running MPI here") and `cluster`: the ranks spread
 over the emulated cluster's nodes (scripts/tools/cluster up, one rank per node up to 4
-nodes, 10 Gbit/s links; needs root; brought up and down here). Each configuration runs
+nodes, links of --cluster-rate, 10 Gbit/s by default; needs root; brought up and down here). Each configuration runs
 `--repeat` times; per point the median of each metric is reported.
 
 Outputs (build/bench/overlap-results/): all.csv (every row of every run), summary.md (medians,
@@ -152,6 +152,7 @@ def main():
     ap.add_argument("--max", type=int, default=4 << 20)
     ap.add_argument("--binary", default=None, help="default build/bench/overlap (overlap-ompi for Open MPI)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per mpirun (one collective)")
+    ap.add_argument("--cluster-rate", default="10gbit", help="the emulated cluster's link rate (a tc rate)")
     ap.add_argument("--configs", default="", help="comma list of configuration labels to run (default all)")
     args = ap.parse_args()
     global OUT, CONFIGS, OPENMPI
@@ -166,7 +167,7 @@ def main():
     if "net" in envs:
         setup_netns()
     if "cluster" in envs:
-        subprocess.run([str(CLUSTER), "up", str(min(args.ranks, 4))], check=True)
+        subprocess.run([str(CLUSTER), "up", str(min(args.ranks, 4)), "--rate", args.cluster_rate], check=True)
     allrows = []
     for env_name in envs:
         for rep in range(args.repeat):
