@@ -666,7 +666,7 @@ fn shm_wins_with(tun: &tuning::Tuning, coll: Coll, p: i32, footprint: i64) -> bo
 /// Whether `SHIM_TRANSPORT=auto` takes `coll`, called in `form` and needing `footprint`
 /// slot bytes, on a communicator whose ranks are on several nodes to its two-level
 /// algorithm (`algo::hier`): where that beat both MPICH 5's own collective and the shim's
-/// flat schedules at 8 and 16 ranks on 2 and 4 emulated nodes (README, "Across nodes"): the
+/// flat schedules at 8 and 16 ranks on 2 and 4 emulated nodes (README, "An emulated cluster"): the
 /// non-blocking Barrier, the Allreduce from 64 B to 4 KiB blocking and up to 4 KiB
 /// non-blocking. Its Bcast and small Reduce lost there and are taken only where forced. Not
 /// in a job with an oversubscribed node (see [`shm_wins`]). Every input is the same on every
@@ -1069,8 +1069,8 @@ fn decide_with(
         // knows only MPICH 4.0's point-to-point algorithms; the library's own cannot be slower
         // than itself. Nor across nodes, where no row was measured across as many: one
         // node's winners lost to MPICH's own by 1.1-1.7x at 2 KiB-32 KiB between two nodes
-        // (README, "Across nodes"), the library's protocols switching at other sizes on
-        // its network than on shared memory.
+        // (README, "An emulated cluster": "Which measurements decide across nodes"), the
+        // library's protocols switching at other sizes on its network than on shared memory.
         return Algo::Native;
     }
     // rows measured across these nodes where there are any; else (the system MPI not
