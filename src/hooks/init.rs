@@ -172,6 +172,16 @@ fn node_key() -> u64 {
     config::fnv1a(&[host, b"|", &boot].concat())
 }
 
+/// A name of this process's machine: its boot id, which the nodes that are containers or
+/// network namespaces of one machine share with it (and with its processors); the node's
+/// name where the boot id cannot be read.
+fn machine_key() -> u64 {
+    match std::fs::read("/proc/sys/kernel/random/boot_id") {
+        Ok(boot) if !boot.is_empty() => config::fnv1a(&[b"boot|".as_slice(), &boot].concat()),
+        _ => node_key(),
+    }
+}
+
 /// The settings that must be the same on every rank are compared, configuration errors
 /// are agreed on (so that every rank stops, even if only one rank's environment is wrong:
 /// the lowest such rank prints the messages and every rank exits with status 2), and every
@@ -185,8 +195,9 @@ fn agree(loaded: &mut config::Loaded, selection: u64, rank: c_int, size: c_int) 
         if loaded.errors.is_empty() { size } else { rank } as u64,
         node_key(),
         proc::node_cpus() as u64,
+        machine_key(),
     ];
-    const W: usize = 5;
+    const W: usize = 6;
     let mut all = vec![0u64; W * size.max(1) as usize];
     // SAFETY: W u64 from every rank into a buffer for `size` ranks, on MPI_COMM_WORLD.
     unsafe {
@@ -206,6 +217,7 @@ fn agree(loaded: &mut config::Loaded, selection: u64, rank: c_int, size: c_int) 
     let census = Census {
         nodes: col(3).collect(),
         cpus: col(4).collect(),
+        machines: col(5).collect(),
     };
     if lo[0] != hi[0] {
         loaded.errors.push(config::ConfigError {
@@ -310,6 +322,7 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selectio
         size: ls as i32,
     });
     proc::set_one_node(ls == size as usize);
+    proc::set_machine_size(census.machine_size(rank as usize) as i32);
     proc::set_node_keys(census.nodes.clone());
     proc::set_any_oversubscribed(census.any_oversubscribed());
     if rank == 0 {

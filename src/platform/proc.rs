@@ -104,15 +104,30 @@ fn count_nodes(keys: &[u64], world_ranks: &[c_int]) -> i32 {
     (seen.len() + strangers).max(1) as i32
 }
 
-/// More ranks on this node than processors. MPICH's own collectives then busy-poll
-/// without yielding, so a waiting rank burns the time slice the rank it waits for needs
-/// (measured on 2 cores: mpi4py's test_cco_vec at 3 ranks takes 153 s when `auto` hands
-/// calls to the system MPI and 2.5 s on the shim's schedules, which yield while waiting).
+/// The job's processes on this machine (one kernel, one set of processors), which may
+/// hold several nodes: containers or network namespaces with their own host names.
+static MACHINE_SIZE: AtomicI32 = AtomicI32::new(1);
+
+/// Records [`Census::machine_size`] for this rank (from the census at init).
+pub fn set_machine_size(n: i32) {
+    MACHINE_SIZE.store(n, Ordering::Relaxed);
+}
+
+/// More of the job's processes on this machine than processors. MPICH's own collectives
+/// then busy-poll without yielding, so a waiting rank burns the time slice the rank it
+/// waits for needs (measured on 2 cores: mpi4py's test_cco_vec at 3 ranks takes 153 s when
+/// `auto` hands calls to the system MPI and 2.5 s on the shim's schedules, which yield
+/// while waiting). Counted per machine, not per node: nodes that are namespaces of one
+/// machine share its processors, and a ghost that polls there without pause keeps the
+/// scheduler from ever giving two users a processor each (README, "An emulated cluster").
 pub fn oversubscribed() -> bool {
     // the processor count once: `sysconf` reads sysfs on every call (microseconds), and
     // this is asked on every blocking shared-memory collective
     static CPUS: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
-    LOCAL_SIZE.load(Ordering::Relaxed) > *CPUS.get_or_init(node_cpus)
+    let here = LOCAL_SIZE
+        .load(Ordering::Relaxed)
+        .max(MACHINE_SIZE.load(Ordering::Relaxed));
+    here > *CPUS.get_or_init(node_cpus)
 }
 
 static ANY_OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
@@ -181,22 +196,31 @@ pub fn user_world() -> MPI_Comm {
 pub struct Census {
     /// Each world rank's node key.
     pub nodes: Vec<u64>,
+    /// Each world rank's machine key: ranks with one key share a kernel and its
+    /// processors, whatever their host names.
+    pub machines: Vec<u64>,
     /// Each world rank's count of its node's processors ([`node_cpus`]).
     pub cpus: Vec<u64>,
 }
 
 impl Census {
-    /// Whether some node holds more processes than it has processors (one pass: this runs
-    /// at init on every rank, over every rank of the job).
+    /// Whether some machine holds more processes than it has processors (one pass: this
+    /// runs at init on every rank, over every rank of the job).
     pub fn any_oversubscribed(&self) -> bool {
-        let mut per_node: std::collections::HashMap<u64, (u64, u64)> =
+        let mut per_machine: std::collections::HashMap<u64, (u64, u64)> =
             std::collections::HashMap::new();
-        for (&k, &c) in self.nodes.iter().zip(&self.cpus) {
-            let e = per_node.entry(k).or_insert((0, u64::MAX));
+        for (&k, &c) in self.machines.iter().zip(&self.cpus) {
+            let e = per_machine.entry(k).or_insert((0, u64::MAX));
             e.0 += 1;
             e.1 = e.1.min(c);
         }
-        per_node.values().any(|&(n, c)| n > c)
+        per_machine.values().any(|&(n, c)| n > c)
+    }
+
+    /// How many of the job's processes share `rank`'s machine.
+    pub fn machine_size(&self, rank: usize) -> usize {
+        let k = self.machines[rank];
+        self.machines.iter().filter(|&&x| x == k).count()
     }
 
     /// This rank's index among the ranks of its node (in world rank order), and their number.
@@ -246,21 +270,32 @@ mod tests {
     }
 
     #[test]
-    fn one_oversubscribed_node_makes_the_job_oversubscribed() {
-        // (node keys, processors each rank reported) -> any node oversubscribed
-        let cases: [(&[u64], &[u64], bool); 5] = [
-            (&[1, 1, 2, 2], &[2, 2, 2, 2], false),
-            (&[1, 1, 1, 2, 2], &[2, 2, 2, 2, 2], true),
-            (&[1, 2, 2, 2], &[2, 4, 4, 4], false),
-            (&[1, 2, 2, 2], &[4, 2, 2, 2], true),
-            (&[7], &[1], false),
+    fn one_oversubscribed_machine_makes_the_job_oversubscribed() {
+        // (node keys, machine keys, processors each rank reported) -> any machine
+        // oversubscribed, and how many processes share rank 0's machine
+        let cases: [(&[u64], &[u64], &[u64], bool, usize); 7] = [
+            (&[1, 1, 2, 2], &[1, 1, 2, 2], &[2, 2, 2, 2], false, 2),
+            (&[1, 1, 1, 2, 2], &[1, 1, 1, 2, 2], &[2; 5], true, 3),
+            (&[1, 2, 2, 2], &[1, 2, 2, 2], &[2, 4, 4, 4], false, 1),
+            (&[1, 2, 2, 2], &[1, 2, 2, 2], &[4, 2, 2, 2], true, 1),
+            (&[7], &[7], &[1], false, 1),
+            // two nodes that are namespaces of one 2-processor machine: 2 + 2 processes
+            // share its processors
+            (&[1, 1, 2, 2], &[5, 5, 5, 5], &[2, 2, 2, 2], true, 4),
+            (&[1, 2], &[5, 5], &[2, 2], false, 2),
         ];
-        for (nodes, cpus, want) in cases {
+        for (nodes, machines, cpus, want, size0) in cases {
             let c = Census {
                 nodes: nodes.to_vec(),
+                machines: machines.to_vec(),
                 cpus: cpus.to_vec(),
             };
-            assert_eq!(c.any_oversubscribed(), want, "{nodes:?} {cpus:?}");
+            assert_eq!(
+                c.any_oversubscribed(),
+                want,
+                "{nodes:?} {machines:?} {cpus:?}"
+            );
+            assert_eq!(c.machine_size(0), size0, "{nodes:?} {machines:?}");
         }
     }
 }

@@ -208,6 +208,7 @@ mod tests {
         // ranks 0, 2, 3 on host A; 1, 4 on host B
         let c = crate::platform::proc::Census {
             nodes: vec![7, 9, 7, 7, 9],
+            machines: vec![7, 9, 7, 7, 9],
             cpus: vec![2; 5],
         };
         let p = places(&c, None);
