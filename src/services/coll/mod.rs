@@ -656,7 +656,7 @@ impl<'a> Ctx<'a> {
         let across = (nodes > 1)
             .then_some(row)
             .flatten()
-            .unwrap_or_else(|| select::hier_wins(coll, form, footprint));
+            .unwrap_or_else(|| select::hier_wins(coll, form, self.size(), nodes, footprint));
         if transport == Transport::Pmpi
             || self.size() < 2
             || self.st.inter

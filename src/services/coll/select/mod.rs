@@ -669,10 +669,16 @@ fn shm_wins_with(tun: &tuning::Tuning, coll: Coll, p: i32, footprint: i64) -> bo
 /// flat schedules at 8 and 16 ranks on 2 and 4 emulated nodes (README, "An emulated cluster"): the
 /// non-blocking Barrier, the Allreduce from 64 B to 4 KiB blocking and up to 4 KiB
 /// non-blocking. Its Bcast and small Reduce lost there and are taken only where forced. Not
-/// in a job with an oversubscribed node (see [`shm_wins`]). Every input is the same on every
-/// rank.
-pub fn hier_wins(coll: Coll, form: Form, footprint: i64) -> bool {
+/// in a job with an oversubscribed node (see [`shm_wins`]). Where each of the `p` ranks is
+/// alone on its node (`nodes == p`) the node phases have nothing to do and the leaders'
+/// phase is all there is: at 2 x 1 the blocking Allreduce won there up to 1 KiB and lost
+/// from 2 KiB (README, "An emulated cluster"), so it is taken up to
+/// [`HIER_ALONE_MAX_BYTES`]. Every input is the same on every rank.
+pub fn hier_wins(coll: Coll, form: Form, p: i32, nodes: i32, footprint: i64) -> bool {
     if crate::platform::proc::any_oversubscribed() {
+        return false;
+    }
+    if nodes >= p && footprint > HIER_ALONE_MAX_BYTES {
         return false;
     }
     match (coll, form) {
@@ -785,6 +791,9 @@ fn segment_measured_with(
 
 /// The largest footprint [`hier_wins`] takes: the largest size measured to win.
 pub const HIER_MAX_BYTES: i64 = 4096;
+
+/// The largest footprint [`hier_wins`] takes where every rank is alone on its node.
+pub const HIER_ALONE_MAX_BYTES: i64 = 1024;
 
 /// The parameters a forced or automatic choice runs with.
 fn params(coll: Coll, f: &Forced) -> (u32, i64) {
@@ -1401,6 +1410,13 @@ mod tests {
             (Coll::Barrier, Form::Nonblocking, 0, true),
             (Coll::Allreduce, Form::Blocking, 8, false),
             (Coll::Allreduce, Form::Blocking, 64, true),
+            (Coll::Allreduce, Form::Blocking, HIER_ALONE_MAX_BYTES, true),
+            (
+                Coll::Allreduce,
+                Form::Blocking,
+                HIER_ALONE_MAX_BYTES + 1,
+                true,
+            ),
             (Coll::Allreduce, Form::Blocking, HIER_MAX_BYTES, true),
             (Coll::Allreduce, Form::Blocking, HIER_MAX_BYTES + 1, false),
             (Coll::Allreduce, Form::Nonblocking, 8, true),
@@ -1409,7 +1425,24 @@ mod tests {
             (Coll::Reduce, Form::Blocking, 4096, false),
         ];
         for (c, f, bytes, want) in cases {
-            assert_eq!(hier_wins(c, f, bytes), want, "{c:?} {f:?} {bytes} B");
+            assert_eq!(hier_wins(c, f, 4, 2, bytes), want, "{c:?} {f:?} {bytes} B");
+            assert_eq!(
+                hier_wins(c, f, 3, 2, bytes),
+                want,
+                "{c:?} {f:?} {bytes} B at 2 + 1"
+            );
+            // one rank per node: the leaders' phase is all there is, up to 1 KiB
+            let alone = want && bytes <= HIER_ALONE_MAX_BYTES;
+            assert_eq!(
+                hier_wins(c, f, 2, 2, bytes),
+                alone,
+                "{c:?} {f:?} {bytes} B at 1 + 1"
+            );
+            assert_eq!(
+                hier_wins(c, f, 3, 3, bytes),
+                alone,
+                "{c:?} {f:?} {bytes} B at 1 + 1 + 1"
+            );
         }
     }
 
