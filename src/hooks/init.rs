@@ -160,26 +160,25 @@ fn abort_foreign(version: &str, std_abi: bool) -> ! {
     std::process::exit(1);
 }
 
-/// A name of this process's node: its host name and boot id (two machines never share a
-/// boot id; two containers of one machine with different host names may not share
-/// `/dev/shm`, and count as two nodes).
-fn node_key() -> u64 {
+/// Names of this process's node and machine, from one read of the boot id. The node: its
+/// host name and boot id (two machines never share a boot id; two containers of one
+/// machine with different host names may not share `/dev/shm`, and count as two nodes).
+/// The machine: its boot id, which the nodes that are containers or network namespaces of
+/// one machine share with it (and with its processors); the node's name where the boot id
+/// cannot be read.
+fn node_and_machine_keys() -> (u64, u64) {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most the buffer's length.
     unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
     let host = buf.split(|&b| b == 0).next().unwrap_or(&[]);
     let boot = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    config::fnv1a(&[host, b"|", &boot].concat())
-}
-
-/// A name of this process's machine: its boot id, which the nodes that are containers or
-/// network namespaces of one machine share with it (and with its processors); the node's
-/// name where the boot id cannot be read.
-fn machine_key() -> u64 {
-    match std::fs::read("/proc/sys/kernel/random/boot_id") {
-        Ok(boot) if !boot.is_empty() => config::fnv1a(&[b"boot|".as_slice(), &boot].concat()),
-        _ => node_key(),
-    }
+    let node = config::fnv1a(&[host, b"|", &boot].concat());
+    let machine = if boot.is_empty() {
+        node
+    } else {
+        config::fnv1a(&[b"boot|".as_slice(), &boot].concat())
+    };
+    (node, machine)
 }
 
 /// The settings that must be the same on every rank are compared, configuration errors
@@ -189,13 +188,14 @@ fn machine_key() -> u64 {
 /// ranks with `SHIM_DISABLE=1` too (`disabled_init`): on an oversubscribed node each
 /// collective costs time slices (`MPI_Comm_split_type` took 56 ms at 3 ranks on 2 cores).
 fn agree(loaded: &mut config::Loaded, selection: u64, rank: c_int, size: c_int) -> Census {
+    let (node, machine) = node_and_machine_keys();
     let mine = [
         selection,
         config::layout_fingerprint(&loaded.config),
         if loaded.errors.is_empty() { size } else { rank } as u64,
-        node_key(),
+        node,
         proc::node_cpus() as u64,
-        machine_key(),
+        machine,
     ];
     const W: usize = 6;
     let mut all = vec![0u64; W * size.max(1) as usize];

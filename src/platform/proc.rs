@@ -124,10 +124,8 @@ pub fn oversubscribed() -> bool {
     // the processor count once: `sysconf` reads sysfs on every call (microseconds), and
     // this is asked on every blocking shared-memory collective
     static CPUS: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
-    let here = LOCAL_SIZE
-        .load(Ordering::Relaxed)
-        .max(MACHINE_SIZE.load(Ordering::Relaxed));
-    here > *CPUS.get_or_init(node_cpus)
+    // a machine's processes include its node's (the node key hashes the boot id too)
+    MACHINE_SIZE.load(Ordering::Relaxed) > *CPUS.get_or_init(node_cpus)
 }
 
 static ANY_OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
