@@ -398,6 +398,25 @@ enum How {
     },
 }
 
+/// The regions a ghost's dynamic window may hold under Open MPI (`osc_rdma_max_attach`).
+const GHOST_MAX_ATTACH: &str = "4096";
+
+/// Settings of the MPI library that must be made before its initialization reads them.
+/// Open MPI's default one-sided component (`osc/rdma`) lets a dynamic window hold
+/// `osc_rdma_max_attach` regions (64 in 4.1), and a ghost attaches the memory of every
+/// window it serves to one dynamic window, so a program with more live windows (Global
+/// Arrays keeps one per array) ended at the ghost's `MPI_Win_attach`. With ghosts the limit
+/// is raised through Open MPI's environment, unless the user set it.
+fn prepare_library(cfg: &config::Config) {
+    const VAR: &str = "OMPI_MCA_osc_rdma_max_attach";
+    if !cfg!(feature = "abi-ompi") || cfg.ghosts == 0 || std::env::var_os(VAR).is_some() {
+        return;
+    }
+    // SAFETY: before the library's initialization the shim has started no thread, and a
+    // program's own threads do not read Open MPI's variables before MPI_Init.
+    unsafe { std::env::set_var(VAR, GHOST_MAX_ATTACH) };
+}
+
 /// Shared body of the init hooks: `native` performs the system MPI's initialization as the
 /// application asked; with a progress thread the shim initializes with
 /// `MPI_THREAD_MULTIPLE` instead and tells the application the level it asked for.
@@ -421,6 +440,7 @@ fn initialize(
         return disabled_init(loaded, selection, native);
     }
     check_abi(native);
+    prepare_library(&loaded.config);
     let required = match how {
         How::Init => MPI_THREAD_SINGLE,
         How::Thread { required, .. } => required,
