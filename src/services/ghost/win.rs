@@ -422,13 +422,6 @@ pub fn allocate(
     // SAFETY: HEAD + g int64 per rank into a buffer for the n ranks of `comm`.
     let _ = unsafe { coll::allgather_i64(&rec, &mut all, comm) };
     let ctl = comm::dup(comm).unwrap_or(MPI_COMM_NULL());
-    // SAFETY: the object's mapping of map_len >= size bytes, unmapped only when the
-    // window is freed.
-    let uwin = match unsafe { rma::create(base, size as MPI_Aint, disp_unit as c_int, info, comm) }
-    {
-        Ok(w) => w,
-        Err(e) => return Handled::Served(e.code()),
-    };
     let recs: Vec<&[i64]> = all.chunks(HEAD + g).collect();
     let targets: Vec<Target> = (0..n as usize)
         .map(|t| {
@@ -473,6 +466,16 @@ pub fn allocate(
             let _ = shm::unlink(&name);
         }
         None
+    };
+    // The library's window over the object, made once its name is gone (above): a job
+    // that ends on an error here (Open MPI's MPI_Win_create on one process, README) leaves
+    // nothing in /dev/shm.
+    // SAFETY: the object's mapping of map_len >= size bytes, unmapped only when the
+    // window is freed.
+    let uwin = match unsafe { rma::create(base, size as MPI_Aint, disp_unit as c_int, info, comm) }
+    {
+        Ok(w) => w,
+        Err(e) => return Handled::Served(e.code()),
     };
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let w = UserWin {
