@@ -191,11 +191,10 @@ pub unsafe fn MPI_Win_get_attr(
     flag: *mut c_int,
     native: Native,
 ) -> c_int {
-    static ALLOCATE: c_int = MPI_WIN_FLAVOR_ALLOCATE;
-    if win_keyval == MPI_WIN_CREATE_FLAVOR && win::is_ghost_window(w) {
+    if let Some(a) = win::predefined_attr(w, win_keyval) {
         // SAFETY: for a predefined window attribute the value argument is a `void **`.
         unsafe {
-            *attribute_val.cast::<*const c_int>() = &ALLOCATE;
+            *attribute_val.cast::<*const c_void>() = a.c;
             if !flag.is_null() {
                 *flag = 1;
             }

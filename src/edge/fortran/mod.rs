@@ -584,8 +584,9 @@ unsafe fn attr_put_f(
 fortran_names!(attr_put_f(comm: *const MPI_Fint, keyval: *const MPI_Fint, val: *const MPI_Fint, ierr: *mut MPI_Fint)
     => MPI_ATTR_PUT, mpi_attr_put, mpi_attr_put_, mpi_attr_put__);
 
-/// `MPI_WIN_GET_ATTR`: a ghost-served window reports the flavor the application asked
-/// for (`MPI_WIN_FLAVOR_ALLOCATE`), by value as Fortran expects, as the C hook does
+/// `MPI_WIN_GET_ATTR`: a ghost-served window reports its predefined attributes as the
+/// application created it (base, size, displacement unit, `MPI_WIN_FLAVOR_ALLOCATE`),
+/// by value as Fortran expects, as the C hook does
 /// (`crate::hooks::rma::MPI_Win_get_attr`); everything else is MPICH's binding.
 unsafe fn win_get_attr_f(
     win: *const MPI_Fint,
@@ -608,10 +609,10 @@ unsafe fn win_get_attr_f(
         crate::edge::entry::run(Fid::MPI_Win_get_attr, || {
             // SAFETY: the caller's WIN, KEYVAL and output arguments.
             unsafe {
-                if c_keyval(*keyval) == MPI_WIN_CREATE_FLAVOR
-                    && crate::services::ghost::win::is_ghost_window(f2c_win(*win))
+                if let Some(a) =
+                    crate::services::ghost::win::predefined_attr(f2c_win(*win), c_keyval(*keyval))
                 {
-                    *val = MPI_WIN_FLAVOR_ALLOCATE as MPI_Aint;
+                    *val = a.fortran;
                     *flag = FORTRAN_TRUE;
                     *ierr = MPI_SUCCESS;
                     return;

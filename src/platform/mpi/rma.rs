@@ -33,6 +33,35 @@ pub unsafe fn create(
     Ok(w)
 }
 
+/// `MPI_Win_allocate` of `size` bytes; returns the window and its memory.
+pub fn allocate(
+    size: MPI_Aint,
+    disp_unit: c_int,
+    info: MPI_Info,
+    comm: MPI_Comm,
+) -> MpiResult<(MPI_Win, *mut c_void)> {
+    fake_first!("win_allocate", [size, disp_unit, info, comm], |v: Vec<
+        i64,
+    >| (
+        v[0] as MPI_Win,
+        core::ptr::null_mut()
+    ));
+    let mut w: MPI_Win = MPI_WIN_NULL();
+    let mut base: *mut c_void = core::ptr::null_mut();
+    // SAFETY: valid out-pointers (baseptr is a `void **` in disguise, MPI-4.0 §12.2.2).
+    check(unsafe {
+        pmpi::PMPI_Win_allocate(
+            size,
+            disp_unit,
+            info,
+            comm,
+            (&mut base as *mut *mut c_void).cast(),
+            &mut w,
+        )
+    })?;
+    Ok((w, base))
+}
+
 /// `MPI_Win_create_dynamic`.
 pub fn create_dynamic(info: MPI_Info, comm: MPI_Comm) -> MpiResult<MPI_Win> {
     fake_first!("win_create_dynamic", [info, comm], |v: Vec<i64>| v[0]

@@ -90,6 +90,58 @@ struct UserWin {
     direct: Option<Vec<Peer>>,
     /// Operations done directly.
     direct_ops: u64,
+    /// The window's predefined attributes as the program created it (MPI-4.0 §12.2.6):
+    /// the shim answers them, since the library's window may not be over this memory.
+    attrs: Box<Attrs>,
+}
+
+/// Storage for the predefined attributes whose C value is a pointer (MPI-4.0 §12.2.6):
+/// it lives as long as the window.
+struct Attrs {
+    size: MPI_Aint,
+    disp_unit: c_int,
+    flavor: c_int,
+}
+
+/// A predefined window attribute of a ghost-served window (MPI-4.0 §12.2.6): `c` is
+/// what `MPI_Win_get_attr` stores in C (the base address itself, or a pointer to the
+/// value, valid while the window lives), `fortran` the value Fortran gets.
+pub struct Predefined {
+    pub c: *const c_void,
+    pub fortran: MPI_Aint,
+}
+
+/// The shim's answer for a predefined attribute (`MPI_WIN_BASE`, `MPI_WIN_SIZE`,
+/// `MPI_WIN_DISP_UNIT`, `MPI_WIN_CREATE_FLAVOR`) of a window the ghosts serve: what the
+/// program asked `MPI_Win_allocate` for. `None` for any other window or key (the
+/// library answers those, `MPI_WIN_MODEL` included).
+pub fn predefined_attr(win: MPI_Win, keyval: c_int) -> Option<Predefined> {
+    let arc = lookup(win)?;
+    let w = arc.lock().unwrap_or_else(|e| e.into_inner());
+    let a: &Attrs = &w.attrs;
+    Some(if keyval == MPI_WIN_BASE {
+        Predefined {
+            c: w.base,
+            fortran: w.base as MPI_Aint,
+        }
+    } else if keyval == MPI_WIN_SIZE {
+        Predefined {
+            c: (&a.size as *const MPI_Aint).cast(),
+            fortran: a.size,
+        }
+    } else if keyval == MPI_WIN_DISP_UNIT {
+        Predefined {
+            c: (&a.disp_unit as *const c_int).cast(),
+            fortran: a.disp_unit as MPI_Aint,
+        }
+    } else if keyval == MPI_WIN_CREATE_FLAVOR {
+        Predefined {
+            c: (&a.flavor as *const c_int).cast(),
+            fortran: a.flavor as MPI_Aint,
+        }
+    } else {
+        return None;
+    })
 }
 
 /// A target's memory mapped by this process (direct windows).
@@ -467,15 +519,31 @@ pub fn allocate(
         }
         None
     };
-    // The library's window over the object, made once its name is gone (above): a job
-    // that ends on an error here (Open MPI's MPI_Win_create on one process, README) leaves
-    // nothing in /dev/shm.
-    // SAFETY: the object's mapping of map_len >= size bytes, unmapped only when the
-    // window is freed.
-    let uwin = match unsafe { rma::create(base, size as MPI_Aint, disp_unit as c_int, info, comm) }
-    {
+    // The library's window: the program's handle (its group, name, error handler, info,
+    // model), made once the object's name is gone (above). Over one process it is a
+    // zero-byte MPI_Win_allocate (Open MPI 4.1's osc/rdma refuses MPI_Win_create over one
+    // process); the shim answers the predefined attributes itself (`predefined_attr`).
+    let made = if n == 1 {
+        rma::allocate(0, disp_unit as c_int, info, comm).map(|(w, _)| w)
+    } else {
+        // SAFETY: the object's mapping of map_len >= size bytes, unmapped only when the
+        // window is freed.
+        unsafe { rma::create(base, size as MPI_Aint, disp_unit as c_int, info, comm) }
+    };
+    let uwin = match made {
         Ok(w) => w,
-        Err(e) => return Handled::Served(e.code()),
+        Err(e) => {
+            // Nothing of the window stays: the ghosts let go of the memory, then the
+            // mappings and the duplicate go (MPI_ERRORS_RETURN lets the program go on).
+            let mine = &targets[me as usize];
+            for (j, &gh) in mine.ghosts.iter().enumerate() {
+                command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
+            }
+            let mut ctl = ctl;
+            // SAFETY: the mappings made above, reachable by nobody now.
+            unsafe { unmap_all(base, map_len, direct.as_deref(), &mut ctl) };
+            return Handled::Served(e.code());
+        }
     };
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let w = UserWin {
@@ -498,6 +566,11 @@ pub fn allocate(
         id,
         direct,
         direct_ops: 0,
+        attrs: Box::new(Attrs {
+            size: size as MPI_Aint,
+            disp_unit: disp_unit as c_int,
+            flavor: MPI_WIN_FLAVOR_ALLOCATE,
+        }),
     };
     WINS.write()
         .unwrap_or_else(|e| e.into_inner())
@@ -584,6 +657,27 @@ pub fn free(win: *mut MPI_Win) -> Handled {
     Handled::Served(rc)
 }
 
+/// Unmaps a window's own object and the peers' objects it mapped (direct windows) and
+/// frees its private duplicate.
+///
+/// # Safety
+/// `base`/`map_len` and the peers' mappings must be this window's, reachable by nobody.
+unsafe fn unmap_all(
+    base: *mut c_void,
+    map_len: usize,
+    direct: Option<&[Peer]>,
+    ctl: &mut MPI_Comm,
+) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        shm::unmap(base.cast(), map_len);
+        for p in direct.into_iter().flatten().filter(|p| p.mapped) {
+            shm::unmap(p.base.cast(), p.map_len);
+        }
+    }
+    let _ = comm::free(ctl);
+}
+
 impl UserWin {
     /// Frees the window's resources (collective over the window's processes): its memory
     /// leaves the ghosts, then the user window, the mappings and the duplicate go. The
@@ -603,13 +697,7 @@ impl UserWin {
             .err()
             .map_or(MPI_SUCCESS, |e| e.code());
         // SAFETY: this window's mappings, no longer reachable through MPI.
-        unsafe {
-            shm::unmap(w.base.cast(), w.map_len);
-            for p in w.direct.iter().flatten().filter(|p| p.mapped) {
-                shm::unmap(p.base.cast(), p.map_len);
-            }
-        }
-        let _ = comm::free(&mut w.ctl);
+        unsafe { unmap_all(w.base, w.map_len, w.direct.as_deref(), &mut w.ctl) };
         rc
     }
 
@@ -1240,6 +1328,11 @@ mod tests {
                 id: 0,
                 direct: None,
                 direct_ops: 0,
+                attrs: Box::new(Attrs {
+                    size: 0,
+                    disp_unit: 1,
+                    flavor: MPI_WIN_FLAVOR_ALLOCATE,
+                }),
             }
         }
     }
