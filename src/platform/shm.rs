@@ -95,6 +95,15 @@ impl Segment {
         map_existing(f, len, &path)
     }
 
+    /// Maps the first `len` bytes of a segment by where another process of the node said
+    /// it is: a [`peer_location`] (an anonymous segment) or a POSIX shared-memory name.
+    pub fn open_location(location: &str, len: usize) -> io::Result<Segment> {
+        match parse_peer_location(location) {
+            Some((pid, fd)) => Segment::open_peer(pid, fd, len),
+            None => Segment::open(location, len),
+        }
+    }
+
     /// Gives up ownership of the mapping: the caller unmaps it with [`unmap`].
     pub fn into_raw(self) -> *mut u8 {
         let p = self.base.as_ptr();
@@ -151,6 +160,18 @@ pub fn create_named(name: &str, len: usize) -> io::Result<Segment> {
             Err(e)
         }
     }
+}
+
+/// Where another process of the node finds the anonymous segment that process `pid` holds
+/// open as descriptor `fd` ([`Segment::open_location`]).
+pub fn peer_location(pid: libc::pid_t, fd: i32) -> String {
+    format!("/proc/{pid}/fd/{fd}")
+}
+
+fn parse_peer_location(location: &str) -> Option<(libc::pid_t, i32)> {
+    let rest = location.strip_prefix("/proc/")?;
+    let (pid, fd) = rest.split_once("/fd/")?;
+    Some((pid.parse().ok()?, fd.parse().ok()?))
 }
 
 /// Unmaps a mapping given up by [`Segment::into_raw`].
@@ -420,6 +441,37 @@ mod tests {
         cma_probe(pid, src.as_ptr() as usize).unwrap();
         // an unmapped remote address is the kernel's EFAULT, not a crash
         assert!(cma_probe(pid, 8).is_err());
+    }
+
+    #[test]
+    fn an_anonymous_segment_is_mapped_again_through_its_location() {
+        let (seg, fd) = Segment::create_anonymous("shimtest-loc", 4096).unwrap();
+        use std::os::fd::AsRawFd;
+        let loc = peer_location(std::process::id() as libc::pid_t, fd.as_raw_fd());
+        assert_eq!(
+            parse_peer_location(&loc),
+            Some((std::process::id() as libc::pid_t, fd.as_raw_fd()))
+        );
+        let other = Segment::open_location(&loc, 4096).unwrap();
+        // SAFETY: both mappings are 4096 bytes of the same memory, used by this thread only.
+        unsafe {
+            seg.as_ptr().add(100).write(42);
+            assert_eq!(other.as_ptr().add(100).read(), 42);
+        }
+        assert!(Segment::open_location(&loc, 8192).is_err());
+        drop(fd);
+        // the descriptor is gone: nothing names the memory any more, the mappings keep it
+        assert!(Segment::open_location(&loc, 4096).is_err());
+        // SAFETY: as above.
+        unsafe { assert_eq!(other.as_ptr().add(100).read(), 42) };
+        for bad in [
+            "/shim-1-2-3",
+            "/proc/x/fd/1",
+            "/proc/1/fd/",
+            "/proc/1/fdx/2",
+        ] {
+            assert_eq!(parse_peer_location(bad), None, "{bad}");
+        }
     }
 
     #[test]

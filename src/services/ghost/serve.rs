@@ -120,9 +120,10 @@ fn serve_command(
     Cmd::from(m[0]).is_some_and(Cmd::replies).then_some(reply)
 }
 
-/// Maps a user's shared-memory object.
+/// Maps a user's window memory, from where the user said it is (its anonymous segment's
+/// descriptor, or a shared-memory name).
 fn attach(name: &str, len: usize) -> Result<*mut libc::c_void, String> {
-    Segment::open(name, len.max(1))
+    Segment::open_location(name, len.max(1))
         .map(|seg| seg.into_raw().cast())
         .map_err(|e| format!("cannot map {name}: {e}"))
 }

@@ -437,38 +437,31 @@ pub fn allocate(
     let size = size as usize;
     let hidden = hidden_at(size as i64) as usize;
     let map_len = hidden + HIDDEN_BYTES;
-    static OBJ: AtomicUsize = AtomicUsize::new(0);
-    let obj = OBJ.fetch_add(1, Ordering::Relaxed);
-    // a fresh object, unlinked once the node's ghosts (and direct peers) have mapped it
-    let nonce = object_nonce().unwrap_or_else(|e| object_failed(&e));
-    let name = object_name(std::process::id() as i64, obj as i64, nonce);
-    let base = create_object(&name, map_len).unwrap_or_else(|e| object_failed(&e));
     let uw_rank = crate::platform::proc::world().rank as usize;
     let my_ghosts = &lay.node_ghosts[lay.user_node[uw_rank]];
     let g = lay.ghosts;
-    // what every rank tells the others: disp_unit, size, whether it may go direct, its
-    // object's name (pid, number, random part), and where each ghost of its node mapped
-    // the object
-    const HEAD: usize = 6;
+    // the window's memory, mapped by the node's ghosts (and direct peers)
+    let (base, mut mem, addrs) = window_memory(lay, my_ghosts, map_len);
+    // what every rank tells the others: disp_unit, size, whether it may go direct, where
+    // its memory is (pid, descriptor or -1, object number, random part), and where each
+    // ghost of its node mapped it
+    const HEAD: usize = 7;
     let uranks = to_user_world(comm, n);
     let one_node = uranks
         .iter()
         .all(|&u| lay.user_node[u as usize] == lay.user_node[uw_rank]);
     let may_direct = lay.direct && one_node;
+    if !may_direct {
+        // the ghosts have it mapped
+        mem.forget();
+    }
     let mut rec = vec![0i64; HEAD + g];
     rec[0] = disp_unit;
     rec[1] = size as i64;
     rec[2] = may_direct as i64;
     rec[3] = std::process::id() as i64;
-    rec[4] = obj as i64;
-    rec[5] = nonce as i64;
-    for (j, &gh) in my_ghosts.iter().enumerate() {
-        rec[HEAD + j] = command(lay, gh, Cmd::Attach, &[map_len as i64], Some(&name))[0];
-    }
-    if !may_direct {
-        // the ghosts have it mapped
-        let _ = shm::unlink(&name);
-    }
+    [rec[4], rec[5], rec[6]] = mem.wire();
+    rec[HEAD..HEAD + addrs.len()].copy_from_slice(&addrs);
     let mut all = vec![0i64; (HEAD + g) * n as usize];
     // collective calls over the window's communicator in the same order on every rank
     // SAFETY: HEAD + g int64 per rank into a buffer for the n ranks of `comm`.
@@ -490,33 +483,52 @@ pub fn allocate(
             }
         })
         .collect();
-    // direct only if every rank may (the same decision everywhere)
+    // direct only if every rank may (the same decision everywhere) and every rank could
+    // map every other's memory
     let direct = if recs.iter().all(|r| r[2] == 1) {
-        let peers = (0..n as usize)
+        let peers: Vec<Option<Peer>> = (0..n as usize)
             .map(|t| {
                 let (r, me) = (recs[t], t as i32 == me);
-                let hidden = hidden_at(r[1]) as usize;
-                let len = hidden + HIDDEN_BYTES;
-                Peer {
-                    base: if me {
-                        base.cast()
-                    } else {
-                        map_object(&object_name(r[3], r[4], r[5] as u64), len)
-                    },
-                    map_len: len,
-                    mapped: !me,
+                let len = hidden_at(r[1]) as usize + HIDDEN_BYTES;
+                if me {
+                    return Some(Peer { base: base.cast(), map_len: len, mapped: false });
                 }
+                let at = Memory::location_of(r[3], [r[4], r[5], r[6]]);
+                shm::Segment::open_location(&at, len)
+                    .map_err(|e| {
+                        tracing::warn!(target: "shim::ghost", "a window not direct: cannot map rank {t}'s memory ({at}): {e}")
+                    })
+                    .ok()
+                    .map(|seg| Peer { base: seg.into_raw(), map_len: len, mapped: true })
             })
             .collect();
-        // collective over the window's duplicate; then nobody opens the object
-        let _ = coll::barrier(ctl);
-        let _ = shm::unlink(&name);
-        Some(peers)
-    } else {
-        if may_direct {
-            // another rank chose not to go direct
-            let _ = shm::unlink(&name);
+        let mut ok = peers.iter().all(Option::is_some) as c_int;
+        // collective over the window's duplicate (after it nobody opens the memory)
+        // SAFETY: one int, in place.
+        let _ = unsafe {
+            coll::allreduce(
+                MPI_IN_PLACE,
+                (&mut ok as *mut c_int).cast(),
+                1,
+                MPI_INT(),
+                MPI_MIN(),
+                ctl,
+            )
+        };
+        mem.forget();
+        let peers: Vec<Peer> = peers.into_iter().flatten().collect();
+        if ok == 1 {
+            Some(peers)
+        } else {
+            for p in peers.iter().filter(|p| p.mapped) {
+                // SAFETY: a mapping made just above, used by nobody.
+                unsafe { shm::unmap(p.base, p.map_len) };
+            }
+            None
         }
+    } else {
+        // another rank chose not to go direct
+        mem.forget();
         None
     };
     // The library's window: the program's handle (its group, name, error handler, info,
@@ -584,6 +596,91 @@ pub fn allocate(
     Handled::Served(MPI_SUCCESS)
 }
 
+/// Where the processes of a node find a window's memory until they have mapped it.
+enum Memory {
+    /// An anonymous segment (memfd), held open by its creator: it has no name anywhere,
+    /// so a `kill -9` at any moment leaves nothing behind.
+    Anonymous(std::os::fd::OwnedFd),
+    /// A named object, where a ghost could not open the creator's descriptor (a ptrace
+    /// policy that refuses `/proc/<pid>/fd`): `/dev/shm/shim-...` until unlinked.
+    Named { name: String, obj: i64, nonce: u64 },
+    /// Mapped by everyone who needs it: nothing left to close or unlink.
+    Gone,
+}
+
+impl Memory {
+    /// Where this process's memory is, for a ghost or a peer of the node.
+    fn location(&self) -> String {
+        Memory::location_of(std::process::id() as i64, self.wire())
+    }
+
+    /// The three words that tell the window's other ranks where it is: descriptor (or -1),
+    /// object number and random part (or 0).
+    fn wire(&self) -> [i64; 3] {
+        use std::os::fd::AsRawFd;
+        match self {
+            Memory::Anonymous(fd) => [fd.as_raw_fd() as i64, 0, 0],
+            Memory::Named { obj, nonce, .. } => [-1, *obj, *nonce as i64],
+            Memory::Gone => [-1, -1, 0],
+        }
+    }
+
+    /// Where process `pid`'s memory is, from its three words ([`Memory::wire`]).
+    fn location_of(pid: i64, w: [i64; 3]) -> String {
+        if w[0] >= 0 {
+            shm::peer_location(pid as libc::pid_t, w[0] as i32)
+        } else {
+            object_name(pid, w[1], w[2] as u64)
+        }
+    }
+
+    /// Everyone who needs the memory has mapped it: the descriptor is closed, the name
+    /// unlinked (the mappings keep the memory).
+    fn forget(&mut self) {
+        if let Memory::Named { name, .. } = self {
+            let _ = shm::unlink(name);
+        }
+        *self = Memory::Gone;
+    }
+}
+
+/// A window's memory, `map_len` bytes, mapped by this process and by `ghosts` (the
+/// node's ghosts): its base, where it is until forgotten, and each ghost's address of
+/// it. An anonymous segment first; a named object where a ghost cannot open that. Aborts
+/// the job when neither works (`MPI_Win_allocate` is collective).
+fn window_memory(lay: &Layout, ghosts: &[i32], map_len: usize) -> (*mut c_void, Memory, Vec<i64>) {
+    static OBJ: AtomicUsize = AtomicUsize::new(0);
+    let attach = |mem: &Memory| -> Vec<i64> {
+        let at = mem.location();
+        ghosts
+            .iter()
+            .map(|&gh| command(lay, gh, Cmd::Attach, &[map_len as i64], Some(&at))[0])
+            .collect()
+    };
+    if let Ok((seg, fd)) = shm::Segment::create_anonymous("libshim-win", map_len) {
+        let mem = Memory::Anonymous(fd);
+        let addrs = attach(&mem);
+        if addrs.iter().all(|&a| a != 0) {
+            return (seg.into_raw().cast(), mem, addrs);
+        }
+        tracing::info!(target: "shim::ghost", "a ghost cannot map a window's anonymous memory: a named object instead");
+        for (&gh, &a) in ghosts.iter().zip(&addrs).filter(|(_, a)| **a != 0) {
+            command(lay, gh, Cmd::Detach, &[a], None);
+        }
+    }
+    let obj = OBJ.fetch_add(1, Ordering::Relaxed) as i64;
+    let nonce = object_nonce().unwrap_or_else(|e| object_failed(&e));
+    let name = object_name(std::process::id() as i64, obj, nonce);
+    let base = create_object(&name, map_len).unwrap_or_else(|e| object_failed(&e));
+    let mut mem = Memory::Named { name, obj, nonce };
+    let addrs = attach(&mem);
+    if addrs.iter().any(|&a| a == 0) {
+        mem.forget();
+        object_failed("a ghost could not map the window's memory (see SHIM_LOG=info)");
+    }
+    (base, mem, addrs)
+}
+
 /// The POSIX shared-memory object of a window's memory (`/dev/shm/shim-...`): the
 /// creator's pid, its window number and 64 random bits, so that no other process of the
 /// node can guess the name to create the object first or to open it. The other ranks of
@@ -620,18 +717,6 @@ fn object_failed(msg: &str) -> ! {
         crate::platform::log::prefix()
     ));
     crate::platform::proc::abort_job(71)
-}
-
-/// Maps another user's window object (direct windows); aborts the job if it cannot (the
-/// collective allocation cannot fail on one rank alone).
-fn map_object(name: &str, len: usize) -> *mut u8 {
-    shm::Segment::open(name, len)
-        .map(shm::Segment::into_raw)
-        .unwrap_or_else(|e| {
-            object_failed(&format!(
-                "cannot map another rank's node-shared memory object /dev/shm{name}: {e}"
-            ))
-        })
 }
 
 /// `MPI_Win_free` of a ghost-served window.
