@@ -99,7 +99,8 @@ fn serve_command(
                     ptr as i64
                 }
                 Err(e) => {
-                    tracing::error!(target: "shim::ghost", "cannot map a window's memory: {e}");
+                    // the user falls back to a named object, or aborts the job
+                    tracing::info!(target: "shim::ghost", "cannot map a window's memory: {e}");
                     0
                 }
             };

@@ -496,7 +496,10 @@ pub fn allocate(
                 let at = Memory::location_of(r[3], [r[4], r[5], r[6]]);
                 shm::Segment::open_location(&at, len)
                     .map_err(|e| {
-                        tracing::warn!(target: "shim::ghost", "a window not direct: cannot map rank {t}'s memory ({at}): {e}")
+                        // once per process: a program may make thousands of windows
+                        static TOLD: std::sync::Once = std::sync::Once::new();
+                        TOLD.call_once(|| tracing::warn!(target: "shim::ghost", "a window not direct (through the ghosts): cannot map rank {t}'s memory ({at}): {e}"));
+                        tracing::debug!(target: "shim::ghost", "a window not direct: cannot map rank {t}'s memory ({at}): {e}");
                     })
                     .ok()
                     .map(|seg| Peer { base: seg.into_raw(), map_len: len, mapped: true })
