@@ -122,6 +122,13 @@ program f_coll
   call check(i == rank, 'lock/get')
   call MPI_WIN_GET_ATTR(win, MPI_WIN_CREATE_FLAVOR, attrval, flag, ierr)
   call check(flag .and. attrval == MPI_WIN_FLAVOR_ALLOCATE, 'window flavor')
+  ! the predefined attributes by value (MPI-4.0 12.2.6), as the program allocated the window
+  call MPI_WIN_GET_ATTR(win, MPI_WIN_SIZE, attrval, flag, ierr)
+  call check(flag .and. attrval == winsize, 'window size')
+  call MPI_WIN_GET_ATTR(win, MPI_WIN_DISP_UNIT, attrval, flag, ierr)
+  call check(flag .and. attrval == disp_unit, 'window displacement unit')
+  call MPI_WIN_GET_ATTR(win, MPI_WIN_BASE, attrval, flag, ierr)
+  call check(flag .and. attrval == transfer(wptr, attrval), 'window base')
   call MPI_BARRIER(MPI_COMM_WORLD, ierr)
   call MPI_WIN_FREE(win, ierr)
 
@@ -145,7 +152,7 @@ program f_coll
       call get_environment_variable('F_ATTR_VIA_MPICH', env)
       if (env /= '1') then
         call check(shim_call_count('MPI_Comm_get_attr'//c_null_char) == 1, 'Comm_get_attr counted')
-        call check(shim_call_count('MPI_Win_get_attr'//c_null_char) == 1, 'Win_get_attr counted')
+        call check(shim_call_count('MPI_Win_get_attr'//c_null_char) == 4, 'Win_get_attr counted')
       end if
     else
       call check(shim_is_active() == 0, 'shim inactive')
