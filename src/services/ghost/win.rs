@@ -185,11 +185,6 @@ fn lookup(win: MPI_Win) -> Option<Arc<Mutex<UserWin>>> {
         .cloned()
 }
 
-/// Is this a window the ghosts serve?
-pub fn is_ghost_window(win: MPI_Win) -> bool {
-    lookup(win).is_some()
-}
-
 fn raise(win: MPI_Win, class: c_int, what: &str) -> c_int {
     crate::platform::errors::raise_win(win, class, what)
 }
@@ -551,9 +546,7 @@ pub fn allocate(
             // Nothing of the window stays: the ghosts let go of the memory, then the
             // mappings and the duplicate go (MPI_ERRORS_RETURN lets the program go on).
             let mine = &targets[me as usize];
-            for (j, &gh) in mine.ghosts.iter().enumerate() {
-                command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
-            }
+            detach(lay, &mine.ghosts, &mine.addrs);
             let mut ctl = ctl;
             // SAFETY: the mappings made above, reachable by nobody now.
             unsafe { unmap_all(base, map_len, direct.as_deref(), &mut ctl) };
@@ -667,9 +660,7 @@ fn window_memory(lay: &Layout, ghosts: &[i32], map_len: usize) -> (*mut c_void, 
             return (seg.into_raw().cast(), mem, addrs);
         }
         tracing::info!(target: "shim::ghost", "a ghost cannot map a window's anonymous memory: a named object instead");
-        for (&gh, &a) in ghosts.iter().zip(&addrs).filter(|(_, a)| **a != 0) {
-            command(lay, gh, Cmd::Detach, &[a], None);
-        }
+        detach(lay, ghosts, &addrs);
     }
     let obj = OBJ.fetch_add(1, Ordering::Relaxed) as i64;
     let nonce = object_nonce().unwrap_or_else(|e| object_failed(&e));
@@ -682,6 +673,14 @@ fn window_memory(lay: &Layout, ghosts: &[i32], map_len: usize) -> (*mut c_void, 
         object_failed("a ghost could not map the window's memory (see SHIM_LOG=info)");
     }
     (base, mem, addrs)
+}
+
+/// Has each of `ghosts` let go of this process's memory that it mapped at the matching
+/// address of `addrs` (0: it did not map it, nothing to say).
+fn detach(lay: &Layout, ghosts: &[i32], addrs: &[i64]) {
+    for (&gh, &a) in ghosts.iter().zip(addrs).filter(|(_, a)| **a != 0) {
+        command(lay, gh, Cmd::Detach, &[a], None);
+    }
 }
 
 /// The POSIX shared-memory object of a window's memory (`/dev/shm/shim-...`): the
@@ -775,10 +774,8 @@ impl UserWin {
         // Nobody may still reach this memory through a ghost once it is detached.
         // collective over the window's private duplicate
         let _ = coll::barrier(w.ctl);
-        let mine = w.targets[w.me as usize].clone();
-        for (j, &gh) in mine.ghosts.iter().enumerate() {
-            command(lay, gh, Cmd::Detach, &[mine.addrs[j]], None);
-        }
+        let mine = &w.targets[w.me as usize];
+        detach(lay, &mine.ghosts, &mine.addrs);
         // collective over the duplicate; then only this rank's own objects are freed
         let _ = coll::barrier(w.ctl);
         let rc = rma::free(&mut w.win)
