@@ -69,11 +69,16 @@ pub fn run(lay: &'static Layout, _ghost_comm: MPI_Comm) -> ! {
         // SAFETY: mappings made by `attach`; the windows they were attached to are freed.
         unsafe { shm::unmap(ptr.cast(), len.max(1)) };
     }
-    // SAFETY: the ghost's last MPI call; nothing of the application runs here.
+    // The ghost ends as a rank returning from main would (Casper's ghosts too): through
+    // `exit`, whose handlers include the library's own end of the process. MPICH 4.1 and
+    // later tell the process manager that a process finalized only there (MPI-4.0 §11.3
+    // lets a process initialize MPI again through sessions after `MPI_Finalize`); hydra
+    // ends the whole job when a process exits without having said so, and with `_exit`
+    // that was the ghost, whenever it left before its users.
+    // SAFETY: the ghost's last MPI call, then the end of the process.
     unsafe {
         pmpi::PMPI_Finalize();
-        libc::fflush(std::ptr::null_mut());
-        libc::_exit(0);
+        libc::exit(0);
     }
 }
 
