@@ -329,6 +329,11 @@ pub unsafe fn bcast(
         c.launch(k, core::ptr::null(), buffer, || {
             Ok(match ch.algo {
                 Algo::Shm => match c.hier() {
+                    Some(h) if c.single_copy() => {
+                        let chunk = algo::hier::bcast_chunk_bytes(c.slots(), count * ti.size);
+                        let lead = c.leaders_choice(&h, Coll::Bcast, chunk, true);
+                        algo::hier::bcast_pipelined(c.slots(), &h, &lead, data, &ti, root)
+                    }
                     Some(h) => {
                         let lead = c.leaders_choice(&h, Coll::Bcast, count * ti.size, true);
                         algo::hier::bcast(c.slots(), &h, &lead, data, &ti, root)

@@ -143,7 +143,7 @@ pub enum Action {
         op: MPI_Op,
     },
     Nop,
-    /// Shared memory: publishes this rank's flag at `phase` (1 to `node::PHASES - 1`) of the
+    /// Shared memory: publishes this rank's flag at `phase` (1 to `node::PHASES - 2`) of the
     /// run's instance (what it wrote before is then visible to the ranks that watch it).
     Post {
         phase: u8,

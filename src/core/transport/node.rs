@@ -58,8 +58,9 @@ const TRAFFIC: usize = FLAG + 8;
 pub const DATA: usize = FLAG + 16;
 /// Bytes of a slot in the flag's cache line.
 pub const INLINE: usize = FLAG + 64 - DATA;
-/// Flag values per instance: a schedule's phases are `1..PHASES`.
-pub const PHASES: u32 = 8;
+/// Flag values per instance: a schedule's phases are `1..PHASES - 1` (`PHASES - 1`: an
+/// abandoned instance, [`Node::abandon`]; the two-level pipelined Bcast takes up to 9).
+pub const PHASES: u32 = 16;
 
 /// The shape of a segment, the same on every rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

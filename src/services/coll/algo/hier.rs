@@ -157,6 +157,140 @@ pub fn bcast(sl: Slots, h: &Hier, lead: &Choice, data: Data, ti: &TypeInfo, root
     b.finish()
 }
 
+/// The most chunks the pipelined Bcast ([`bcast_pipelined`]) cuts its data into: each is a
+/// phase of a leader's flag ([`CHUNK`] + its index).
+const MAX_CHUNKS: i64 = 8;
+
+/// The flag phase at which a leader of the pipelined Bcast has chunk 0 in its buffer
+/// (chunk i: `CHUNK + i`).
+const CHUNK: u8 = 1;
+
+/// The flag phase at which a rank of the pipelined Bcast is done reading (past every
+/// chunk's phase).
+const READ_ALL: u8 = CHUNK + MAX_CHUNKS as u8;
+
+/// The chunks the pipelined Bcast of `bytes` bytes takes: a slot's bytes each, up to
+/// [`MAX_CHUNKS`] (then larger). The same on every rank (the slot and the signature's size
+/// are).
+pub fn bcast_chunks(sl: Slots, bytes: i64) -> i64 {
+    super::ceil_div(bytes, sl.bytes().max(1)).clamp(1, MAX_CHUNKS)
+}
+
+/// The bytes of a chunk of the pipelined Bcast of `bytes` bytes (its leaders' algorithm is
+/// chosen for this size).
+pub fn bcast_chunk_bytes(sl: Slots, bytes: i64) -> i64 {
+    super::ceil_div(bytes, bcast_chunks(sl, bytes))
+}
+
+/// Bcast of data larger than a slot (`data`: the buffer, `ti`: its datatype), pipelined,
+/// with one copy inside a node (`super::single`: the node must allow CMA). The data, as
+/// packed bytes (the buffer itself where its datatype is dense), is cut into
+/// [`bcast_chunks`] chunks; the leaders broadcast each with their own schedule (from the
+/// root's node's leader) and each leader announces every chunk as it arrives, so its
+/// node's ranks read chunk i from its buffer while chunk i + 1 crosses the network. The
+/// root exposes its buffer, and the ranks of its node read it from there (its leader chunk
+/// by chunk, so the first chunk leaves the node early). A rank whose memory is read
+/// returns once every reader is done ([`READ_ALL`]; MPI-4.0 §6.1: the buffer is the
+/// caller's again).
+pub fn bcast_pipelined(
+    sl: Slots,
+    h: &Hier,
+    lead: &Choice,
+    data: Data,
+    ti: &TypeInfo,
+    root: i32,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level-pipelined");
+    let me = h.local();
+    let root_local = h.local_of(root);
+    let root_node = h.node_of(root);
+    let on_root_node = root_node == h.leaders().rank;
+    let c = b.claim();
+    let pk = super::Packed::new(&mut b, data, ti);
+    let k = bcast_chunks(sl, pk.bytes);
+    let chunk = |i: i64| super::split(pk.bytes, k, i);
+    let bytes_ti = TypeInfo {
+        size: 1,
+        lb: 0,
+        extent: 1,
+        true_lb: 0,
+        true_extent: 1,
+        contiguous: true,
+    };
+    // chunk i's leaders' part, on this leader's packed bytes (its own schedule: the choice
+    // is the same for every chunk, whose sizes differ by at most a byte)
+    let leaders = |b: &mut Builder, i: i64, deps: &[u32]| {
+        let (off, n) = chunk(i);
+        let piece = Data::new(Addr::recv(0), n, MPI_PACKED());
+        let sub = bcast::build(lead, h.leaders(), piece, &bytes_ti, root_node);
+        let at = pk.at.add(off);
+        leaders_part(b, h, &sub, deps, at, at)
+    };
+    if h.me.rank == root {
+        let packed = pk.pack(&mut b, &[c]);
+        let e = b.expose(pk.at, sl.at(me.rank, 0), &packed);
+        let p = b.post(PUT, &[e]);
+        let mut rest = vec![p];
+        if me.rank == LEADER {
+            for i in 0..k {
+                rest.push(leaders(&mut b, i, &packed));
+            }
+        }
+        rest.push(b.watch(ALL_PEERS, READ_ALL, &[p]));
+        b.release(&rest);
+    } else if on_root_node {
+        // read from the root; its node's leader chunk by chunk, each sent on as it comes
+        let w = b.watch(root_local, PUT, &[]);
+        let mut reads = Vec::new();
+        let mut rest = Vec::new();
+        let pieces = if me.rank == LEADER { k } else { 1 };
+        for i in 0..pieces {
+            let (off, n) = if pieces == 1 { (0, pk.bytes) } else { chunk(i) };
+            let f = b.fetch(
+                root_local,
+                sl.at(root_local, 0),
+                off,
+                pk.at.add(off),
+                n,
+                &[w],
+            );
+            reads.push(f);
+            if me.rank == LEADER {
+                rest.push(leaders(&mut b, i, &[f]));
+            }
+        }
+        rest.extend(pk.unpack(&mut b, &reads));
+        reads.push(c);
+        rest.push(b.post(READ_ALL, &reads));
+        b.release(&rest);
+    } else if me.rank == LEADER {
+        // each chunk announced as it arrives, in order (a flag only moves forward)
+        let e = b.expose(pk.at, sl.at(LEADER, 0), &[c]);
+        let mut last = e;
+        let mut got = Vec::new();
+        for i in 0..k {
+            let x = leaders(&mut b, i, &[c]);
+            got.push(x);
+            last = b.post(CHUNK + i as u8, &[last, x]);
+        }
+        let mut rest = pk.unpack(&mut b, &got);
+        rest.push(b.watch(ALL_PEERS, READ_ALL, &[last]));
+        b.release(&rest);
+    } else {
+        let mut reads = Vec::new();
+        for i in 0..k {
+            let (off, n) = chunk(i);
+            let w = b.watch(LEADER, CHUNK + i as u8, &[]);
+            reads.push(b.fetch(LEADER, sl.at(LEADER, 0), off, pk.at.add(off), n, &[w]));
+        }
+        let mut rest = pk.unpack(&mut b, &reads);
+        reads.push(c);
+        rest.push(b.post(READ_ALL, &reads));
+        b.release(&rest);
+    }
+    b.finish()
+}
+
 /// A leader's combination of its node's operands, in rank order, into `into` (after `w`,
 /// the watch of every operand).
 fn node_sum(b: &mut Builder, sl: Slots, me: Rank, red: &Reduction, into: Addr, w: u32) -> u32 {
@@ -700,4 +834,23 @@ pub fn alltoall(
     rest.push(w);
     b.release(&rest);
     b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pipelined_bcast_cuts_slots_and_its_phases_fit_a_flag() {
+        let sl = Slots {
+            cell: 1064,
+            data: 64,
+        };
+        assert_eq!(bcast_chunks(sl, 100), 1);
+        assert_eq!(bcast_chunks(sl, 4900), 5);
+        assert_eq!(bcast_chunks(sl, 100_000), MAX_CHUNKS);
+        assert_eq!(bcast_chunk_bytes(sl, 100_000), 12_500);
+        // every chunk's phase and the readers' below the abandoned instance's
+        assert!(READ_ALL as u32 <= crate::core::transport::node::PHASES - 2);
+    }
 }

@@ -257,6 +257,78 @@ mod tests {
         );
     }
 
+    /// The pipelined two-level Bcast (`hier::bcast_pipelined`) of `bytes` bytes from `root`
+    /// on the nodes `leaders` gives (each rank's leader), slots of `slot` bytes, simulated
+    /// with the emulated cluster's parameters: when the last rank is done, or the
+    /// simulator's error (a deadlock).
+    fn pipelined(leaders: &[i32], root: i32, bytes: i64, slot: i64) -> Result<f64, String> {
+        let layout = Arc::new(Layout::of(leaders).expect("several nodes"));
+        let p = leaders.len() as i32;
+        let sl = Slots {
+            cell: 64 + slot,
+            data: 64,
+        };
+        let nodes = layout.nodes.len() as i32;
+        let chunk = hier::bcast_chunk_bytes(sl, bytes);
+        let lead = select::choose(
+            Coll::Bcast,
+            Form::Blocking,
+            nodes,
+            nodes,
+            chunk,
+            true,
+            false,
+        );
+        let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
+        let data = Data::new(Addr::recv(0), bytes, MPI_BYTE());
+        let scheds: Vec<Schedule> = (0..p)
+            .map(|r| {
+                let h = Hier {
+                    layout: Arc::clone(&layout),
+                    me: Rank { rank: r, size: p },
+                };
+                hier::bcast_pipelined(sl, &h, &lead, data, &ti, root)
+            })
+            .collect();
+        let lv = params("emulated")?;
+        timing::simulate(&scheds, &layout.node_of, &layout.local_of, &lv).map(|o| o.max)
+    }
+
+    #[test]
+    fn the_pipelined_bcast_completes_on_every_layout_from_every_root() {
+        // 2 x 1, 2 x 2, 3 x 2, 1 + 3, {0, 2} + {1, 3} (not consecutive), 2 + 1 + 3
+        let layouts: &[&[i32]] = &[
+            &[0, 1],
+            &[0, 0, 2, 2],
+            &[0, 0, 2, 2, 4, 4],
+            &[0, 1, 1, 1],
+            &[0, 1, 0, 1],
+            &[0, 0, 2, 3, 3, 3],
+        ];
+        for l in layouts {
+            for root in 0..l.len() as i32 {
+                // 1 chunk, 5, and the most (8) with larger ones
+                for bytes in [100, 4900, 100_000] {
+                    let t = pipelined(l, root, bytes, 1000);
+                    assert!(
+                        t.as_ref().is_ok_and(|t| t.is_finite()),
+                        "{l:?} root {root} {bytes} B: {t:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pipelining_lets_the_node_phase_overlap_the_network() {
+        // 1 MiB on 2 nodes of 4: in 8 chunks against one slot-sized chunk
+        let l = [0, 0, 0, 0, 4, 4, 4, 4];
+        let one = pipelined(&l, 0, 1 << 20, 1 << 21).unwrap();
+        let eight = pipelined(&l, 0, 1 << 20, 1 << 17).unwrap();
+        eprintln!("2 x 4, 1 MiB: 1 chunk {one:.1} µs, 8 chunks {eight:.1} µs");
+        assert!(eight < one, "8 chunks {eight} µs, 1 chunk {one} µs");
+    }
+
     #[test]
     fn small_layouts_run_to_completion_and_the_network_dominates() {
         let lv = params("emulated").unwrap();

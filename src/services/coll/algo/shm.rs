@@ -25,6 +25,11 @@ pub struct Slots {
 }
 
 impl Slots {
+    /// The bytes of data a slot holds.
+    pub fn bytes(&self) -> i64 {
+        self.cell - self.data
+    }
+
     /// Rank `r`'s slot, `off` bytes in.
     pub(super) fn at(&self, r: i32, off: i64) -> Addr {
         Addr::shm(r as i64 * self.cell + self.data + off)
