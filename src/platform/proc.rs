@@ -238,6 +238,10 @@ pub fn abort_job(code: c_int) -> ! {
         pmpi::PMPI_Initialized(&mut init);
         pmpi::PMPI_Finalized(&mut fin);
         if init != 0 && fin == 0 {
+            // the message written just before is on its way through the launcher's pipe:
+            // an abort that reaches the launcher first can end the job before the line
+            // is forwarded (hydra dropped a panic's line once in CI), so let it drain
+            std::thread::sleep(std::time::Duration::from_millis(200));
             pmpi::PMPI_Abort(MPI_COMM_WORLD(), code);
         }
     }
