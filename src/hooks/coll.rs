@@ -1214,6 +1214,11 @@ pub unsafe fn reduce(
         c.launch(k, sendbuf, recvbuf, || {
             Ok(match ch.algo {
                 Algo::Shm => match c.hier() {
+                    Some(h) if c.single_copy() => {
+                        let chunk = algo::hier::reduce_chunk_bytes(c.slots(), &r);
+                        let lead = c.leaders_choice(&h, Coll::Reduce, chunk, r.commutative);
+                        algo::hier::reduce_pipelined(c.slots(), &h, &lead, &r, inplace, Some(root))
+                    }
                     Some(h) => {
                         let lead = c.leaders_choice(&h, Coll::Reduce, r.bytes(), r.commutative);
                         algo::hier::reduce(c.slots(), &h, &lead, &r, inplace, root)
@@ -1266,6 +1271,11 @@ pub unsafe fn allreduce(
         c.launch(k, sendbuf, recvbuf, || {
             Ok(match ch.algo {
                 Algo::Shm => match c.hier() {
+                    Some(h) if c.single_copy() => {
+                        let chunk = algo::hier::reduce_chunk_bytes(c.slots(), &r);
+                        let lead = c.leaders_choice(&h, Coll::Allreduce, chunk, r.commutative);
+                        algo::hier::reduce_pipelined(c.slots(), &h, &lead, &r, inplace, None)
+                    }
                     Some(h) => {
                         let lead = c.leaders_choice(&h, Coll::Allreduce, r.bytes(), r.commutative);
                         algo::hier::allreduce(c.slots(), &h, &lead, &r, inplace)

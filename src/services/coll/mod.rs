@@ -704,9 +704,14 @@ impl<'a> Ctx<'a> {
         // across nodes, the collectives with a two-level algorithm (`algo::hier`); decided
         // before the non-blocking instance is counted: a counted instance must run on the
         // segment, or the ones after it would wait for its acknowledgement
-        // a Bcast beyond the slot across nodes: pipelined, its node phase with one copy
-        // (`algo::hier::bcast_pipelined`), where single copy is allowed at this size
-        let pipelined = node.layout.is_some() && coll == Coll::Bcast && big && single && node.cma;
+        // a Bcast, Reduce or Allreduce beyond the slot across nodes: pipelined, its node
+        // phase with one copy (`algo::hier::bcast_pipelined`, `reduce_pipelined`), where
+        // single copy is allowed at this size
+        let pipelined = node.layout.is_some()
+            && matches!(coll, Coll::Bcast | Coll::Reduce | Coll::Allreduce)
+            && big
+            && single
+            && node.cma;
         if single && (node.layout.is_some() || !node.cma) {
             // no single copy across nodes or where the kernel refused it: the slots take
             // what fits
@@ -718,7 +723,9 @@ impl<'a> Ctx<'a> {
             Some(_) if matches!(coll, Coll::Allgather | Coll::Allgatherv | Coll::Alltoall) => {
                 node.cma && (!auto || across)
             }
-            Some(_) if pipelined => !auto || across,
+            Some(l) if pipelined => {
+                hier_serves(coll, commutative || l.blocks()) && (!auto || across)
+            }
             Some(l) => !big && hier_serves(coll, commutative || l.blocks()) && (!auto || across),
             None if big && !single => false,
             None => !auto || if single { single_wins } else { copy_wins },
@@ -757,7 +764,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Whether this call, on the segment, moves its data with one copy (`algo::single`;
-    /// across nodes: the pipelined Bcast, `algo::hier::bcast_pipelined`).
+    /// across nodes: the pipelined Bcast, Reduce and Allreduce, `algo::hier`).
     pub fn single_copy(&self) -> bool {
         self.single.get()
     }

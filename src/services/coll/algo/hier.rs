@@ -291,6 +291,167 @@ pub fn bcast_pipelined(
     b.finish()
 }
 
+/// The flag phase at which a rank of the pipelined reduction ([`reduce_pipelined`]) has
+/// reduced its slice of chunk 0 (chunk i: `SUMMED + i`); a leader's flag takes the same
+/// values when it holds the reduction across nodes of the chunk.
+const SUMMED: u8 = 2;
+
+/// The flag phase at which a rank of the pipelined reduction has read every chunk of the
+/// result it needs (past every chunk's phase).
+const FETCHED: u8 = SUMMED + MAX_CHUNKS as u8;
+
+/// The chunks the pipelined reduction of `red` takes: as the pipelined Bcast's
+/// ([`bcast_chunks`]), and at most one per element.
+pub fn reduce_chunks(sl: Slots, red: &Reduction) -> i64 {
+    bcast_chunks(sl, red.bytes()).min(red.count.max(1))
+}
+
+/// The bytes of a chunk of the pipelined reduction of `red` (its leaders' algorithm is
+/// chosen for this size).
+pub fn reduce_chunk_bytes(sl: Slots, red: &Reduction) -> i64 {
+    super::ceil_div(red.count, reduce_chunks(sl, red)) * red.ti.size
+}
+
+/// Reduce to `root` (Allreduce: `None`) of a datatype without holes larger than a slot,
+/// pipelined across nodes, with one copy inside a node (`super::single`: the node must allow
+/// CMA). The elements are cut into [`reduce_chunks`] chunks, each chunk into one slice per
+/// rank of the node. Every rank exposes its operand and where its partial results go, and
+/// reduces its slice of each chunk of its node's operands, in rank order, reading them where
+/// they lie ([`single::reduce_slice`]), and says so chunk by chunk ([`SUMMED`]); the leader
+/// reads the node's slices of a chunk as soon as they are there, and the leaders reduce (to
+/// the root's node) or allreduce the chunk with their own schedule while their nodes sum
+/// the next. A leader with the result announces each chunk, and its node's ranks (Reduce:
+/// the root) read it from the leader's memory meanwhile. A node's operands are combined in
+/// rank order and the leaders' results in node order: right for non-commutative operations
+/// where every node's ranks are consecutive (`Layout::blocks`). A rank whose memory is read
+/// returns once its readers are done (a leader sees every slice of the last chunk; a rank
+/// that reads the result says [`FETCHED`]).
+pub fn reduce_pipelined(
+    sl: Slots,
+    h: &Hier,
+    lead: &Choice,
+    red: &Reduction,
+    inplace: bool,
+    root: Option<i32>,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level-pipelined");
+    let me = h.local();
+    let (lo, ext, size) = (red.ti.true_lb, red.ti.extent, red.ti.size);
+    let k = reduce_chunks(sl, red);
+    let chunk = |i: i64| super::split(red.count, k, i);
+    // rank q's slice of chunk i: (first element, elements)
+    let part = |i: i64, q: i32| {
+        let (f, n) = chunk(i);
+        let (g, m) = super::split(n, me.size as i64, q as i64);
+        (f + g, m)
+    };
+    let node = h.leaders().rank;
+    let root_node = root.map(|r| h.node_of(r));
+    // whether this rank reads the result from its leader
+    let reader = me.rank != LEADER && root.is_none_or(|r| r == h.me.rank);
+    // where this rank's sums (a leader's: its node's, then the chunks' results) go: the
+    // receive buffer where it has one (the root, or everyone in Allreduce)
+    let acc = if root.is_none_or(|r| r == h.me.rank) {
+        Addr::recv(0)
+    } else {
+        b.scratch_for(red.count, &red.ti)
+    };
+    let c = b.claim();
+    let mut owns = Vec::new();
+    let mut ready = vec![c];
+    for i in 0..k {
+        let (f, n) = part(i, me.rank);
+        let (own, deps) = single::own_operand(&mut b, red, inplace, f, n, &[c]);
+        owns.push(own);
+        ready.extend(deps);
+    }
+    ready.sort_unstable();
+    ready.dedup();
+    let e0 = b.expose(operand(inplace).add(lo), sl.at(me.rank, 0), &ready);
+    let e1 = b.expose(acc.add(lo), sl.at(me.rank, RESULT), &[c]);
+    let p = b.post(PUT, &[e0, e1]);
+    let sums: Vec<u32> = (0..k)
+        .map(|i| match part(i, me.rank) {
+            (_, 0) => p,
+            (f, n) => {
+                let into = acc.add(f * ext);
+                let own = owns[i as usize];
+                single::reduce_slice(&mut b, sl, me, red, (f, n), me.size, own, into, p)
+            }
+        })
+        .collect();
+    let phase = |i: i64| SUMMED + i as u8;
+    let mut said = p;
+    if me.rank != LEADER {
+        let mut posts = Vec::new();
+        for (i, &s) in sums.iter().enumerate() {
+            said = b.post(phase(i as i64), &[said, s]);
+            posts.push(said);
+        }
+        if !reader {
+            // the leader has read every slice once it holds the last chunk's result
+            let w = b.watch(LEADER, phase(k - 1), &[said]);
+            b.release(&[w]);
+            return b.finish();
+        }
+        let mut reads = vec![said];
+        for i in 0..k {
+            let (f, n) = chunk(i);
+            let w = b.watch(LEADER, phase(i), &[posts[i as usize]]);
+            reads.push(if n > 0 {
+                let into = acc.add(lo + f * ext);
+                b.fetch(LEADER, sl.at(LEADER, RESULT), f * ext, into, n * size, &[w])
+            } else {
+                w
+            });
+        }
+        let d = b.post(FETCHED, &reads);
+        b.release(&[d]);
+        return b.finish();
+    }
+    for i in 0..k {
+        let (f, n) = chunk(i);
+        let w = b.watch(ALL_PEERS, phase(i), &[p]);
+        let mut got = vec![sums[i as usize], w];
+        for q in 1..me.size {
+            let (g, m) = part(i, q);
+            if m > 0 {
+                let into = acc.add(lo + g * ext);
+                got.push(b.fetch(q, sl.at(q, RESULT), g * ext, into, m * size, &[w]));
+            }
+        }
+        let x = if n > 0 {
+            let piece = Reduction { count: n, ..*red };
+            let at = acc.add(f * ext);
+            let sub = match root_node {
+                None => reduce::allreduce(lead, h.leaders(), &piece, true),
+                Some(r) => reduce::reduce(lead, h.leaders(), &piece, node == r, r),
+            };
+            // (a leader that is not the root's sends from `acc`; its receive buffer is not
+            // used, MPI-4.0 §6.9.1)
+            let recv = if root_node.is_none_or(|r| r == node) {
+                at
+            } else {
+                Addr::recv(0)
+            };
+            leaders_part(&mut b, h, &sub, &got, at, recv)
+        } else {
+            b.nop(&got)
+        };
+        said = b.post(phase(i), &[said, x]);
+    }
+    // the ranks that read the result from this leader
+    let last = match root {
+        None => b.watch(ALL_PEERS, FETCHED, &[said]),
+        Some(r) if h.node_of(r) == node && r != h.me.rank => {
+            b.watch(h.local_of(r), FETCHED, &[said])
+        }
+        Some(_) => said,
+    };
+    b.release(&[last]);
+    b.finish()
+}
+
 /// A leader's combination of its node's operands, in rank order, into `into` (after `w`,
 /// the watch of every operand).
 fn node_sum(b: &mut Builder, sl: Slots, me: Rank, red: &Reduction, into: Addr, w: u32) -> u32 {
@@ -852,5 +1013,28 @@ mod tests {
         assert_eq!(bcast_chunk_bytes(sl, 100_000), 12_500);
         // every chunk's phase and the readers' below the abandoned instance's
         assert!(READ_ALL as u32 <= crate::core::transport::node::PHASES - 2);
+        assert!(FETCHED as u32 <= crate::core::transport::node::PHASES - 2);
+    }
+
+    #[test]
+    fn the_pipelined_reduction_has_a_chunk_per_element_at_most() {
+        let sl = Slots {
+            cell: 1064,
+            data: 64,
+        };
+        let red = |count| Reduction {
+            count,
+            dt: crate::platform::abi::MPI_DOUBLE(),
+            ti: crate::core::dtype::info(crate::platform::abi::MPI_DOUBLE()).unwrap(),
+            op: crate::platform::abi::MPI_SUM(),
+            commutative: true,
+        };
+        // 100 KB: 8 chunks of 1563 doubles (the last ones a double fewer)
+        assert_eq!(reduce_chunks(sl, &red(12_500)), MAX_CHUNKS);
+        assert_eq!(reduce_chunk_bytes(sl, &red(12_500)), 1563 * 8);
+        // 2 elements of a huge size would make 8 chunks: 2
+        let mut big = red(2);
+        big.ti.size = 4000;
+        assert_eq!(reduce_chunks(sl, &big), 2);
     }
 }

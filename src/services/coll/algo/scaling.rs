@@ -319,6 +319,73 @@ mod tests {
         }
     }
 
+    /// The pipelined two-level Reduce to `root` (Allreduce: `None`) of `bytes` bytes of
+    /// doubles (`hier::reduce_pipelined`), as [`pipelined`].
+    fn pipelined_reduction(
+        leaders: &[i32],
+        root: Option<i32>,
+        bytes: i64,
+        slot: i64,
+    ) -> Result<f64, String> {
+        let layout = Arc::new(Layout::of(leaders).expect("several nodes"));
+        let p = leaders.len() as i32;
+        let sl = Slots {
+            cell: 64 + slot,
+            data: 64,
+        };
+        let nodes = layout.nodes.len() as i32;
+        let red = reduction(bytes);
+        let coll = if root.is_some() {
+            Coll::Reduce
+        } else {
+            Coll::Allreduce
+        };
+        let chunk = hier::reduce_chunk_bytes(sl, &red);
+        let lead = select::choose(coll, Form::Blocking, nodes, nodes, chunk, true, false);
+        let scheds: Vec<Schedule> = (0..p)
+            .map(|r| {
+                let h = Hier {
+                    layout: Arc::clone(&layout),
+                    me: Rank { rank: r, size: p },
+                };
+                hier::reduce_pipelined(sl, &h, &lead, &red, false, root)
+            })
+            .collect();
+        let lv = params("emulated")?;
+        timing::simulate(&scheds, &layout.node_of, &layout.local_of, &lv).map(|o| o.max)
+    }
+
+    #[test]
+    fn the_pipelined_reductions_complete_on_every_layout_from_every_root() {
+        let layouts: &[&[i32]] = &[
+            &[0, 1],
+            &[0, 0, 2, 2],
+            &[0, 0, 2, 2, 4, 4],
+            &[0, 1, 1, 1],
+            &[0, 1, 0, 1],
+            &[0, 0, 2, 3, 3, 3],
+        ];
+        for l in layouts {
+            let roots = (0..l.len() as i32).map(Some).chain([None]);
+            for root in roots {
+                // 1 chunk, 5, the most (8), and fewer elements in a chunk than ranks on a node
+                for bytes in [800, 4800, 100_000, 16] {
+                    let t = pipelined_reduction(l, root, bytes, 1000);
+                    assert!(
+                        t.as_ref().is_ok_and(|t| t.is_finite()),
+                        "{l:?} root {root:?} {bytes} B: {t:?}"
+                    );
+                }
+            }
+        }
+        // 1 MiB on 2 nodes of 4: 8 chunks overlap the node's sums with the network
+        let l = [0, 0, 0, 0, 4, 4, 4, 4];
+        let one = pipelined_reduction(&l, None, 1 << 20, 1 << 21).unwrap();
+        let eight = pipelined_reduction(&l, None, 1 << 20, 1 << 17).unwrap();
+        eprintln!("Allreduce 2 x 4, 1 MiB: 1 chunk {one:.1} µs, 8 chunks {eight:.1} µs");
+        assert!(eight < one, "8 chunks {eight} µs, 1 chunk {one} µs");
+    }
+
     #[test]
     fn pipelining_lets_the_node_phase_overlap_the_network() {
         // 1 MiB on 2 nodes of 4: in 8 chunks against one slot-sized chunk

@@ -417,7 +417,7 @@ const RESULT: i64 = 8;
 /// this rank's is at `own`. Returns the last action (the reads included); `upto` is at
 /// least 1.
 #[allow(clippy::too_many_arguments)]
-fn reduce_slice(
+pub(super) fn reduce_slice(
     b: &mut Builder,
     sl: Slots,
     me: Rank,
@@ -485,7 +485,7 @@ fn reduce_slice(
 
 /// This rank's operand for the slice (`first`, `n`): where it lies, or, in place (where the
 /// receive buffer is overwritten by the result), a copy in scratch.
-fn own_operand(
+pub(super) fn own_operand(
     b: &mut Builder,
     red: &Reduction,
     inplace: bool,
