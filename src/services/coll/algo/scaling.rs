@@ -257,11 +257,15 @@ mod tests {
         );
     }
 
-    /// The pipelined two-level Bcast (`hier::bcast_pipelined`) of `bytes` bytes from `root`
-    /// on the nodes `leaders` gives (each rank's leader), slots of `slot` bytes, simulated
+    /// Simulates the schedules `build` gives every rank (its slots, its place, the number
+    /// of nodes) on the nodes `leaders` gives (each rank's leader), slots of `slot` bytes,
     /// with the emulated cluster's parameters: when the last rank is done, or the
     /// simulator's error (a deadlock).
-    fn pipelined(leaders: &[i32], root: i32, bytes: i64, slot: i64) -> Result<f64, String> {
+    fn on_layout(
+        leaders: &[i32],
+        slot: i64,
+        build: impl Fn(Slots, &Hier, i32) -> Schedule,
+    ) -> Result<f64, String> {
         let layout = Arc::new(Layout::of(leaders).expect("several nodes"));
         let p = leaders.len() as i32;
         let sl = Slots {
@@ -269,43 +273,74 @@ mod tests {
             data: 64,
         };
         let nodes = layout.nodes.len() as i32;
-        let chunk = hier::bcast_chunk_bytes(sl, bytes);
-        let lead = select::choose(
-            Coll::Bcast,
-            Form::Blocking,
-            nodes,
-            nodes,
-            chunk,
-            true,
-            false,
-        );
-        let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
-        let data = Data::new(Addr::recv(0), bytes, MPI_BYTE());
         let scheds: Vec<Schedule> = (0..p)
             .map(|r| {
                 let h = Hier {
                     layout: Arc::clone(&layout),
                     me: Rank { rank: r, size: p },
                 };
-                hier::bcast_pipelined(sl, &h, &lead, data, &ti, root)
+                build(sl, &h, nodes)
             })
             .collect();
         let lv = params("emulated")?;
         timing::simulate(&scheds, &layout.node_of, &layout.local_of, &lv).map(|o| o.max)
     }
 
+    /// The pipelined two-level Bcast (`hier::bcast_pipelined`) of `bytes` bytes from `root`,
+    /// simulated as [`on_layout`].
+    fn pipelined(leaders: &[i32], root: i32, bytes: i64, slot: i64) -> Result<f64, String> {
+        let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
+        let data = Data::new(Addr::recv(0), bytes, MPI_BYTE());
+        on_layout(leaders, slot, |sl, h, nodes| {
+            let chunk = hier::bcast_chunk_bytes(sl, bytes);
+            let lead = select::choose(
+                Coll::Bcast,
+                Form::Blocking,
+                nodes,
+                nodes,
+                chunk,
+                true,
+                false,
+            );
+            hier::bcast_pipelined(sl, h, &lead, data, &ti, root)
+        })
+    }
+
+    /// The pipelined two-level Reduce to `root` (Allreduce: `None`) of `bytes` bytes of
+    /// doubles (`hier::reduce_pipelined`), simulated as [`on_layout`].
+    fn pipelined_reduction(
+        leaders: &[i32],
+        root: Option<i32>,
+        bytes: i64,
+        slot: i64,
+    ) -> Result<f64, String> {
+        let red = reduction(bytes);
+        let coll = if root.is_some() {
+            Coll::Reduce
+        } else {
+            Coll::Allreduce
+        };
+        on_layout(leaders, slot, |sl, h, nodes| {
+            let chunk = hier::reduce_chunk_bytes(sl, &red);
+            let lead = select::choose(coll, Form::Blocking, nodes, nodes, chunk, true, false);
+            hier::reduce_pipelined(sl, h, &lead, &red, false, root)
+        })
+    }
+
+    /// The layouts the pipelined algorithms are simulated on: 2 x 1, 2 x 2, 3 x 2, 1 + 3,
+    /// {0, 2} + {1, 3} (not consecutive), 2 + 1 + 3.
+    const LAYOUTS: &[&[i32]] = &[
+        &[0, 1],
+        &[0, 0, 2, 2],
+        &[0, 0, 2, 2, 4, 4],
+        &[0, 1, 1, 1],
+        &[0, 1, 0, 1],
+        &[0, 0, 2, 3, 3, 3],
+    ];
+
     #[test]
     fn the_pipelined_bcast_completes_on_every_layout_from_every_root() {
-        // 2 x 1, 2 x 2, 3 x 2, 1 + 3, {0, 2} + {1, 3} (not consecutive), 2 + 1 + 3
-        let layouts: &[&[i32]] = &[
-            &[0, 1],
-            &[0, 0, 2, 2],
-            &[0, 0, 2, 2, 4, 4],
-            &[0, 1, 1, 1],
-            &[0, 1, 0, 1],
-            &[0, 0, 2, 3, 3, 3],
-        ];
-        for l in layouts {
+        for l in LAYOUTS {
             for root in 0..l.len() as i32 {
                 // 1 chunk, 5, and the most (8) with larger ones
                 for bytes in [100, 4900, 100_000] {
@@ -319,53 +354,9 @@ mod tests {
         }
     }
 
-    /// The pipelined two-level Reduce to `root` (Allreduce: `None`) of `bytes` bytes of
-    /// doubles (`hier::reduce_pipelined`), as [`pipelined`].
-    fn pipelined_reduction(
-        leaders: &[i32],
-        root: Option<i32>,
-        bytes: i64,
-        slot: i64,
-    ) -> Result<f64, String> {
-        let layout = Arc::new(Layout::of(leaders).expect("several nodes"));
-        let p = leaders.len() as i32;
-        let sl = Slots {
-            cell: 64 + slot,
-            data: 64,
-        };
-        let nodes = layout.nodes.len() as i32;
-        let red = reduction(bytes);
-        let coll = if root.is_some() {
-            Coll::Reduce
-        } else {
-            Coll::Allreduce
-        };
-        let chunk = hier::reduce_chunk_bytes(sl, &red);
-        let lead = select::choose(coll, Form::Blocking, nodes, nodes, chunk, true, false);
-        let scheds: Vec<Schedule> = (0..p)
-            .map(|r| {
-                let h = Hier {
-                    layout: Arc::clone(&layout),
-                    me: Rank { rank: r, size: p },
-                };
-                hier::reduce_pipelined(sl, &h, &lead, &red, false, root)
-            })
-            .collect();
-        let lv = params("emulated")?;
-        timing::simulate(&scheds, &layout.node_of, &layout.local_of, &lv).map(|o| o.max)
-    }
-
     #[test]
     fn the_pipelined_reductions_complete_on_every_layout_from_every_root() {
-        let layouts: &[&[i32]] = &[
-            &[0, 1],
-            &[0, 0, 2, 2],
-            &[0, 0, 2, 2, 4, 4],
-            &[0, 1, 1, 1],
-            &[0, 1, 0, 1],
-            &[0, 0, 2, 3, 3, 3],
-        ];
-        for l in layouts {
+        for l in LAYOUTS {
             let roots = (0..l.len() as i32).map(Some).chain([None]);
             for root in roots {
                 // 1 chunk, 5, the most (8), and fewer elements in a chunk than ranks on a node
