@@ -425,6 +425,9 @@ fn gather_common(
     c.launch(k, sendbuf, recvbuf, || {
         if ch.algo == Algo::Shm {
             return Ok(match c.hier() {
+                Some(h) if c.single_copy() => {
+                    algo::hier::gather_single(c.slots(), &h, send, &rblocks, root, block)
+                }
                 Some(h) => algo::hier::gather(c.slots(), &h, send, &rblocks, root, block),
                 None if c.single_copy() => {
                     algo::single::gather(c.slots(), me, send, &rblocks, root)
@@ -607,6 +610,9 @@ fn scatter_common(
     c.launch(k, sendbuf, recvbuf, || {
         if ch.algo == Algo::Shm {
             return Ok(match c.hier() {
+                Some(h) if c.single_copy() => {
+                    algo::hier::scatter_single(c.slots(), &h, &sblocks, recv, root, block)
+                }
                 Some(h) => algo::hier::scatter(c.slots(), &h, &sblocks, recv, root, block),
                 None if c.single_copy() && !regular => {
                     algo::single::scatterv(c.slots(), me, &sblocks, recv, root)

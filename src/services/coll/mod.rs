@@ -704,11 +704,14 @@ impl<'a> Ctx<'a> {
         // across nodes, the collectives with a two-level algorithm (`algo::hier`); decided
         // before the non-blocking instance is counted: a counted instance must run on the
         // segment, or the ones after it would wait for its acknowledgement
-        // a Bcast, Reduce or Allreduce beyond the slot across nodes: pipelined, its node
-        // phase with one copy (`algo::hier::bcast_pipelined`, `reduce_pipelined`), where
-        // single copy is allowed at this size
+        // a Bcast, Reduce, Allreduce, Gather or Scatter beyond the slot across nodes: its
+        // node phase with one copy (`algo::hier::bcast_pipelined`, `reduce_pipelined`,
+        // `gather_single`, `scatter_single`), where single copy is allowed at this size
         let pipelined = node.layout.is_some()
-            && matches!(coll, Coll::Bcast | Coll::Reduce | Coll::Allreduce)
+            && matches!(
+                coll,
+                Coll::Bcast | Coll::Reduce | Coll::Allreduce | Coll::Gather | Coll::Scatter
+            )
             && big
             && single
             && node.cma;
@@ -764,7 +767,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// Whether this call, on the segment, moves its data with one copy (`algo::single`;
-    /// across nodes: the pipelined Bcast, Reduce and Allreduce, `algo::hier`).
+    /// across nodes: the two-level Bcast, Reduce, Allreduce, Gather and Scatter beyond the
+    /// slot, `algo::hier`).
     pub fn single_copy(&self) -> bool {
         self.single.get()
     }

@@ -693,6 +693,29 @@ pub fn reduce_scatter_block(
     b.finish()
 }
 
+/// The root's messages with every node but its own (`root_node`): each node's blocks of
+/// `blocks` as one message, sent to its leader (`send`) or received from it.
+fn other_nodes(
+    b: &mut Builder,
+    h: &Hier,
+    blocks: &[Block],
+    root_node: i32,
+    send: bool,
+) -> Vec<u32> {
+    (0..h.leaders().size)
+        .filter(|&k| k != root_node)
+        .map(|k| {
+            let ranks = h.ranks_of(k);
+            let data = super::multi(b, ranks.iter().map(|&r| &blocks[r as usize]));
+            if send {
+                b.send(data, ranks[0], &[])
+            } else {
+                b.recv(data, ranks[0], &[])
+            }
+        })
+        .collect()
+}
+
 /// Gather of `block`-byte blocks to `root` (`send`: this rank's, `None` in place at the
 /// root; `recv`: the root's blocks). The root reads its own node's slots; every other
 /// node's leader sends the node's blocks, straight from their slots, as one message to the
@@ -722,11 +745,7 @@ pub fn gather(
                 done.push(b.copy(from, recv[r as usize].data, &[w]));
             }
         }
-        for k in (0..h.leaders().size).filter(|&k| k != root_node) {
-            let ranks = h.ranks_of(k);
-            let to = super::multi(&mut b, ranks.iter().map(|&r| &recv[r as usize]));
-            done.push(b.recv(to, ranks[0], &[]));
-        }
+        done.extend(other_nodes(&mut b, h, recv, root_node, false));
         b.release(&done);
         return b.finish();
     }
@@ -782,11 +801,7 @@ pub fn scatter(
         }
         let p = b.post(PUT, &copies);
         let mut done = vec![p];
-        for k in (0..h.leaders().size).filter(|&k| k != root_node) {
-            let ranks = h.ranks_of(k);
-            let from = super::multi(&mut b, ranks.iter().map(|&r| &send[r as usize]));
-            done.push(b.send(from, ranks[0], &[]));
-        }
+        done.extend(other_nodes(&mut b, h, send, root_node, true));
         if let Some(rv) = recv {
             done.push(b.copy(send[root as usize].data, rv.data, &[]));
         }
@@ -810,6 +825,139 @@ pub fn scatter(
         done.push(b.copy(from, rv.data, &[ready]));
     }
     b.release(&done);
+    b.finish()
+}
+
+/// Gather beyond the slot (arguments as [`gather`]), with one copy inside a node
+/// (`super::single`: the node must allow CMA). Every rank but the root exposes its block;
+/// the root reads its own node's from their ranks' memory, and every other node's leader
+/// reads its node's into one message (rank order) to the root, which receives it into the
+/// blocks' places. A rank whose block is read returns once its reader is done.
+pub fn gather_single(
+    sl: Slots,
+    h: &Hier,
+    send: Option<Block>,
+    recv: &[Block],
+    root: i32,
+    block: i64,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level-single-copy");
+    let me = h.local();
+    let node = h.leaders().rank;
+    let root_node = h.node_of(root);
+    let c = b.claim();
+    if h.me.rank == root {
+        let mut reads = vec![c];
+        let mut rest = Vec::new();
+        if let Some(s) = send {
+            rest.push(b.copy(s.data, recv[root as usize].data, &[]));
+        }
+        for &r in h.ranks_of(root_node).iter().filter(|&&r| r != root) {
+            let l = h.local_of(r);
+            let w = b.watch(l, PUT, &[]);
+            let (f, last) = single::fetch_into(&mut b, sl, l, 0, &recv[r as usize], &[w]);
+            reads.push(f);
+            rest.push(last);
+        }
+        rest.extend(other_nodes(&mut b, h, recv, root_node, false));
+        rest.push(b.post(single::READ, &reads));
+        b.release(&rest);
+        return b.finish();
+    }
+    if me.rank != LEADER || node == root_node {
+        // read by the root on its node, else by the leader
+        let reader = if node == root_node {
+            h.local_of(root)
+        } else {
+            LEADER
+        };
+        let blocks: Vec<Block> = send.into_iter().collect();
+        let (src, ds) = single::source(&mut b, &blocks, false, &[c]);
+        let p = single::expose(&mut b, sl, me, src, &ds);
+        let w = b.watch(reader, single::READ, &[p]);
+        b.release(&[w]);
+        return b.finish();
+    }
+    let all = Data::new(
+        Addr::scratch(b.scratch(me.size as i64 * block)),
+        me.size as i64 * block,
+        MPI_PACKED(),
+    );
+    let mut got = vec![c];
+    if let Some(s) = send {
+        got.push(b.copy(s.data, all.with_count(block), &[]));
+    }
+    for l in 1..me.size {
+        let w = b.watch(l, PUT, &[]);
+        let at = all.addr.add(l as i64 * block);
+        got.push(b.fetch(l, sl.at(l, 0), 0, at, block, &[w]));
+    }
+    let d = b.post(single::READ, &got);
+    let s = b.send(all, root, &got);
+    b.release(&[d, s]);
+    b.finish()
+}
+
+/// Scatter beyond the slot (arguments as [`scatter`]), with one copy inside a node
+/// (`super::single`: the node must allow CMA). The root exposes its own node's blocks and
+/// sends every other node's as one message (rank order) to its leader, which exposes
+/// them; every rank reads its block from its node's source. A rank whose memory is read
+/// returns once its readers are done.
+pub fn scatter_single(
+    sl: Slots,
+    h: &Hier,
+    send: &[Block],
+    recv: Option<Block>,
+    root: i32,
+    block: i64,
+) -> Schedule {
+    let mut b = Builder::new("shm:two-level-single-copy");
+    let me = h.local();
+    let node = h.leaders().rank;
+    let root_node = h.node_of(root);
+    let c = b.claim();
+    if h.me.rank == root {
+        let ours: Vec<Block> = h
+            .ranks_of(root_node)
+            .iter()
+            .map(|&r| send[r as usize])
+            .collect();
+        let (src, ds) = single::source(&mut b, &ours, false, &[c]);
+        let p = single::expose(&mut b, sl, me, src, &ds);
+        let mut after = vec![b.watch(ALL_PEERS, single::READ, &[p])];
+        after.extend(other_nodes(&mut b, h, send, root_node, true));
+        if let Some(rv) = recv {
+            after.push(b.copy(send[root as usize].data, rv.data, &[]));
+        }
+        b.release(&after);
+        return b.finish();
+    }
+    // (a Scatter's rank other than the root has a receive buffer)
+    let Some(rv) = recv else {
+        b.release(&[c]);
+        return b.finish();
+    };
+    if me.rank == LEADER && node != root_node {
+        let n = me.size as i64 * block;
+        let all = Data::new(Addr::scratch(b.scratch(n)), n, MPI_PACKED());
+        let r = b.recv(all, root, &[c]);
+        let e = b.expose(all.addr, sl.at(LEADER, 0), &[r]);
+        let p = b.post(PUT, &[e]);
+        let own = b.copy(all.with_count(block), rv.data, &[r]);
+        let w = b.watch(ALL_PEERS, single::READ, &[p]);
+        b.release(&[own, w]);
+        return b.finish();
+    }
+    let source = if node == root_node {
+        h.local_of(root)
+    } else {
+        LEADER
+    };
+    let w = b.watch(source, PUT, &[]);
+    let off = me.rank as i64 * block;
+    let (f, last) = single::fetch_into(&mut b, sl, source, off, &rv, &[w]);
+    let d = b.post(single::READ, &[f, c]);
+    b.release(&[last, d]);
     b.finish()
 }
 

@@ -378,6 +378,40 @@ mod tests {
     }
 
     #[test]
+    fn the_single_copy_gather_and_scatter_complete_on_every_layout_from_every_root() {
+        let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
+        for l in LAYOUTS {
+            let p = l.len() as i64;
+            for root in 0..p as i32 {
+                for block in [8, 3000] {
+                    let blocks = |at: fn(i64) -> Addr| -> Vec<super::super::Block> {
+                        (0..p)
+                            .map(|r| {
+                                super::super::Block::new(at(r * block), block, MPI_BYTE(), &ti)
+                            })
+                            .collect()
+                    };
+                    let (send, recv) = (blocks(Addr::send), blocks(Addr::recv));
+                    let gather = on_layout(l, 1000, |sl, h, _| {
+                        let mine = Some(send[h.me.rank as usize]);
+                        hier::gather_single(sl, h, mine, &recv, root, block)
+                    });
+                    let scatter = on_layout(l, 1000, |sl, h, _| {
+                        let mine = Some(recv[h.me.rank as usize]);
+                        hier::scatter_single(sl, h, &send, mine, root, block)
+                    });
+                    for (name, t) in [("Gather", gather), ("Scatter", scatter)] {
+                        assert!(
+                            t.as_ref().is_ok_and(|t| t.is_finite()),
+                            "{name} {l:?} root {root} {block} B: {t:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn pipelining_lets_the_node_phase_overlap_the_network() {
         // 1 MiB on 2 nodes of 4: in 8 chunks against one slot-sized chunk
         let l = [0, 0, 0, 0, 4, 4, 4, 4];
