@@ -1223,7 +1223,7 @@ pub unsafe fn reduce(
                     Some(h) if c.single_copy() => {
                         let chunk = algo::hier::reduce_chunk_bytes(c.slots(), &r);
                         let lead = c.leaders_choice(&h, Coll::Reduce, chunk, r.commutative);
-                        algo::hier::reduce_pipelined(c.slots(), &h, &lead, &r, inplace, Some(root))
+                        algo::hier::reduce_pipelined(c.slots(), &h, &lead, &r, inplace, algo::hier::Across::Root(root))
                     }
                     Some(h) => {
                         let lead = c.leaders_choice(&h, Coll::Reduce, r.bytes(), r.commutative);
@@ -1280,7 +1280,7 @@ pub unsafe fn allreduce(
                     Some(h) if c.single_copy() => {
                         let chunk = algo::hier::reduce_chunk_bytes(c.slots(), &r);
                         let lead = c.leaders_choice(&h, Coll::Allreduce, chunk, r.commutative);
-                        algo::hier::reduce_pipelined(c.slots(), &h, &lead, &r, inplace, None)
+                        algo::hier::reduce_pipelined(c.slots(), &h, &lead, &r, inplace, algo::hier::Across::All)
                     }
                     Some(h) => {
                         let lead = c.leaders_choice(&h, Coll::Allreduce, r.bytes(), r.commutative);
@@ -1326,7 +1326,15 @@ fn reduce_scatter_common(
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
             Algo::Shm => match c.hier() {
-                // (across nodes only Reduce_scatter_block, which fits the slots: `hier_serves`)
+                // (across nodes only Reduce_scatter_block: `hier_serves`; beyond the slot
+                // where the nodes' ranks are consecutive, `Ctx::shm_decide`)
+                Some(h) if c.single_copy() => {
+                    let whole = algo::Reduction { count: total, ..r };
+                    let bytes = total * r.ti.size;
+                    let lead = c.leaders_choice(&h, Coll::ReduceScatter, bytes, r.commutative);
+                    let across = algo::hier::Across::Blocks(r.count);
+                    algo::hier::reduce_pipelined(c.slots(), &h, &lead, &whole, inplace, across)
+                }
                 Some(h) => {
                     let bytes = total * r.ti.size;
                     let lead = c.leaders_choice(&h, Coll::ReduceScatter, bytes, r.commutative);

@@ -704,13 +704,23 @@ impl<'a> Ctx<'a> {
         // across nodes, the collectives with a two-level algorithm (`algo::hier`); decided
         // before the non-blocking instance is counted: a counted instance must run on the
         // segment, or the ones after it would wait for its acknowledgement
-        // a Bcast, Reduce, Allreduce, Gather or Scatter beyond the slot across nodes: its
-        // node phase with one copy (`algo::hier::bcast_pipelined`, `reduce_pipelined`,
-        // `gather_single`, `scatter_single`), where single copy is allowed at this size
-        let pipelined = node.layout.is_some()
+        // a Bcast, Reduce, Allreduce, Reduce_scatter_block, Gather or Scatter beyond the slot
+        // across nodes: its node phase with one copy (`algo::hier::bcast_pipelined`,
+        // `reduce_pipelined`, `gather_single`, `scatter_single`), where single copy is
+        // allowed at this size (Reduce_scatter_block where the nodes' vector is in rank
+        // order, `hier::Across::Blocks`)
+        let pipelined = node
+            .layout
+            .as_ref()
+            .is_some_and(|l| coll != Coll::ReduceScatterBlock || l.blocks())
             && matches!(
                 coll,
-                Coll::Bcast | Coll::Reduce | Coll::Allreduce | Coll::Gather | Coll::Scatter
+                Coll::Bcast
+                    | Coll::Reduce
+                    | Coll::Allreduce
+                    | Coll::Gather
+                    | Coll::Scatter
+                    | Coll::ReduceScatterBlock
             )
             && big
             && single
@@ -767,8 +777,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// Whether this call, on the segment, moves its data with one copy (`algo::single`;
-    /// across nodes: the two-level Bcast, Reduce, Allreduce, Gather and Scatter beyond the
-    /// slot, `algo::hier`).
+    /// across nodes: the two-level Bcast, Reduce, Allreduce, Reduce_scatter_block, Gather and
+    /// Scatter beyond the slot, `algo::hier`).
     pub fn single_copy(&self) -> bool {
         self.single.get()
     }

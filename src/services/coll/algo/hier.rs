@@ -312,32 +312,51 @@ pub fn reduce_chunk_bytes(sl: Slots, red: &Reduction) -> i64 {
     super::ceil_div(red.count, reduce_chunks(sl, red)) * red.ti.size
 }
 
-/// Reduce to `root` (Allreduce: `None`) of a datatype without holes larger than a slot,
-/// pipelined across nodes, with one copy inside a node (`super::single`: the node must allow
-/// CMA). The elements are cut into [`reduce_chunks`] chunks, each chunk into one slice per
-/// rank of the node. Every rank exposes its operand and where its partial results go, and
-/// reduces its slice of each chunk of its node's operands, in rank order, reading them where
-/// they lie ([`single::reduce_slice`]), and says so chunk by chunk ([`SUMMED`]); the leader
-/// reads the node's slices of a chunk as soon as they are there, and the leaders reduce (to
-/// the root's node) or allreduce the chunk with their own schedule while their nodes sum
-/// the next. A leader with the result announces each chunk, and its node's ranks (Reduce:
-/// the root) read it from the leader's memory meanwhile. A node's operands are combined in
-/// rank order and the leaders' results in node order: right for non-commutative operations
-/// where every node's ranks are consecutive (`Layout::blocks`). A rank whose memory is read
-/// returns once its readers are done (a leader sees every slice of the last chunk; a rank
-/// that reads the result says [`FETCHED`]).
+/// What the leaders of [`reduce_pipelined`] make of their nodes' sums, and who gets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Across {
+    /// Allreduce: every rank gets the whole result.
+    All,
+    /// Reduce: the root (a rank of the communicator) gets it.
+    Root(i32),
+    /// Reduce_scatter_block of blocks of this many elements (the reduction's count is the
+    /// whole vector, every rank's block): every rank gets its block. Only where every
+    /// node's ranks are consecutive (`Layout::blocks`), so that the vector's node order is
+    /// its rank order; in one chunk (a chunk of the vector is not a reduce-scatter).
+    Blocks(i64),
+}
+
+/// Reduce (to a root), Allreduce or Reduce_scatter_block (`across`) of a datatype without
+/// holes larger than a slot, pipelined across nodes, with one copy inside a node
+/// (`super::single`: the node must allow CMA). The elements are cut into [`reduce_chunks`]
+/// chunks, each chunk into one slice per rank of the node. Every rank exposes its operand
+/// and where its partial results go, and reduces its slice of each chunk of its node's
+/// operands, in rank order, reading them where they lie ([`single::reduce_slice`]), and
+/// says so chunk by chunk ([`SUMMED`]); the leader reads the node's slices of a chunk as
+/// soon as they are there, and the leaders reduce (to the root's node), allreduce or
+/// reduce-scatter (each node its ranks' blocks) the chunk with their own schedule while
+/// their nodes sum the next. A leader with the result announces each chunk, and its node's
+/// ranks (Reduce: the root) read what they get from the leader's memory meanwhile. A
+/// node's operands are combined in rank order and the leaders' results in node order:
+/// right for non-commutative operations where every node's ranks are consecutive
+/// (`Layout::blocks`). A rank whose memory is read returns once its readers are done (a
+/// leader sees every slice of the last chunk; a rank that reads the result says
+/// [`FETCHED`]).
 pub fn reduce_pipelined(
     sl: Slots,
     h: &Hier,
     lead: &Choice,
     red: &Reduction,
     inplace: bool,
-    root: Option<i32>,
+    across: Across,
 ) -> Schedule {
     let mut b = Builder::new("shm:two-level-pipelined");
     let me = h.local();
     let (lo, ext, size) = (red.ti.true_lb, red.ti.extent, red.ti.size);
-    let k = reduce_chunks(sl, red);
+    let k = match across {
+        Across::Blocks(_) => 1,
+        _ => reduce_chunks(sl, red),
+    };
     let chunk = |i: i64| super::split(red.count, k, i);
     // rank q's slice of chunk i: (first element, elements)
     let part = |i: i64, q: i32| {
@@ -346,15 +365,19 @@ pub fn reduce_pipelined(
         (f + g, m)
     };
     let node = h.leaders().rank;
+    let root = match across {
+        Across::Root(r) => Some(r),
+        _ => None,
+    };
     let root_node = root.map(|r| h.node_of(r));
     // whether this rank reads the result from its leader
     let reader = me.rank != LEADER && root.is_none_or(|r| r == h.me.rank);
     // where this rank's sums (a leader's: its node's, then the chunks' results) go: the
-    // receive buffer where it has one (the root, or everyone in Allreduce)
-    let acc = if root.is_none_or(|r| r == h.me.rank) {
-        Addr::recv(0)
-    } else {
-        b.scratch_for(red.count, &red.ti)
+    // receive buffer where it holds the whole result (the root, or everyone in Allreduce)
+    let acc = match across {
+        Across::All => Addr::recv(0),
+        Across::Root(r) if r == h.me.rank => Addr::recv(0),
+        _ => b.scratch_for(red.count, &red.ti),
     };
     let c = b.claim();
     let mut owns = Vec::new();
@@ -396,10 +419,17 @@ pub fn reduce_pipelined(
         }
         let mut reads = vec![said];
         for i in 0..k {
-            let (f, n) = chunk(i);
+            // (Reduce_scatter_block: this rank's block, among its node's at the start)
+            let (f, n, to) = match across {
+                Across::Blocks(n) => (me.rank as i64 * n, n, 0),
+                _ => {
+                    let (f, n) = chunk(i);
+                    (f, n, f)
+                }
+            };
             let w = b.watch(LEADER, phase(i), &[posts[i as usize]]);
             reads.push(if n > 0 {
-                let into = acc.add(lo + f * ext);
+                let into = Addr::recv(lo + to * ext);
                 b.fetch(LEADER, sl.at(LEADER, RESULT), f * ext, into, n * size, &[w])
             } else {
                 w
@@ -409,6 +439,7 @@ pub fn reduce_pipelined(
         b.release(&[d]);
         return b.finish();
     }
+    let mut rest = Vec::new();
     for i in 0..k {
         let (f, n) = chunk(i);
         let w = b.watch(ALL_PEERS, phase(i), &[p]);
@@ -421,34 +452,51 @@ pub fn reduce_pipelined(
             }
         }
         let x = if n > 0 {
-            let piece = Reduction { count: n, ..*red };
             let at = acc.add(f * ext);
-            let sub = match root_node {
-                None => reduce::allreduce(lead, h.leaders(), &piece, true),
-                Some(r) => reduce::reduce(lead, h.leaders(), &piece, node == r, r),
-            };
-            // (a leader that is not the root's sends from `acc`; its receive buffer is not
-            // used, MPI-4.0 §6.9.1)
-            let recv = if root_node.is_none_or(|r| r == node) {
-                at
-            } else {
-                Addr::recv(0)
-            };
-            leaders_part(&mut b, h, &sub, &got, at, recv)
+            let piece = Reduction { count: n, ..*red };
+            match across {
+                Across::All => {
+                    let sub = reduce::allreduce(lead, h.leaders(), &piece, true);
+                    leaders_part(&mut b, h, &sub, &got, at, at)
+                }
+                Across::Root(r) => {
+                    let at_root = node == h.node_of(r);
+                    let sub = reduce::reduce(lead, h.leaders(), &piece, at_root, h.node_of(r));
+                    // (a leader that is not the root's sends from `acc`; its receive
+                    // buffer is not used, MPI-4.0 §6.9.1)
+                    let recv = if at_root { at } else { Addr::recv(0) };
+                    leaders_part(&mut b, h, &sub, &got, at, recv)
+                }
+                Across::Blocks(n) => {
+                    // in place: this node's blocks at the start of `acc`, then this rank's
+                    let counts: Vec<i64> = (0..h.leaders().size)
+                        .map(|j| h.ranks_of(j).len() as i64 * n)
+                        .collect();
+                    let ours = Reduction {
+                        count: counts[node as usize],
+                        ..*red
+                    };
+                    let sub = reduce_scatter::build(lead, h.leaders(), &ours, &counts, true);
+                    let x = leaders_part(&mut b, h, &sub, &got, acc, acc);
+                    let mine = Data::new(acc, n, red.dt);
+                    rest.push(b.copy(mine, Data::new(Addr::recv(0), n, red.dt), &[x]));
+                    x
+                }
+            }
         } else {
             b.nop(&got)
         };
         said = b.post(phase(i), &[said, x]);
     }
     // the ranks that read the result from this leader
-    let last = match root {
+    rest.push(match root {
         None => b.watch(ALL_PEERS, FETCHED, &[said]),
-        Some(r) if h.node_of(r) == node && r != h.me.rank => {
+        Some(r) if root_node == Some(node) && r != h.me.rank => {
             b.watch(h.local_of(r), FETCHED, &[said])
         }
         Some(_) => said,
-    };
-    b.release(&[last]);
+    });
+    b.release(&rest);
     b.finish()
 }
 

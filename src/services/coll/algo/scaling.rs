@@ -310,20 +310,20 @@ mod tests {
     /// doubles (`hier::reduce_pipelined`), simulated as [`on_layout`].
     fn pipelined_reduction(
         leaders: &[i32],
-        root: Option<i32>,
+        across: hier::Across,
         bytes: i64,
         slot: i64,
     ) -> Result<f64, String> {
         let red = reduction(bytes);
-        let coll = if root.is_some() {
-            Coll::Reduce
-        } else {
-            Coll::Allreduce
+        let coll = match across {
+            hier::Across::All => Coll::Allreduce,
+            hier::Across::Root(_) => Coll::Reduce,
+            hier::Across::Blocks(_) => Coll::ReduceScatter,
         };
         on_layout(leaders, slot, |sl, h, nodes| {
             let chunk = hier::reduce_chunk_bytes(sl, &red);
             let lead = select::choose(coll, Form::Blocking, nodes, nodes, chunk, true, false);
-            hier::reduce_pipelined(sl, h, &lead, &red, false, root)
+            hier::reduce_pipelined(sl, h, &lead, &red, false, across)
         })
     }
 
@@ -356,23 +356,35 @@ mod tests {
 
     #[test]
     fn the_pipelined_reductions_complete_on_every_layout_from_every_root() {
+        use hier::Across;
         for l in LAYOUTS {
-            let roots = (0..l.len() as i32).map(Some).chain([None]);
-            for root in roots {
+            let p = l.len() as i64;
+            let roots = (0..p as i32).map(Across::Root).chain([Across::All]);
+            for across in roots {
                 // 1 chunk, 5, the most (8), and fewer elements in a chunk than ranks on a node
                 for bytes in [800, 4800, 100_000, 16] {
-                    let t = pipelined_reduction(l, root, bytes, 1000);
+                    let t = pipelined_reduction(l, across, bytes, 1000);
                     assert!(
                         t.as_ref().is_ok_and(|t| t.is_finite()),
-                        "{l:?} root {root:?} {bytes} B: {t:?}"
+                        "{l:?} {across:?} {bytes} B: {t:?}"
+                    );
+                }
+            }
+            // Reduce_scatter_block (consecutive nodes only): blocks of 1 and 100 doubles
+            if Layout::of(l).is_some_and(|x| x.blocks()) {
+                for n in [1, 100] {
+                    let t = pipelined_reduction(l, Across::Blocks(n), p * n * 8, 1000);
+                    assert!(
+                        t.as_ref().is_ok_and(|t| t.is_finite()),
+                        "{l:?} blocks of {n}: {t:?}"
                     );
                 }
             }
         }
         // 1 MiB on 2 nodes of 4: 8 chunks overlap the node's sums with the network
         let l = [0, 0, 0, 0, 4, 4, 4, 4];
-        let one = pipelined_reduction(&l, None, 1 << 20, 1 << 21).unwrap();
-        let eight = pipelined_reduction(&l, None, 1 << 20, 1 << 17).unwrap();
+        let one = pipelined_reduction(&l, Across::All, 1 << 20, 1 << 21).unwrap();
+        let eight = pipelined_reduction(&l, Across::All, 1 << 20, 1 << 17).unwrap();
         eprintln!("Allreduce 2 x 4, 1 MiB: 1 chunk {one:.1} µs, 8 chunks {eight:.1} µs");
         assert!(eight < one, "8 chunks {eight} µs, 1 chunk {one} µs");
     }
