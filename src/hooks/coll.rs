@@ -1328,17 +1328,16 @@ fn reduce_scatter_common(
             Algo::Shm => match c.hier() {
                 // (across nodes only Reduce_scatter_block: `hier_serves`; beyond the slot
                 // where the nodes' ranks are consecutive, `Ctx::shm_decide`)
-                Some(h) if c.single_copy() => {
-                    let whole = algo::Reduction { count: total, ..r };
-                    let bytes = total * r.ti.size;
-                    let lead = c.leaders_choice(&h, Coll::ReduceScatter, bytes, r.commutative);
-                    let across = algo::hier::Across::Blocks(r.count);
-                    algo::hier::reduce_pipelined(c.slots(), &h, &lead, &whole, inplace, across)
-                }
                 Some(h) => {
                     let bytes = total * r.ti.size;
                     let lead = c.leaders_choice(&h, Coll::ReduceScatter, bytes, r.commutative);
-                    algo::hier::reduce_scatter_block(c.slots(), &h, &lead, &r, inplace)
+                    if c.single_copy() {
+                        let whole = algo::Reduction { count: total, ..r };
+                        let across = algo::hier::Across::Blocks(r.count);
+                        algo::hier::reduce_pipelined(c.slots(), &h, &lead, &whole, inplace, across)
+                    } else {
+                        algo::hier::reduce_scatter_block(c.slots(), &h, &lead, &r, inplace)
+                    }
                 }
                 None if c.single_copy() => {
                     algo::single::reduce_scatter(c.slots(), me, &r, &counts, inplace)

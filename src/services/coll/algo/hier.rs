@@ -369,7 +369,6 @@ pub fn reduce_pipelined(
         Across::Root(r) => Some(r),
         _ => None,
     };
-    let root_node = root.map(|r| h.node_of(r));
     // whether this rank reads the result from its leader
     let reader = me.rank != LEADER && root.is_none_or(|r| r == h.me.rank);
     // where this rank's sums (a leader's: its node's, then the chunks' results) go: the
@@ -491,7 +490,7 @@ pub fn reduce_pipelined(
     // the ranks that read the result from this leader
     rest.push(match root {
         None => b.watch(ALL_PEERS, FETCHED, &[said]),
-        Some(r) if root_node == Some(node) && r != h.me.rank => {
+        Some(r) if h.node_of(r) == node && r != h.me.rank => {
             b.watch(h.local_of(r), FETCHED, &[said])
         }
         Some(_) => said,
