@@ -182,6 +182,8 @@ pub struct Ctx<'a> {
     no_memo: Cell<bool>,
     /// A reduction's datatype and count (`Ctx::reduction`), for its footprint.
     red: Cell<Option<(TypeInfo, i64)>>,
+    /// Whether the reduction's operation is predefined (not the program's function).
+    red_builtin: Cell<bool>,
 }
 
 impl Drop for Ctx<'_> {
@@ -248,6 +250,7 @@ impl<'a> Ctx<'a> {
             ticket: RefCell::new(None),
             no_memo: Cell::new(false),
             red: Cell::new(None),
+            red_builtin: Cell::new(false),
         })
     }
 
@@ -330,6 +333,8 @@ impl<'a> Ctx<'a> {
         self.check_op(op, dt)?;
         crate::platform::counters::note_bytes((count * ti.size) as u64);
         self.red.set(Some((ti, count)));
+        self.red_builtin
+            .set(crate::platform::abi::is_builtin_op(op));
         Ok(algo::Reduction {
             count,
             dt,
@@ -638,10 +643,20 @@ impl<'a> Ctx<'a> {
         // (`algo::single`), where the collective has it and the node allows it (below)
         // (Reduce_scatter has single copy only: whatever size, it is as if beyond the slot)
         let big = footprint > cfg.slot as i64 || !select::copy_in_out_serves(coll);
-        // (a reduction reads its operands' slices in place: a datatype without holes)
+        // (a reduction reads its operands' slices in place: a datatype without holes;
+        // Allreduce and Reduce stage one with holes, `algo::single::reduction_serves`:
+        // `auto` takes that with a predefined operation, the pair types' MINLOC and MAXLOC
+        // (README, "The node transport"), a user operation only where forced)
+        let dense = self.red.get().is_none_or(|(ti, _)| ti.dense());
+        let staged = matches!(coll, Coll::Allreduce | Coll::Reduce)
+            && (!auto || self.red_builtin.get())
+            && self
+                .red
+                .get()
+                .is_some_and(|(ti, _)| algo::single::reduction_serves(&ti));
         let mut single = select::single_copy_serves(coll)
             && cfg.single_copy.is_some_and(|t| footprint as u64 >= t)
-            && self.red.get().is_none_or(|(ti, _)| ti.dense())
+            && (dense || staged)
             && (!select::single_copy_addresses(coll) || 8 * self.size() as u64 <= cfg.slot);
         // this machine's measured rows (across nodes: measured across as many), where there
         // are any, else the rules
@@ -724,6 +739,7 @@ impl<'a> Ctx<'a> {
             )
             && big
             && single
+            && dense
             && node.cma;
         if single && (node.layout.is_some() || !node.cma) {
             // no single copy across nodes or where the kernel refused it: the slots take

@@ -11,7 +11,11 @@
 //!
 //! The root's own block is a local typed copy unless it is `MPI_IN_PLACE`. Intermediate
 //! data is kept as `MPI_PACKED` bytes (which match any type signature of the same size,
-//! MPI-4.0 §5.2.1), so ranks may use different datatypes for matching signatures.
+//! MPI-4.0 §5.2.1), so ranks may use different datatypes for matching signatures. In the
+//! binomial tree a datatype with holes is packed (unpacked) by the shim at either end, so
+//! every message is `MPI_PACKED` on both sides: MPICH 4.0.2 truncates a typed message of a
+//! padded datatype such as `MPI_DOUBLE_INT` received as `MPI_PACKED` (or the reverse) from
+//! about 12 KB (README, "Problems of the system MPI").
 
 use super::bcast::knomial_tree;
 use super::{Block, Rank, multi, sub_mod};
@@ -127,14 +131,26 @@ fn gather_binomial(me: Rank, send: Option<Block>, recv: &[Block], root: i32, bb:
                 b.copy(s.data, recv[root as usize].data, &[]);
             }
             for (c, size) in children {
-                let d = multi(&mut b, (c..c + size).map(|v| &recv[abs(v) as usize]));
-                b.recv(d, abs(c), &[]);
+                let blocks = (c..c + size).map(|v| &recv[abs(v) as usize]);
+                let dense = blocks.clone().all(|x| x.dense);
+                let d = multi(&mut b, blocks);
+                if dense {
+                    b.recv(d, abs(c), &[]);
+                } else {
+                    let buf = Addr::scratch(b.scratch(size * bb));
+                    let got = b.recv(packed(buf, size * bb), abs(c), &[]);
+                    b.copy(packed(buf, size * bb), d, &[got]);
+                }
             }
         }
         Some(q) => {
             let s = send.expect("a non-root rank has a send buffer");
-            if children.is_empty() {
+            if children.is_empty() && s.dense {
                 b.send(s.data, abs(q), &[]);
+            } else if children.is_empty() {
+                let buf = Addr::scratch(b.scratch(bb));
+                let cp = b.copy(s.data, packed(buf, bb), &[]);
+                b.send(packed(buf, bb), abs(q), &[cp]);
             } else {
                 let size = (vr & -vr).min(p - vr);
                 let buf = Addr::scratch(b.scratch(size * bb));
@@ -162,8 +178,16 @@ fn scatter_binomial(me: Rank, send: &[Block], recv: Option<Block>, root: i32, bb
     match parent {
         None => {
             for (c, size) in children {
-                let d = multi(&mut b, (c..c + size).map(|v| &send[abs(v) as usize]));
-                b.send(d, abs(c), &[]);
+                let blocks = (c..c + size).map(|v| &send[abs(v) as usize]);
+                let dense = blocks.clone().all(|x| x.dense);
+                let d = multi(&mut b, blocks);
+                if dense {
+                    b.send(d, abs(c), &[]);
+                } else {
+                    let buf = Addr::scratch(b.scratch(size * bb));
+                    let cp = b.copy(d, packed(buf, size * bb), &[]);
+                    b.send(packed(buf, size * bb), abs(c), &[cp]);
+                }
             }
             if let Some(r) = recv {
                 b.copy(send[root as usize].data, r.data, &[]);
@@ -171,8 +195,12 @@ fn scatter_binomial(me: Rank, send: &[Block], recv: Option<Block>, root: i32, bb
         }
         Some(q) => {
             let r = recv.expect("a non-root rank has a receive buffer");
-            if children.is_empty() {
+            if children.is_empty() && r.dense {
                 b.recv(r.data, abs(q), &[]);
+            } else if children.is_empty() {
+                let buf = Addr::scratch(b.scratch(bb));
+                let got = b.recv(packed(buf, bb), abs(q), &[]);
+                b.copy(packed(buf, bb), r.data, &[got]);
             } else {
                 let size = (vr & -vr).min(p - vr);
                 let buf = Addr::scratch(b.scratch(size * bb));

@@ -13,7 +13,8 @@
 //! into scratch and unpacks; in-place Alltoall reads from a copy, since each rank
 //! overwrites its buffer while the others read it.
 //!
-//! Reductions (datatypes without holes: the operands are read in place) are split: rank r
+//! Reductions (datatypes without holes: the operands are read in place; Reduce and
+//! Allreduce of one with holes read staged copies, [`Staging`]) are split: rank r
 //! reads slice r of every other operand and reduces the slices in rank order, so every
 //! byte is read once, non-commutative operations are right and every rank gets the same
 //! bits; Allreduce then reads the other slices from their ranks' receive buffers, and
@@ -456,7 +457,7 @@ pub(super) fn reduce_slice(
             sl.at(j, 0),
             lo + first * ext,
             s.add(lo),
-            n * red.ti.size,
+            red.ti.span(n),
             &[w],
         );
         x.push((s, f));
@@ -502,36 +503,97 @@ pub(super) fn own_operand(
     (s, vec![cp])
 }
 
-/// The start of a single-copy reduction: claims the region, finds this rank's operand for
-/// its slice (`first`, `n`: [`own_operand`]) and exposes where its whole operand lies.
-/// Returns the claim, the slice's operand and the exposure.
-fn expose_operand(
-    b: &mut Builder,
-    sl: Slots,
-    me: Rank,
-    red: &Reduction,
-    inplace: bool,
-    first: i64,
-    n: i64,
-) -> (ActionId, Addr, ActionId) {
-    let c = b.claim();
-    let (own, ready) = own_operand(b, red, inplace, first, n, &[c]);
-    let at = super::shm::operand(inplace).add(red.ti.true_lb);
-    let e = b.expose(at, sl.at(me.rank, 0), &ready);
-    (c, own, e)
+/// Whether [`allreduce`] and [`reduce`] serve this datatype: one without holes (read in
+/// place), or one with holes whose elements do not interleave (each element's bytes lie
+/// within its extent, MPI-4.0 §5.1.7), so that a run of elements is one span of bytes
+/// that a staged copy holds whole.
+pub fn reduction_serves(ti: &crate::core::dtype::TypeInfo) -> bool {
+    ti.dense() || (ti.extent > 0 && ti.true_extent <= ti.extent)
 }
 
-/// Allreduce of a dense datatype (one run of bytes per element range): every rank exposes
-/// its operand; rank r reads slice r of every other operand, reduces them in rank order
-/// (so non-commutative operations are right and every rank gets the same bits) into slice
-/// r of its receive buffer, and then reads the other slices from their ranks' receive
-/// buffers. Each byte of each operand is copied once.
+/// Where a single-copy reduction's operands and results lie for the others to read: a
+/// datatype without holes in place (the operand, the receive buffer); one with holes in
+/// staged copies in scratch, whole spans of elements (the holes there are the run's own
+/// memory, so a span is read as one run of bytes, and the program's buffer, whose holes
+/// may be anywhere, is only touched by typed copies).
+struct Staging {
+    /// Where operand element 0 lies for the others (typed address).
+    operand: Addr,
+    /// Where result element 0 lies for the others (typed address).
+    result: Addr,
+    /// This rank's operand for its slice.
+    own: Addr,
+    /// The action after which `operand` and `own` hold their values.
+    ready: Vec<ActionId>,
+    /// Whether `result` is scratch, to be copied to the receive buffer at the end.
+    staged: bool,
+}
+
+impl Staging {
+    /// Claims the region and stages as the datatype needs; `result`: whether this rank
+    /// has a result for the others to read (not a Reduce's rank other than the root).
+    fn new(
+        b: &mut Builder,
+        red: &Reduction,
+        inplace: bool,
+        (first, n): (i64, i64),
+        result: bool,
+    ) -> Self {
+        let c = b.claim();
+        let ext = red.ti.extent;
+        if red.ti.dense() {
+            let (own, ready) = own_operand(b, red, inplace, first, n, &[c]);
+            return Staging {
+                operand: super::shm::operand(inplace),
+                result: Addr::recv(0),
+                own,
+                ready,
+                staged: false,
+            };
+        }
+        let st = b.scratch_for(red.count, &red.ti);
+        let cp = b.copy(red.data(super::shm::operand(inplace)), red.data(st), &[c]);
+        Staging {
+            operand: st,
+            result: if result {
+                b.scratch_for(red.count, &red.ti)
+            } else {
+                Addr::recv(0)
+            },
+            own: st.add(first * ext),
+            ready: vec![cp],
+            staged: result,
+        }
+    }
+
+    /// Exposes the whole operand at offset 0 of this rank's slot.
+    fn expose(&self, b: &mut Builder, sl: Slots, me: Rank, red: &Reduction) -> ActionId {
+        let at = self.operand.add(red.ti.true_lb);
+        b.expose(at, sl.at(me.rank, 0), &self.ready)
+    }
+
+    /// The result's elements copied to the receive buffer, where they were staged.
+    fn unstage(&self, b: &mut Builder, red: &Reduction, deps: &[ActionId]) -> Vec<ActionId> {
+        if self.staged && red.count > 0 {
+            vec![b.copy(red.data(self.result), red.data(Addr::recv(0)), deps)]
+        } else {
+            deps.to_vec()
+        }
+    }
+}
+
+/// Allreduce: every rank exposes its operand; rank r reads slice r of every other operand,
+/// reduces them in rank order (so non-commutative operations are right and every rank gets
+/// the same bits) into slice r of its result, and then reads the other slices from their
+/// ranks' results. Each byte of each operand is copied once (a datatype with holes: into a
+/// staged copy first, [`Staging`]).
 pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedule {
     let mut b = Builder::new(NAME);
     let (lo, ext) = (red.ti.true_lb, red.ti.extent);
     let (first, n) = super::split(red.count, me.size as i64, me.rank as i64);
-    let (c, own, e0) = expose_operand(&mut b, sl, me, red, inplace, first, n);
-    let e1 = b.expose(Addr::recv(lo), sl.at(me.rank, RESULT), &[c]);
+    let st = Staging::new(&mut b, red, inplace, (first, n), true);
+    let e0 = st.expose(&mut b, sl, me, red);
+    let e1 = b.expose(st.result.add(lo), sl.at(me.rank, RESULT), &st.ready);
     let p = b.post(PUT, &[e0, e1]);
     let last = if n > 0 {
         reduce_slice(
@@ -541,8 +603,8 @@ pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedul
             red,
             (first, n),
             me.size,
-            own,
-            Addr::recv(first * ext),
+            st.own,
+            st.result.add(first * ext),
             p,
         )
     } else {
@@ -556,30 +618,32 @@ pub fn allreduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool) -> Schedul
             continue;
         }
         let w = b.watch(q, REDUCED, &[r]);
-        let at = Addr::recv(lo + f * ext);
-        reads.push(b.fetch(q, sl.at(q, RESULT), f * ext, at, m * red.ti.size, &[w]));
+        let at = st.result.add(lo + f * ext);
+        reads.push(b.fetch(q, sl.at(q, RESULT), f * ext, at, red.ti.span(m), &[w]));
     }
     reads.push(r);
     let g = b.post(GOT, &reads);
-    wait_readers(&mut b, ALL_PEERS, GOT, &[g]);
+    let out = st.unstage(&mut b, red, &[g]);
+    wait_readers(&mut b, ALL_PEERS, GOT, &out);
     b.finish()
 }
 
-/// Reduce of a dense datatype: as [`allreduce`], but a rank other than the root reduces
-/// its slice into scratch, and the root reads the slices into its receive buffer.
+/// Reduce: as [`allreduce`], but a rank other than the root reduces its slice into
+/// scratch, and the root reads the slices into its result.
 pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) -> Schedule {
     let mut b = Builder::new(NAME);
     let (lo, ext) = (red.ti.true_lb, red.ti.extent);
     let (first, n) = super::split(red.count, me.size as i64, me.rank as i64);
-    let (_, own, e0) = expose_operand(&mut b, sl, me, red, inplace, first, n);
+    let st = Staging::new(&mut b, red, inplace, (first, n), me.rank == root);
+    let e0 = st.expose(&mut b, sl, me, red);
     let p = b.post(PUT, &[e0]);
     let acc = if me.rank == root {
-        Addr::recv(first * ext)
+        st.result.add(first * ext)
     } else {
         b.scratch_for(n, &red.ti)
     };
     let mut last = if n > 0 {
-        reduce_slice(&mut b, sl, me, red, (first, n), me.size, own, acc, p)
+        reduce_slice(&mut b, sl, me, red, (first, n), me.size, st.own, acc, p)
     } else {
         p
     };
@@ -598,14 +662,15 @@ pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) ->
         let (f, m) = super::split(red.count, me.size as i64, q as i64);
         let w = b.watch(q, REDUCED, &[r]);
         if m > 0 {
-            let at = Addr::recv(lo + f * ext);
-            reads.push(b.fetch(q, sl.at(q, RESULT), 0, at, m * red.ti.size, &[w]));
+            let at = st.result.add(lo + f * ext);
+            reads.push(b.fetch(q, sl.at(q, RESULT), 0, at, red.ti.span(m), &[w]));
         } else {
             reads.push(w);
         }
     }
     let g = b.post(GOT, &reads);
-    b.release(&[g]);
+    let out = st.unstage(&mut b, red, &[g]);
+    b.release(&out);
     b.finish()
 }
 
