@@ -254,7 +254,29 @@ static int inplace_ok(int c) {
 
 static const int COUNTS[] = {0, 1, 1, 2, 3, 5, 7, 13, 31, 64, 127, 257, 1031};
 
+/* DIFF_TYPES=a|b|...: only the types whose names contain one of these (cases of other
+ * types are drawn again, whole); DIFF_MIN_COUNT=n: only counts from n (at most the largest
+ * count). Without them the draws are those of every earlier run of a seed. */
+static int type_wanted(int t) {
+    const char *w = getenv("DIFF_TYPES");
+    if (!w || !*w) return 1;
+    char alt[128];
+    for (const char *p = w; *p;) {
+        size_t n = strcspn(p, "|");
+        snprintf(alt, sizeof alt, "%.*s", (int)(n < sizeof alt - 1 ? n : sizeof alt - 1), p);
+        if (n && strstr(TYPES[t].name, alt)) return 1;
+        p += n + (p[n] == '|');
+    }
+    return 0;
+}
+
 static void draw(rng_t *r, case_t *c, int id) {
+    int tries = 0;
+again:
+    if (++tries > 100000) {
+        fprintf(stderr, "diff_coll: DIFF_TYPES=%s names no type\n", getenv("DIFF_TYPES"));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     memset(c, 0, sizeof *c);
     c->id = id;
     c->coll = rint_(r, NCOLLS);
@@ -271,7 +293,13 @@ static void draw(rng_t *r, case_t *c, int id) {
     } else {
         c->type = rint_(r, NTYPES);
     }
-    c->count = COUNTS[rint_(r, (int)(sizeof COUNTS / sizeof COUNTS[0]))];
+    if (!type_wanted(c->type)) goto again;
+    int ncounts = (int)(sizeof COUNTS / sizeof COUNTS[0]);
+    int min = getenv("DIFF_MIN_COUNT") ? atoi(getenv("DIFF_MIN_COUNT")) : 0;
+    if (min > COUNTS[ncounts - 1]) min = COUNTS[ncounts - 1];
+    do {
+        c->count = COUNTS[rint_(r, ncounts)];
+    } while (c->count < min);
     c->inplace = inplace_ok(c->coll) && rint_(r, 3) == 0;
     /* MPICH 4.0.2 crashes on an in-place Reduce with a non-zero root above 2048 bytes (its
      * reduce-scatter-gather path), so that combination gets no oracle: keep it small */

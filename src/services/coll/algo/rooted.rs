@@ -132,14 +132,15 @@ fn gather_binomial(me: Rank, send: Option<Block>, recv: &[Block], root: i32, bb:
             }
             for (c, size) in children {
                 let blocks = (c..c + size).map(|v| &recv[abs(v) as usize]);
-                let dense = blocks.clone().all(|x| x.dense);
-                let d = multi(&mut b, blocks);
-                if dense {
+                if blocks.clone().all(|x| x.dense) {
+                    let d = multi(&mut b, blocks);
                     b.recv(d, abs(c), &[]);
                 } else {
                     let buf = Addr::scratch(b.scratch(size * bb));
                     let got = b.recv(packed(buf, size * bb), abs(c), &[]);
-                    b.copy(packed(buf, size * bb), d, &[got]);
+                    for (i, x) in blocks.enumerate() {
+                        b.copy(packed(buf.add(i as i64 * bb), bb), x.data, &[got]);
+                    }
                 }
             }
         }
@@ -179,14 +180,17 @@ fn scatter_binomial(me: Rank, send: &[Block], recv: Option<Block>, root: i32, bb
         None => {
             for (c, size) in children {
                 let blocks = (c..c + size).map(|v| &send[abs(v) as usize]);
-                let dense = blocks.clone().all(|x| x.dense);
-                let d = multi(&mut b, blocks);
-                if dense {
+                if blocks.clone().all(|x| x.dense) {
+                    let d = multi(&mut b, blocks);
                     b.send(d, abs(c), &[]);
                 } else {
+                    // (block by block: a copy takes one datatype, not `multi`'s blocks)
                     let buf = Addr::scratch(b.scratch(size * bb));
-                    let cp = b.copy(d, packed(buf, size * bb), &[]);
-                    b.send(packed(buf, size * bb), abs(c), &[cp]);
+                    let cps: Vec<ActionId> = blocks
+                        .enumerate()
+                        .map(|(i, x)| b.copy(x.data, packed(buf.add(i as i64 * bb), bb), &[]))
+                        .collect();
+                    b.send(packed(buf, size * bb), abs(c), &cps);
                 }
             }
             if let Some(r) = recv {
