@@ -452,14 +452,9 @@ pub(super) fn reduce_slice(
             b.scratch_for(n, &red.ti)
         };
         let w = b.watch(j, PUT, &[after]);
-        let f = b.fetch(
-            j,
-            sl.at(j, 0),
-            lo + first * ext,
-            s.add(lo),
-            red.ti.span(n),
-            &[w],
-        );
+        // (each operand is exposed from its true lower bound, so slice `first` starts
+        // `first` extents after it)
+        let f = b.fetch(j, sl.at(j, 0), first * ext, s.add(lo), red.ti.span(n), &[w]);
         x.push((s, f));
     }
     let (at, got) = x[base as usize];
