@@ -245,6 +245,9 @@ typedef struct {
     uint64_t seed;
 } case_t;
 
+/* the shim's shim_set_algorithm, NULL without the shim */
+static int (*set_algo)(const char *, const char *);
+
 static int is_reduction(int c) { return c >= REDUCE && c <= EXSCAN; }
 static int is_neighbor(int c) { return c >= NALLGATHER; }
 static int inplace_ok(int c) {
@@ -301,13 +304,6 @@ again:
         c->count = COUNTS[rint_(r, ncounts)];
     } while (c->count < min);
     c->inplace = inplace_ok(c->coll) && rint_(r, 3) == 0;
-    /* MPICH 4.0.2 crashes on an in-place Reduce with a non-zero root above 2048 bytes (its
-     * reduce-scatter-gather path), so that combination gets no oracle: keep it small */
-    if (c->coll == REDUCE && c->inplace && c->count > 64) c->count = 64;
-    /* ... and its in-place Alltoallv uses MPI_Sendrecv_replace, which fails on padded
-     * derived types from about 12 KB on (message truncated): keep those small too */
-    if ((c->coll == ALLTOALL || c->coll == ALLTOALLV || c->coll == ALLTOALLW) && c->inplace && c->count > 257)
-        c->count = 257;
     c->completion = rint_(r, 6);
     c->seed = rnext(r);
 }
@@ -324,7 +320,6 @@ static int algo_cycle;
 static char env_algo[64]; /* DIFF_ALGOS=all:<name> */
 static int next_algo[NCOLLS];
 static char forced[64];
-static int (*set_algo)(const char *, const char *);
 static int (*list_algos)(const char *, char *, size_t);
 static int (*fn_paths)(const char *, char *, size_t);
 
@@ -340,13 +335,12 @@ static int has_algorithm(int coll, const char *name) {
 /* Debian's MPICH 4.0.2 Gather/Scatter truncate messages when the root is not 0 and the
  * type has holes, from about 12 KB per message of its binomial tree on (a block, or a
  * subtree's blocks: 257 MPI_DOUBLE_INT per rank at 8 ranks; README, "system MPI bugs").
- * The oracle avoids them (regular_oracle); runs where the shim may hand such a case to the
- * system MPI (auto, or native forced) use root 0 for it, and cycle mode does not force
- * native. */
+ * The oracle avoids them (regular_oracle); the shim never hands them to the system MPI, not
+ * even with native forced (select::rooted_native_ok), so only a run without the shim uses
+ * root 0 for them. */
 static int mpich_rooted_bug(const case_t *c) {
     return (c->coll == GATHER || c->coll == SCATTER) && c->root != 0 && c->count >= 257;
 }
-static int shim_never_native(void) { return algo_cycle || (env_algo[0] && strcmp(env_algo, "native") != 0); }
 
 /* Forces the next algorithm of collective `coll` (every rank does the same). */
 static void pick_algorithm(int coll, int form, int no_native) {
@@ -514,6 +508,17 @@ static int rs_oracle(const case_t *c, args_t *a, char *rbuf) {
     return rc;
 }
 
+/* The oracle of an in-place Reduce, Alltoall, Alltoallv or Alltoallw: the same call with a
+ * copy of the receive buffer as the send buffer (in place, the send layout is the receive
+ * layout). MPICH (4.0.2, 5.0.2) crashes on an in-place Reduce with a non-zero root above 2048
+ * bytes, and its in-place Alltoall(v/w) uses MPI_Sendrecv_replace, which truncates padded
+ * derived types from about 12 KB on (README, "Problems of the system MPI"); the shim never
+ * hands such calls to it (select::rooted_native_ok, select::in_place_native_ok). */
+static int in_place_oracle(const case_t *c, const args_t *a) {
+    return c->inplace && (c->coll == ALLTOALL || c->coll == ALLTOALLV || c->coll == ALLTOALLW ||
+                          (c->coll == REDUCE && a->rank == c->root));
+}
+
 static int run(const case_t *c, args_t *a, int shim, char *rbuf) {
     const void *sb = c->inplace ? MPI_IN_PLACE : a->sbuf;
     /* the oracle (PMPI_*) bypasses the shim, which maps MPI_COMM_WORLD to the user world
@@ -523,6 +528,8 @@ static int run(const case_t *c, args_t *a, int shim, char *rbuf) {
     int n = c->count, root = c->root;
     MPI_Op op = OPS[c->op];
     prep(c, a, rbuf);
+    char *copy = !shim && in_place_oracle(c, a) ? malloc(a->rbytes) : NULL;
+    if (copy) memcpy(copy, rbuf, a->rbytes), sb = copy;
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Request *rq = shim && c->form != BLOCKING ? &req : NULL;
     int pers = shim && c->form == PERSISTENT;
@@ -602,7 +609,7 @@ static int run(const case_t *c, args_t *a, int shim, char *rbuf) {
             MPI_Alltoallw_init(sb, a->scounts, a->bdispls_s, a->types, rbuf, a->counts, a->bdispls_r, a->types, m, MPI_INFO_NULL, rq));
         break;
     case REDUCE: {
-        const void *s = (c->inplace && a->rank == root) ? MPI_IN_PLACE : a->sbuf;
+        const void *s = copy ? copy : (c->inplace && a->rank == root) ? MPI_IN_PLACE : a->sbuf;
         DO3(MPI_Reduce(s, rbuf, n, t, op, root, m), MPI_Ireduce(s, rbuf, n, t, op, root, m, rq),
             MPI_Reduce_init(s, rbuf, n, t, op, root, m, MPI_INFO_NULL, rq));
         break;
@@ -662,6 +669,7 @@ static int run(const case_t *c, args_t *a, int shim, char *rbuf) {
         break;
     }
     }
+    free(copy);
     if (rc != MPI_SUCCESS) return rc;
     if (rq && !pers) complete_one(rq, c->completion);
     if (pers) {
@@ -744,7 +752,7 @@ static void prepare(case_t *c, args_t *a, rng_t *r) {
         }
     }
     c->root = rint_(r, p);
-    if (mpich_rooted_bug(c) && !shim_never_native()) c->root = 0;
+    if (mpich_rooted_bug(c) && !set_algo) c->root = 0;
     int slots = p > a->indeg ? p : a->indeg;
     slots = slots > a->outdeg ? slots : a->outdeg;
     a->counts = calloc(slots, sizeof(int));
@@ -862,7 +870,7 @@ static void phase_outstanding(uint64_t seed, int batches) {
             int n = c->count;
             prep(c, a, a->rbuf_shim);
             /* MPICH's own I* Alltoallv/w at 1 rank hang while the wildcard receive is pending */
-            pick_algorithm(c->coll, NONBLOCKING, g_size == 1 || mpich_rooted_bug(c));
+            pick_algorithm(c->coll, NONBLOCKING, g_size == 1);
             switch (c->coll) {
             case ALLREDUCE:
                 MPI_OK(MPI_Iallreduce(sb, a->rbuf_shim, n, a->t, OPS[c->op], a->comm, &r));

@@ -21,7 +21,7 @@ use crate::core::sched::Addr;
 use crate::platform::abi::*;
 use crate::platform::memo;
 use crate::services::coll::algo::{self, Block};
-use crate::services::coll::select::{Algo, Form};
+use crate::services::coll::select::{self, Algo};
 use crate::services::coll::{Call, Coll, Ctx, Done, Raised, inter, key, return_code};
 
 /// Runs a hook body on an intra-communicator (or forwards, see `Ctx::begin`), under
@@ -185,17 +185,20 @@ impl Ctx<'_> {
     /// Hands the call to the system MPI at once when the choice for it is `native`, before
     /// any per-rank block list is built: on that path the shim's per-call cost is all that
     /// small messages pay on top of the system MPI (README, "Algorithms and selection").
-    /// `count` elements of `dt` must be the size the full path decides by on this rank.
+    /// `count` elements of `dt` must be the size the full path decides by on this rank;
+    /// `trusted` says from that size whether the system MPI gets the call right.
     fn native_first(
         &self,
         coll: Coll,
         count: i64,
         dt: MPI_Datatype,
         names: (&str, &str),
+        trusted: impl FnOnce(i64) -> bool,
     ) -> Result<Option<Done>, Raised> {
         self.check_count(count, names.0)?;
         let ti = self.type_info(dt, names.1)?;
-        if self.choose(coll, count * ti.size, true).algo != Algo::Native {
+        let bytes = count * ti.size;
+        if self.choose_with(coll, bytes, true, trusted(bytes)).algo != Algo::Native {
             return Ok(None);
         }
         crate::platform::counters::note_bytes((count * ti.size) as u64);
@@ -220,7 +223,8 @@ impl Ctx<'_> {
         } else {
             return Ok(None);
         };
-        self.native_first(coll, side.count, side.dt, side.names)
+        let trusted = |b| select::rooted_native_ok(coll, self.size(), root, b);
+        self.native_first(coll, side.count, side.dt, side.names, trusted)
     }
 
     /// Reads a count array of `n` entries, each non-negative.
@@ -416,7 +420,8 @@ fn gather_common(
         (false, Some(s)) => s.bytes,
         (false, None) => 0,
     };
-    let ch = c.choose(coll, block, true);
+    let ok = select::rooted_native_ok(coll, c.size(), root, block);
+    let ch = c.choose_with(coll, block, true, ok);
     if ch.algo == Algo::Native {
         return Ok(c.native());
     }
@@ -601,7 +606,8 @@ fn scatter_common(
         (false, Some(r)) => r.bytes,
         (false, None) => 0,
     };
-    let ch = c.choose(coll, block, true);
+    let ok = select::rooted_native_ok(coll, c.size(), root, block);
+    let ch = c.choose_with(coll, block, true, ok);
     if ch.algo == Algo::Native {
         return Ok(c.native());
     }
@@ -817,7 +823,7 @@ pub unsafe fn allgather(
             return inter::exchange(c, Coll::Allgather, sendbuf, send, recvbuf, recv);
         }
         let names = ("recvcount", "recvtype");
-        if let Some(done) = c.native_first(Coll::Allgather, recvcount, recvtype, names)? {
+        if let Some(done) = c.native_first(Coll::Allgather, recvcount, recvtype, names, |_| true)? {
             return Ok(done);
         }
         let p = c.size() as i64;
@@ -947,10 +953,7 @@ fn alltoall_common(
     } else {
         0
     };
-    // MPICH 4.0.2's in-place MPI_Ialltoallw (and its persistent form) moves the wrong
-    // bytes with derived datatypes (README, "Problems of the system MPI")
-    let native_ok = !(inplace && coll == Coll::Alltoallw && c.form() != Form::Blocking);
-    let ch = c.choose_with(coll, bytes, true, native_ok);
+    let ch = c.choose_with(coll, bytes, true, select::in_place_native_ok(inplace));
     if ch.algo == Algo::Native {
         return Ok(c.native());
     }
@@ -1011,7 +1014,7 @@ pub unsafe fn alltoall(
             return inter::exchange(c, Coll::Alltoall, sendbuf, send, recvbuf, recv);
         }
         let names = ("recvcount", "recvtype");
-        if let Some(done) = c.native_first(Coll::Alltoall, recvcount, recvtype, names)? {
+        if let Some(done) = c.native_first(Coll::Alltoall, recvcount, recvtype, names, |_| select::in_place_native_ok(in_place(sendbuf)))? {
             return Ok(done);
         }
         let p = c.size() as i64;
@@ -1203,7 +1206,8 @@ pub unsafe fn reduce(
             c.check_buffer(recvbuf, count, datatype, "the receive buffer")?;
             c.check_alias(count > 0 && !inplace, sendbuf, recvbuf)?;
         }
-        let ch = c.choose_with(Coll::Reduce, r.bytes(), r.commutative, r.native_trusted());
+        let ok = r.native_trusted() && select::rooted_native_ok(Coll::Reduce, c.size(), root, r.bytes());
+        let ch = c.choose_with(Coll::Reduce, r.bytes(), r.commutative, ok);
         if ch.algo == Algo::Native {
             return Ok(c.native());
         }

@@ -901,6 +901,36 @@ fn native_trusted(coll: Coll) -> bool {
     coll != Coll::ReduceScatterBlock
 }
 
+/// Whether the system MPI can be trusted with a rooted call, from what every rank knows
+/// (the root, the bytes of one block or of the whole reduction), so that all ranks decide
+/// alike. MPICH (4.0.2 and 5.0.2, and what is built on it) fails rooted calls whose root is
+/// not rank 0 (README, "Problems of the system MPI"): Gather and Scatter of a datatype with
+/// holes report "message truncated" once a message of its binomial tree carries about 8 KB,
+/// and an in-place Reduce segfaults above 2048 bytes. Whether a datatype has holes, or the
+/// root passes `MPI_IN_PLACE`, is not known at every rank, so no such call goes to the
+/// library from a little below those sizes. Open MPI gets them right.
+pub fn rooted_native_ok(coll: Coll, p: i32, root: i32, bytes: i64) -> bool {
+    if cfg!(feature = "abi-ompi") || root == 0 {
+        return true;
+    }
+    match coll {
+        // the largest message of the tree carries up to half the blocks
+        Coll::Gather | Coll::Scatter => bytes.saturating_mul(i64::from(p.max(2)) / 2) < 4096,
+        Coll::Reduce => bytes <= 1024,
+        _ => true,
+    }
+}
+
+/// Whether the system MPI can be trusted with an in-place Alltoall, Alltoallv or Alltoallw
+/// (`MPI_IN_PLACE` is passed at every rank or none, MPI-4.0 §6.8, so all ranks decide
+/// alike). MPICH exchanges the blocks with `MPI_Sendrecv_replace`, which truncates a padded
+/// derived datatype's messages from about 12 KB, and its in-place `MPI_Ialltoallw` moves the
+/// wrong bytes of derived datatypes (README, "Problems of the system MPI"); the datatypes are
+/// not known at every rank, so no in-place exchange goes to it. Open MPI gets them right.
+pub fn in_place_native_ok(inplace: bool) -> bool {
+    cfg!(feature = "abi-ompi") || !inplace
+}
+
 /// The path a forced `native`'s fallback schedule counts under (`SHIM_STATS`,
 /// `shim_function_paths`): the algorithm's name with the reason, interned (one string
 /// per algorithm name for the whole run).
@@ -1235,6 +1265,37 @@ pub fn fmt_bytes(b: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rooted_calls_the_library_fails_never_reach_it() {
+        // (collective, ranks, root, bytes, the MPICH-ABI answer): the sizes where MPICH was
+        // seen to fail (README, "Problems of the system MPI") and a margin below them
+        let cases: &[(Coll, i32, i32, i64, bool)] = &[
+            (Coll::Scatter, 2, 1, 9600, false), // 800 MPI_DOUBLE_INT failed
+            (Coll::Scatter, 2, 1, 4095, true),
+            (Coll::Scatter, 2, 1, 4096, false),
+            (Coll::Gather, 4, 3, 4800, false), // 400 per rank, two per message, failed
+            (Coll::Gather, 4, 3, 2047, true),
+            (Coll::Gather, 8, 5, 1024, false),
+            (Coll::Gather, 4, 0, 1 << 20, true), // root 0 is right
+            (Coll::Reduce, 2, 1, 2056, false),   // 257 doubles in place segfaulted
+            (Coll::Reduce, 3, 2, 1024, true),
+            (Coll::Reduce, 3, 2, 1032, false),
+            (Coll::Reduce, 3, 0, 1 << 20, true),
+            (Coll::Gatherv, 4, 3, 1 << 20, true),
+            (Coll::Bcast, 4, 3, 1 << 20, true),
+        ];
+        for &(c, p, root, bytes, mpich) in cases {
+            let want = mpich || cfg!(feature = "abi-ompi");
+            assert_eq!(
+                rooted_native_ok(c, p, root, bytes),
+                want,
+                "{c:?} p={p} root={root} {bytes} B"
+            );
+        }
+        assert!(in_place_native_ok(false));
+        assert_eq!(in_place_native_ok(true), cfg!(feature = "abi-ompi"));
+    }
+
     #[test]
     fn rows_measured_with_the_segment_decide_where_they_exist() {
         let parse = |text: &str| tuning::Tuning::parse(text, "test", &Default::default()).unwrap();
