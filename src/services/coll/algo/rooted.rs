@@ -138,9 +138,7 @@ fn gather_binomial(me: Rank, send: Option<Block>, recv: &[Block], root: i32, bb:
                 } else {
                     let buf = Addr::scratch(b.scratch(size * bb));
                     let got = b.recv(packed(buf, size * bb), abs(c), &[]);
-                    for (i, x) in blocks.enumerate() {
-                        b.copy(packed(buf.add(i as i64 * bb), bb), x.data, &[got]);
-                    }
+                    unpack_blocks(&mut b, buf, blocks, bb, &[got]);
                 }
             }
         }
@@ -148,14 +146,11 @@ fn gather_binomial(me: Rank, send: Option<Block>, recv: &[Block], root: i32, bb:
             let s = send.expect("a non-root rank has a send buffer");
             if children.is_empty() && s.dense {
                 b.send(s.data, abs(q), &[]);
-            } else if children.is_empty() {
-                let buf = Addr::scratch(b.scratch(bb));
-                let cp = b.copy(s.data, packed(buf, bb), &[]);
-                b.send(packed(buf, bb), abs(q), &[cp]);
             } else {
+                // this rank's block, then its subtree's (a leaf: its own only)
                 let size = (vr & -vr).min(p - vr);
                 let buf = Addr::scratch(b.scratch(size * bb));
-                let mut deps = vec![b.copy(s.data, packed(buf, bb), &[])];
+                let mut deps = pack_blocks(&mut b, [&s].into_iter(), buf, bb, &[]);
                 for (c, csize) in children {
                     let at = buf.add((c - vr) * bb);
                     deps.push(b.recv(packed(at, csize * bb), abs(c), &[]));
@@ -165,6 +160,35 @@ fn gather_binomial(me: Rank, send: Option<Block>, recv: &[Block], root: i32, bb:
         }
     }
     b.finish()
+}
+
+/// Copies `blocks` of `bb` bytes of data each into consecutive packed slots at `buf`.
+fn pack_blocks<'a>(
+    b: &mut Builder,
+    blocks: impl Iterator<Item = &'a Block>,
+    buf: Addr,
+    bb: i64,
+    deps: &[ActionId],
+) -> Vec<ActionId> {
+    // block by block: a copy takes one datatype, not `multi`'s blocks
+    blocks
+        .enumerate()
+        .map(|(i, x)| b.copy(x.data, packed(buf.add(i as i64 * bb), bb), deps))
+        .collect()
+}
+
+/// The reverse of [`pack_blocks`].
+fn unpack_blocks<'a>(
+    b: &mut Builder,
+    buf: Addr,
+    blocks: impl Iterator<Item = &'a Block>,
+    bb: i64,
+    deps: &[ActionId],
+) -> Vec<ActionId> {
+    blocks
+        .enumerate()
+        .map(|(i, x)| b.copy(packed(buf.add(i as i64 * bb), bb), x.data, deps))
+        .collect()
 }
 
 fn scatter_binomial(me: Rank, send: &[Block], recv: Option<Block>, root: i32, bb: i64) -> Schedule {
@@ -184,12 +208,8 @@ fn scatter_binomial(me: Rank, send: &[Block], recv: Option<Block>, root: i32, bb
                     let d = multi(&mut b, blocks);
                     b.send(d, abs(c), &[]);
                 } else {
-                    // (block by block: a copy takes one datatype, not `multi`'s blocks)
                     let buf = Addr::scratch(b.scratch(size * bb));
-                    let cps: Vec<ActionId> = blocks
-                        .enumerate()
-                        .map(|(i, x)| b.copy(x.data, packed(buf.add(i as i64 * bb), bb), &[]))
-                        .collect();
+                    let cps = pack_blocks(&mut b, blocks, buf, bb, &[]);
                     b.send(packed(buf, size * bb), abs(c), &cps);
                 }
             }
@@ -201,19 +221,16 @@ fn scatter_binomial(me: Rank, send: &[Block], recv: Option<Block>, root: i32, bb
             let r = recv.expect("a non-root rank has a receive buffer");
             if children.is_empty() && r.dense {
                 b.recv(r.data, abs(q), &[]);
-            } else if children.is_empty() {
-                let buf = Addr::scratch(b.scratch(bb));
-                let got = b.recv(packed(buf, bb), abs(q), &[]);
-                b.copy(packed(buf, bb), r.data, &[got]);
             } else {
+                // this rank's block, then its subtree's (a leaf: its own only)
                 let size = (vr & -vr).min(p - vr);
                 let buf = Addr::scratch(b.scratch(size * bb));
-                let got: Vec<ActionId> = vec![b.recv(packed(buf, size * bb), abs(q), &[])];
+                let got = [b.recv(packed(buf, size * bb), abs(q), &[])];
                 for (c, csize) in children {
                     let at = buf.add((c - vr) * bb);
                     b.send(packed(at, csize * bb), abs(c), &got);
                 }
-                b.copy(packed(buf, bb), r.data, &got);
+                unpack_blocks(&mut b, buf, [&r].into_iter(), bb, &got);
             }
         }
     }

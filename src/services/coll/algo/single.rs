@@ -520,8 +520,6 @@ struct Staging {
     own: Addr,
     /// The action after which `operand` and `own` hold their values.
     ready: Vec<ActionId>,
-    /// Whether `result` is scratch, to be copied to the receive buffer at the end.
-    staged: bool,
 }
 
 impl Staging {
@@ -543,7 +541,6 @@ impl Staging {
                 result: Addr::recv(0),
                 own,
                 ready,
-                staged: false,
             };
         }
         let st = b.scratch_for(red.count, &red.ti);
@@ -557,7 +554,6 @@ impl Staging {
             },
             own: st.add(first * ext),
             ready: vec![cp],
-            staged: result,
         }
     }
 
@@ -567,9 +563,10 @@ impl Staging {
         b.expose(at, sl.at(me.rank, 0), &self.ready)
     }
 
-    /// The result's elements copied to the receive buffer, where they were staged.
+    /// The result's elements copied to the receive buffer, where they were staged (in
+    /// scratch, not the receive buffer itself).
     fn unstage(&self, b: &mut Builder, red: &Reduction, deps: &[ActionId]) -> Vec<ActionId> {
-        if self.staged && red.count > 0 {
+        if self.result != Addr::recv(0) && red.count > 0 {
             vec![b.copy(red.data(self.result), red.data(Addr::recv(0)), deps)]
         } else {
             deps.to_vec()
