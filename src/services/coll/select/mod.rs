@@ -1173,9 +1173,16 @@ fn decide_with(
 /// 4.0's own Alltoallv/w on one process hang while a wildcard receive is pending on the
 /// communicator; README, "system MPI bugs"), and not when a node of the job is
 /// oversubscribed (its waits spin without yielding; see `proc::oversubscribed`): asked of
-/// the whole job, so that every rank of a communicator answers alike.
+/// the whole job, so that every rank of a communicator answers alike. Nor, under Open MPI,
+/// for non-blocking calls: libnbc segfaults in `MPI_Wait` when the program has freed the
+/// communicator meanwhile (4.1.4 and 5.0.11; README, "Problems of the system MPI"), which
+/// MPI-4.1 §7.4.3 allows (the free only marks it), while the shim's schedules hold their
+/// communicator until they complete.
 fn native_allowed(form: Form, p: i32) -> bool {
-    form != Form::Persistent && p > 1 && !crate::platform::proc::any_oversubscribed()
+    form != Form::Persistent
+        && !(cfg!(feature = "abi-ompi") && form == Form::Nonblocking)
+        && p > 1
+        && !crate::platform::proc::any_oversubscribed()
 }
 
 /// The decision table (what `auto` picks) for the given communicator sizes, as text.
