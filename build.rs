@@ -866,9 +866,16 @@ fn main() {
                         "crate::services::ghost::direct::completed({direct_call}, request)"
                     );
                 }
+                // a window the ghost layer does not serve: the system MPI's call, but for
+                // MPI_Fetch_and_op, whose hook mends a library bug (hooks::rma)
+                let unserved = if f.name == "MPI_Fetch_and_op" {
+                    "unsafe { crate::hooks::rma::fetch_and_op(origin_addr, result_addr, datatype, target_rank, target_disp, op, win, &native) }"
+                } else {
+                    "native()"
+                };
                 writeln!(
                     o,
-                    "        crate::edge::entry::run({fid}, move || match crate::services::ghost::route(win, target_rank, target_disp, {acc}, {count}, {dt}, \"{}\") {{\n            Ok(None) => native(),\n            Err(rc) => rc,\n            // SAFETY: the caller's arguments, with the target translated to a ghost.\n            Ok(Some(crate::services::ghost::Routed::Ghost(r__))) => unsafe {{ pmpi::P{}({}) }},\n            // SAFETY: the caller's arguments; the target's memory is mapped here.\n            Ok(Some(crate::services::ghost::Routed::Direct(d__))) => unsafe {{ {direct_call} }},\n        }})",
+                    "        crate::edge::entry::run({fid}, move || match crate::services::ghost::route(win, target_rank, target_disp, {acc}, {count}, {dt}, \"{}\") {{\n            Ok(None) => {unserved},\n            Err(rc) => rc,\n            // SAFETY: the caller's arguments, with the target translated to a ghost.\n            Ok(Some(crate::services::ghost::Routed::Ghost(r__))) => unsafe {{ pmpi::P{}({}) }},\n            // SAFETY: the caller's arguments; the target's memory is mapped here.\n            Ok(Some(crate::services::ghost::Routed::Direct(d__))) => unsafe {{ {direct_call} }},\n        }})",
                     f.name,
                     f.name,
                     routed.join(", ")

@@ -233,3 +233,25 @@ pub unsafe fn MPI_Attr_get(
     }
     native()
 }
+
+/// `MPI_Fetch_and_op` on a window the ghost layer does not serve. MPICH 5.0.2 and Intel
+/// MPI 2021.19 write only the first 6 bytes (the type's size) of an `MPI_SHORT_INT` result
+/// element, whose integer lies at bytes 4-7 (README, "Problems of the system MPI"); their
+/// `MPI_Get_accumulate` of one element, which is the same operation (MPI-4.0 §12.3.4),
+/// writes it right. The origin buffer is ignored with `MPI_NO_OP`, so it may be NULL there.
+pub unsafe fn fetch_and_op(
+    origin: *const c_void,
+    result: *mut c_void,
+    dt: MPI_Datatype,
+    target: c_int,
+    disp: MPI_Aint,
+    op: MPI_Op,
+    w: MPI_Win,
+    native: Native,
+) -> c_int {
+    if dt != MPI_SHORT_INT() {
+        return native();
+    }
+    // SAFETY: the caller's arguments, one element of `dt` at `origin` and `result`.
+    unsafe { pmpi::PMPI_Get_accumulate(origin, 1, dt, result, 1, dt, target, disp, 1, dt, op, w) }
+}
