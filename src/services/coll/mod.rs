@@ -646,13 +646,12 @@ impl<'a> Ctx<'a> {
         // (`algo::single`), where the collective has it and the node allows it (below)
         // (Reduce_scatter has single copy only: whatever size, it is as if beyond the slot)
         let big = footprint > cfg.slot as i64 || !select::copy_in_out_serves(coll);
-        // (a reduction reads its operands' slices in place: a datatype without holes;
-        // Allreduce and Reduce stage one with holes, `algo::single::reduction_serves`:
-        // `auto` takes that with a predefined operation, the pair types' MINLOC and MAXLOC
-        // (README, "The node transport"), a user operation only where forced)
+        // (a reduction reads its operands' slices in place: a datatype without holes; it
+        // stages one with holes, `algo::single::reduction_serves`: `auto` takes that with
+        // a predefined operation, the pair types' MINLOC and MAXLOC (README, "The node
+        // transport"), a user operation only where forced)
         let dense = self.red.get().is_none_or(|(ti, _)| ti.dense());
-        let staged = matches!(coll, Coll::Allreduce | Coll::Reduce)
-            && (!auto || self.red_builtin.get())
+        let staged = (!auto || self.red_builtin.get())
             && self
                 .red
                 .get()

@@ -13,8 +13,8 @@
 //! into scratch and unpacks; in-place Alltoall reads from a copy, since each rank
 //! overwrites its buffer while the others read it.
 //!
-//! Reductions (datatypes without holes: the operands are read in place; Reduce and
-//! Allreduce of one with holes read staged copies, [`Staging`]) are split: rank r
+//! Reductions (datatypes without holes: the operands are read in place; one with holes:
+//! staged copies, [`Staging`]) are split: rank r
 //! reads slice r of every other operand and reduces the slices in rank order, so every
 //! byte is read once, non-commutative operations are right and every rank gets the same
 //! bits; Allreduce then reads the other slices from their ranks' receive buffers, and
@@ -666,10 +666,9 @@ pub fn reduce(sl: Slots, me: Rank, red: &Reduction, inplace: bool, root: i32) ->
     b.finish()
 }
 
-/// Reduce_scatter and Reduce_scatter_block of a dense datatype: every rank exposes its
-/// operand (the blocks of `counts`, one after another); rank r reads block r of every other
-/// operand and reduces them in rank order into its receive buffer. Each byte of each
-/// operand is read once.
+/// Reduce_scatter and Reduce_scatter_block: every rank exposes its operand (the blocks of
+/// `counts`, one after another); rank r reads block r of every other operand and reduces
+/// them in rank order into its receive buffer. Each byte of each operand is read once.
 pub fn reduce_scatter(
     sl: Slots,
     me: Rank,
@@ -679,37 +678,47 @@ pub fn reduce_scatter(
 ) -> Schedule {
     let first: i64 = counts[..me.rank as usize].iter().sum();
     let n = counts[me.rank as usize];
-    reduce_own(sl, me, red, inplace, (first, n), me.size)
+    let whole = counts.iter().sum();
+    reduce_own(sl, me, red, inplace, whole, (first, n), me.size)
 }
 
-/// Scan and Exscan (`exclusive`) of a dense datatype: every rank exposes its operand; rank
-/// r reads the whole operands of ranks 0..r and reduces them, with its own for Scan, in
-/// rank order into its receive buffer (Exscan's rank 0 leaves it untouched, MPI-4.0
-/// §6.11.2).
+/// Scan and Exscan (`exclusive`): every rank exposes its operand; rank r reads the whole
+/// operands of ranks 0..r and reduces them, with its own for Scan, in rank order into its
+/// receive buffer (Exscan's rank 0 leaves it untouched, MPI-4.0 §6.11.2).
 pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool) -> Schedule {
     let upto = if exclusive { me.rank } else { me.rank + 1 };
-    reduce_own(sl, me, red, inplace, (0, red.count), upto)
+    reduce_own(sl, me, red, inplace, red.count, (0, red.count), upto)
 }
 
-/// The reductions whose result is this rank's alone: exposes this rank's operand, reduces
-/// elements `first..first + n` of the operands of ranks `0..upto` in rank order into the
+/// The reductions whose result is this rank's alone: exposes this rank's operand (`whole`
+/// elements), reduces elements `first..first + n` of the operands of ranks `0..upto` in rank order into the
 /// receive buffer, and waits until every rank is done reading its operand. In place the
 /// receive buffer holds the operand the others read: the result goes to scratch and is
-/// copied there once every rank is done.
+/// copied there once every rank is done. A datatype with holes is exposed from a staged
+/// copy and reduced in scratch ([`Staging`]'s reasons), copied to the receive buffer as
+/// soon as it is complete.
 fn reduce_own(
     sl: Slots,
     me: Rank,
     red: &Reduction,
     inplace: bool,
+    whole: i64,
     (first, n): (i64, i64),
     upto: i32,
 ) -> Schedule {
     let mut b = Builder::new(NAME);
     let c = b.claim();
-    let operand = super::shm::operand(inplace);
-    let e = b.expose(operand.add(red.ti.true_lb), sl.at(me.rank, 0), &[c]);
+    let dense = red.ti.dense();
+    let (operand, ready) = if dense {
+        (super::shm::operand(inplace), c)
+    } else {
+        let st = b.scratch_for(whole, &red.ti);
+        let from = red.data(super::shm::operand(inplace)).with_count(whole);
+        (st, b.copy(from, red.data(st).with_count(whole), &[c]))
+    };
+    let e = b.expose(operand.add(red.ti.true_lb), sl.at(me.rank, 0), &[ready]);
     let p = b.post(PUT, &[e]);
-    let acc = if inplace {
+    let acc = if inplace || !dense {
         b.scratch_for(n, &red.ti)
     } else {
         Addr::recv(0)
@@ -724,9 +733,11 @@ fn reduce_own(
     let r = b.post(REDUCED, &[last]);
     let w = b.watch(ALL_PEERS, REDUCED, &[r]);
     let mut done = vec![w];
-    if inplace && any {
+    if acc != Addr::recv(0) && any {
+        // staged, the receive buffer is no one's operand: the result goes there at once
+        let after = if dense { w } else { last };
         let to = red.data(Addr::recv(0)).with_count(n);
-        done.push(b.copy(red.data(acc).with_count(n), to, &[w]));
+        done.push(b.copy(red.data(acc).with_count(n), to, &[after]));
     }
     b.release(&done);
     b.finish()
