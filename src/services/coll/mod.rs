@@ -905,13 +905,25 @@ impl<'a> Ctx<'a> {
         commutative: bool,
         native_ok: bool,
     ) -> select::Choice {
+        let native_ok = native_ok && native_exists(self.call.fid, self.name());
+        let holey_user = self
+            .red
+            .get()
+            .is_some_and(|(ti, _)| !ti.dense() && !self.red_builtin.get());
+        let shm_forced = TRANSPORT.get().is_some_and(|t| t.0 == Transport::Shm);
+        if holey_user
+            && native_ok
+            && !shm_forced
+            && select::holey_user_reduction_native(coll, self.form(), self.size(), bytes)
+        {
+            return select::Choice::new(select::Algo::Native);
+        }
         if self.shm_decide(coll, bytes, commutative) {
             return select::Choice::new(select::Algo::Shm);
         }
         if select::shm_allowed(coll) == Some(true) {
             self.shm_fallback.set(true);
         }
-        let native_ok = native_ok && native_exists(self.call.fid, self.name());
         let ch = select::choose(
             coll,
             self.form(),
