@@ -4,7 +4,8 @@
  * arguments, on every rank, whichever rank's call takes the lane.
  *
  * Every collective with a shared-memory algorithm (Barrier, Bcast, Gather, Scatter,
- * Allgather, Alltoall, Reduce, Allreduce, Reduce_scatter_block, Scan, Exscan) is called
+ * Allgather, Alltoall, Reduce, Allreduce, Reduce_scatter_block, Scan, Exscan, and Gatherv,
+ * Scatterv, Allgatherv, Alltoallv with arrays whose contents change) is called
  * REPS times in a row with the same arguments and new data each time, interleaved so that
  * each function keeps its own remembered call, and compared with the system MPI (PMPI_*)
  * on the same inputs:
@@ -75,6 +76,32 @@ static void round_rooted(MPI_Comm c, int salt, int k, int round, int rotate) {
         MPI_OK(MPI_Alltoall(sbuf, k, MPI_INT, a, k, MPI_INT, c));
         MPI_OK(PMPI_Alltoall(sbuf, k, MPI_INT, b, k, MPI_INT, c));
         same(a, b, k * n, "Alltoall", round);
+        /* the v forms (each block through a slot or by address, algo/single.rs): the same
+         * count and displacement arrays (the same pointers) whose contents change every
+         * other repeat, so a remembered call must compare what they hold */
+        static int cnt[MAXN], dsp[MAXN], scnt[MAXN], sdsp[MAXN], rcnt[MAXN], rdsp[MAXN];
+        int shift = round + rep / 2;
+        for (int i = 0, at = 0, sa = 0, ra = 0; i < n; i++) {
+            cnt[i] = 1 + (i + shift) % k, dsp[i] = at, at += cnt[i];
+            scnt[i] = 1 + (rank + 2 * i + shift) % k, sdsp[i] = sa, sa += scnt[i];
+            rcnt[i] = 1 + (i + 2 * rank + shift) % k, rdsp[i] = ra, ra += rcnt[i];
+        }
+        memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+        MPI_OK(MPI_Gatherv(sbuf, cnt[rank], MPI_INT, a, cnt, dsp, MPI_INT, root, c));
+        MPI_OK(PMPI_Gatherv(sbuf, cnt[rank], MPI_INT, b, cnt, dsp, MPI_INT, root, c));
+        if (rank == root) same(a, b, CAP * MAXN, "Gatherv", round);
+        memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+        MPI_OK(MPI_Scatterv(sbuf, cnt, dsp, MPI_INT, a, cnt[rank], MPI_INT, root, c));
+        MPI_OK(PMPI_Scatterv(sbuf, cnt, dsp, MPI_INT, b, cnt[rank], MPI_INT, root, c));
+        same(a, b, CAP * MAXN, "Scatterv", round);
+        memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+        MPI_OK(MPI_Allgatherv(sbuf, cnt[rank], MPI_INT, a, cnt, dsp, MPI_INT, c));
+        MPI_OK(PMPI_Allgatherv(sbuf, cnt[rank], MPI_INT, b, cnt, dsp, MPI_INT, c));
+        same(a, b, CAP * MAXN, "Allgatherv", round);
+        memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+        MPI_OK(MPI_Alltoallv(sbuf, scnt, sdsp, MPI_INT, a, rcnt, rdsp, MPI_INT, c));
+        MPI_OK(PMPI_Alltoallv(sbuf, scnt, sdsp, MPI_INT, b, rcnt, rdsp, MPI_INT, c));
+        same(a, b, CAP * MAXN, "Alltoallv", round);
         /* Reduce, in place at the root on odd salts */
         memcpy(ia, sbuf, sizeof(int) * k), memcpy(ib, sbuf, sizeof(int) * k);
         const void *rs = inplace && rank == root ? MPI_IN_PLACE : sbuf;

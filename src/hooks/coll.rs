@@ -89,6 +89,9 @@ macro_rules! hook {
         match crate::platform::guard::lane(fid, move |m| m.repeats_with(memo::open(), fid, way, same, same_arrays), $native) {
             Some(rc) => rc,
             None => crate::edge::entry::slow(fid, &{ *$native }, move |$native| {
+                if let Some(rc) = crate::services::coll::lane::hit_with(fid, way, comm, same, same_arrays) {
+                    return rc;
+                }
                 if memo::hit_with(fid, way, same, same_arrays) {
                     return $native();
                 }
@@ -110,6 +113,7 @@ macro_rules! hook {
                         };
                         let epoch = memo::epoch();
                         memo::arm();
+                        crate::services::coll::lane::arm();
                         let $c = &ctx;
                         #[allow(clippy::redundant_closure_call)]
                         let r: Result<Done, Raised> = (|| $body)();
@@ -119,6 +123,7 @@ macro_rules! hook {
                             #[allow(unused_variables)]
                             let $ac = &shape;
                             let key = memo::Key::new(fid, way, comm, &[$(memo::Word::word($a)),*]);
+                            crate::services::coll::lane::store_with(&key, &arrays, shape, rc, epoch);
                             memo::store(key, &arrays, shape, rc, &$t, &[$($o),*], epoch);
                         }
                         rc
@@ -435,7 +440,7 @@ fn gather_common(
                 }
                 Some(h) => algo::hier::gather(c.slots(), &h, send, &rblocks, root, block),
                 None if c.single_copy() => {
-                    algo::single::gather(c.slots(), me, send, &rblocks, root)
+                    algo::single::gather(c.slots(), me, send, &rblocks, root, c.inline())
                 }
                 None => algo::shm::gather(c.slots(), me, send, &rblocks, root),
             });
@@ -621,7 +626,7 @@ fn scatter_common(
                 }
                 Some(h) => algo::hier::scatter(c.slots(), &h, &sblocks, recv, root, block),
                 None if c.single_copy() && !regular => {
-                    algo::single::scatterv(c.slots(), me, &sblocks, recv, root)
+                    algo::single::scatterv(c.slots(), me, &sblocks, recv, root, c.inline())
                 }
                 None if c.single_copy() => {
                     algo::single::scatter(c.slots(), me, &sblocks, recv, root, block)
@@ -794,7 +799,9 @@ fn allgather_common(
         Ok(match ch.algo {
             Algo::Shm => match c.hier() {
                 Some(h) => algo::hier::allgather(c.slots(), &h, send, &rblocks),
-                None if c.single_copy() => algo::single::allgather(c.slots(), me, send, &rblocks),
+                None if c.single_copy() => {
+                    algo::single::allgather(c.slots(), me, send, &rblocks, c.inline())
+                }
                 None => algo::shm::allgather(c.slots(), me, send, &rblocks, avg),
             },
             _ => algo::allgather::build(&ch, me, send, &rblocks),
@@ -964,7 +971,7 @@ fn alltoall_common(
             Algo::Shm => match c.hier() {
                 Some(h) => algo::hier::alltoall(c.slots(), &h, &sblocks, &rblocks, inplace, bytes),
                 None if c.single_copy() && !regular => {
-                    algo::single::alltoallv(c.slots(), me, &sblocks, &rblocks, inplace)
+                    algo::single::alltoallv(c.slots(), me, &sblocks, &rblocks, inplace, c.inline())
                 }
                 None if c.single_copy() => {
                     algo::single::alltoall(c.slots(), me, &sblocks, &rblocks, inplace, bytes)

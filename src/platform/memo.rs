@@ -97,7 +97,7 @@ pub fn open() -> u64 {
 
 /// Array elements a key can hold (counts, displacements, datatypes of the v- and
 /// w-collectives); calls with longer arrays are not memoized.
-const ARRAY: usize = 16;
+pub const ARRAY: usize = 16;
 
 /// The scalar part of a call: the arrays' contents are kept apart ([`Arrays`]), so that the
 /// calls without arrays build only this on their way to the system MPI.
@@ -156,6 +156,11 @@ pub struct Arrays {
 }
 
 impl Arrays {
+    /// The entries appended, in order.
+    pub fn entries(&self) -> &[i64] {
+        &self.v[..self.len]
+    }
+
     /// No arrays: the calls without array arguments.
     pub const NONE: Arrays = Arrays::new();
 
@@ -209,7 +214,7 @@ pub struct Shape {
 }
 
 impl Shape {
-    pub fn new(size: c_int, rank: c_int) -> Shape {
+    pub const fn new(size: c_int, rank: c_int) -> Shape {
         Shape { size, rank }
     }
     pub fn size(&self) -> c_int {
@@ -295,8 +300,8 @@ impl Memo {
             return false;
         }
         let e = self.entry(fid as usize, way);
-        let mut m = Match { e, at: 0 };
-        arrays(&e.shape.get(), &mut m) && m.at == e.len.get()
+        let mut m = Match::over(&e.v);
+        arrays(&e.shape.get(), &mut m) && m.whole(e.len.get())
     }
 
     fn put(&self, stamp: u64, key: &Key, arrays: &Arrays, shape: Shape) {
@@ -392,15 +397,26 @@ impl Default for Memo {
 /// A call's arrays compared with a remembered call's, as they are read: exactly (an array
 /// may change behind an unchanged pointer), in place, stopping at the first difference.
 pub struct Match<'a> {
-    e: &'a Entry,
+    v: &'a [Cell<i64>],
     at: usize,
 }
 
-impl Match<'_> {
+impl<'a> Match<'a> {
+    /// The comparison against `v`, a remembered call's arrays as [`Arrays`] kept them:
+    /// for other memos of calls by their arguments (`services::coll::lane`).
+    pub fn over(v: &'a [Cell<i64>]) -> Match<'a> {
+        Match { v, at: 0 }
+    }
+
+    /// Whether exactly the remembered arrays' `len` entries were compared.
+    pub fn whole(&self, len: usize) -> bool {
+        self.at == len
+    }
+
     #[inline(always)]
     fn next(&mut self, n: usize, at: impl Fn(usize) -> i64) -> bool {
         let end = self.at.saturating_add(n);
-        let Some(want) = self.e.v.get(self.at..end) else {
+        let Some(want) = self.v.get(self.at..end) else {
             return false;
         };
         if !want.iter().enumerate().all(|(i, w)| w.get() == at(i)) {

@@ -30,7 +30,7 @@ use crate::core::sched::Schedule;
 use crate::core::transport::node::{self, Node};
 use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
-use crate::platform::memo::{self, Words};
+use crate::platform::memo::{self, Arrays, Match, Shape, Words};
 
 /// Entries per thread, chosen by function id and, for rooted collectives, the root (as the
 /// memo's).
@@ -52,6 +52,11 @@ struct Entry {
     stamp: Cell<u64>,
     fid: Cell<u16>,
     words: [Cell<usize>; memo::WORDS],
+    /// A v or w form's arrays and the communicator's shape they were read with (as the
+    /// memo keeps them).
+    len: Cell<usize>,
+    v: [Cell<i64>; memo::ARRAY],
+    shape: Cell<Shape>,
     run: RefCell<Option<Remembered>>,
 }
 
@@ -63,6 +68,9 @@ thread_local! {
                     stamp: Cell::new(0),
                     fid: Cell::new(0),
                     words: [const { Cell::new(0) }; memo::WORDS],
+                    len: Cell::new(0),
+                    v: [const { Cell::new(0) }; memo::ARRAY],
+                    shape: Cell::new(Shape::new(0, 0)),
                     run: RefCell::new(None),
                 }
             }; WAYS]
@@ -83,6 +91,19 @@ pub fn hit(
     comm: MPI_Comm,
     same: impl FnOnce(&mut Words<'_>) -> bool,
 ) -> Option<c_int> {
+    hit_with(fid, way, comm, same, |_, _| true)
+}
+
+/// As [`hit`] for a call with array arguments (a v or w form), which `arrays` compares
+/// as for `memo::hit_with`.
+#[inline]
+pub fn hit_with(
+    fid: Fid,
+    way: usize,
+    comm: MPI_Comm,
+    same: impl FnOnce(&mut Words<'_>) -> bool,
+    arrays: impl FnOnce(&Shape, &mut Match<'_>) -> bool,
+) -> Option<c_int> {
     if crate::platform::counters::enabled() {
         return None;
     }
@@ -92,6 +113,10 @@ pub fn hit(
             || e.fid.get() != fid as u16
             || !same(&mut Words::over(&e.words))
         {
+            return None;
+        }
+        let mut m = Match::over(&e.v);
+        if !(arrays(&e.shape.get(), &mut m) && m.whole(e.len.get())) {
             return None;
         }
         let run = e.run.try_borrow().ok()?;
@@ -141,6 +166,11 @@ pub(super) fn offer(r: Remembered) {
 /// (the memo's key of its arguments) and the `epoch` read before its checks (so that an
 /// invalidation racing with the call leaves the entry stale).
 pub fn store(key: &memo::Key, rc: c_int, epoch: u64) {
+    store_with(key, &Arrays::NONE, Shape::new(0, 0), rc, epoch)
+}
+
+/// As [`store`] for a call with array arguments: `arrays` as read with `shape`.
+pub fn store_with(key: &memo::Key, arrays: &Arrays, shape: Shape, rc: c_int, epoch: u64) {
     let Some(r) = OFFERED.try_with(|o| o.take()).ok().flatten() else {
         return;
     };
@@ -158,5 +188,11 @@ pub fn store(key: &memo::Key, rc: c_int, epoch: u64) {
         for (c, w) in e.words.iter().zip(key.words()) {
             c.set(w);
         }
+        let v = arrays.entries();
+        e.len.set(v.len());
+        for (c, &a) in e.v.iter().zip(v) {
+            c.set(a);
+        }
+        e.shape.set(shape);
     });
 }

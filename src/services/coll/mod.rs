@@ -553,6 +553,16 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// How the blocks of a v or w form travel on the segment (`algo::single::Inline`):
+    /// through the slots below `SHIM_SHM_SINGLE_COPY`, by address from there.
+    pub fn inline(&self) -> algo::single::Inline {
+        let max = TRANSPORT
+            .get()
+            .and_then(|(_, cfg)| cfg.single_copy)
+            .map_or(i64::MAX, |t| t as i64 - 1);
+        algo::single::Inline { max }
+    }
+
     /// This rank's place among the nodes when the call runs on the segment of a
     /// communicator that spans several (`algo::hier`).
     pub fn hier(&self) -> Option<algo::hier::Hier> {
@@ -656,8 +666,13 @@ impl<'a> Ctx<'a> {
                 .red
                 .get()
                 .is_some_and(|(ti, _)| algo::single::reduction_serves(&ti));
+        // (the v and w forms: each block its own way, through a slot or by address, so
+        // from any size where single copy is on; `algo::single::Inline`)
+        let mixed = select::mixed_serves(coll);
         let mut single = select::single_copy_serves(coll)
-            && cfg.single_copy.is_some_and(|t| footprint as u64 >= t)
+            && cfg
+                .single_copy
+                .is_some_and(|t| mixed || footprint as u64 >= t)
             && (dense || staged)
             && (!select::single_copy_addresses(coll) || 8 * self.size() as u64 <= cfg.slot);
         // this machine's measured rows (across nodes: measured across as many), where there
@@ -667,8 +682,14 @@ impl<'a> Ctx<'a> {
             .then(|| select::segment_measured(coll, self.size(), nodes, bytes))
             .flatten();
         let copy_wins = row.unwrap_or_else(|| select::shm_wins(coll, self.size(), footprint));
-        let single_wins =
-            single && row.unwrap_or_else(|| select::single_copy_wins(coll, self.size(), footprint));
+        let single_wins = single
+            && row.unwrap_or_else(|| {
+                if mixed {
+                    select::mixed_wins(coll, self.size(), footprint, cfg.slot as i64)
+                } else {
+                    select::single_copy_wins(coll, self.size(), footprint)
+                }
+            });
         let one_node = copy_wins || single_wins;
         let across = (nodes > 1)
             .then_some(row)

@@ -23,7 +23,11 @@
 //!
 //! The v and w forms: Gatherv's and Allgatherv's readers know every block's size (the
 //! root, or everyone); in Scatterv and Alltoallv(w) only the sender knows where each block
-//! lies, so it exposes one address per rank.
+//! lies, so it exposes one address per rank. Their blocks differ in size and no rank knows
+//! them all, so each block takes its own way: through the sender's slot (copy in, copy
+//! out) where it fits ([`Inline`]), by its address where not. Sender and reader know the
+//! block's size alike (its type signatures match, MPI-4.0 §6.1), so they choose alike, and
+//! a sender waits only for the readers of what it exposed.
 
 use super::shm::{PUT, Slots};
 use super::{Block, Rank, Reduction};
@@ -34,6 +38,41 @@ use crate::platform::abi::MPI_PACKED;
 pub const READ: u8 = 2;
 
 const NAME: &str = "shm:single-copy";
+
+/// The name of a schedule of a v or w form none of whose blocks this rank exposes or
+/// reads by address.
+const INLINE_NAME: &str = "shm:copy-in-out";
+
+/// How a v or w form's blocks travel: a block of up to `max` bytes (below
+/// `SHIM_SHM_SINGLE_COPY`) through its sender's slot where the slot's layout has room
+/// for it, any other by its address. An empty block does not travel.
+#[derive(Clone, Copy, Debug)]
+pub struct Inline {
+    pub max: i64,
+}
+
+impl Inline {
+    /// Whether `blk` goes through the slot (or nowhere) when `room` bytes of the slot are
+    /// its place.
+    fn fits(self, blk: &Block, room: i64) -> bool {
+        blk.empty() || blk.bytes <= self.max.min(room)
+    }
+}
+
+/// Where Scatterv's root and each rank of Alltoallv(w) put a block for rank r in its slot:
+/// the addresses first (one word per rank, [`block_address`]), then an equal share per
+/// rank. Returns (where the shares start, a share's bytes).
+fn shares(sl: Slots, n: i32) -> (i64, i64) {
+    let words = 8 * n as i64;
+    (words, ((sl.bytes() - words).max(0) / n as i64) & !7)
+}
+
+/// Where a reader finds a block: copied into the sender's slot (what to copy out), or
+/// exposed (where in the sender's slot its address lies, and the offset from it).
+enum Src {
+    Slot(Data),
+    Exposed(Addr, i64),
+}
 
 /// Where a block's bytes start when they are one run in type map order (no holes, and
 /// not a permutation: both ends' datatypes may differ, only the signatures match).
@@ -176,17 +215,47 @@ pub fn bcast(sl: Slots, me: Rank, data: Block, root: i32) -> Schedule {
 }
 
 /// Gather and Gatherv: `send` is this rank's block (`None`: in place at the root), `recv`
-/// the root's blocks; the root reads every other rank's send buffer.
-pub fn gather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], root: i32) -> Schedule {
-    let mut b = Builder::new(NAME);
+/// the root's blocks; the root reads every other rank's block from its slot where it fits
+/// there ([`Inline`]), else from its send buffer.
+pub fn gather(
+    sl: Slots,
+    me: Rank,
+    send: Option<Block>,
+    recv: &[Block],
+    root: i32,
+    inline: Inline,
+) -> Schedule {
+    let fits = |x: &Block| inline.fits(x, sl.bytes());
     if me.rank != root {
-        let c = b.claim();
-        let blocks: Vec<Block> = send.into_iter().collect();
-        let (src, ds) = source(&mut b, &blocks, false, &[c]);
-        let p = expose(&mut b, sl, me, src, &ds);
-        wait_readers(&mut b, root, READ, &[p]);
-        return b.finish();
+        match send {
+            // copied in: the root copies it out, and this rank need not wait for that
+            Some(s) if fits(&s) => {
+                let mut b = Builder::new(INLINE_NAME);
+                let c = b.claim();
+                let mut deps = vec![c];
+                if !s.empty() {
+                    deps = vec![b.copy(s.data, sl.packed(me.rank, 0, s.bytes), &[c])];
+                }
+                let p = b.post(PUT, &deps);
+                b.release(&[p]);
+                return b.finish();
+            }
+            _ => {
+                let mut b = Builder::new(NAME);
+                let c = b.claim();
+                let blocks: Vec<Block> = send.into_iter().collect();
+                let (src, ds) = source(&mut b, &blocks, false, &[c]);
+                let p = expose(&mut b, sl, me, src, &ds);
+                wait_readers(&mut b, root, READ, &[p]);
+                return b.finish();
+            }
+        }
     }
+    let by_address = recv
+        .iter()
+        .enumerate()
+        .any(|(r, x)| r as i32 != root && !fits(x));
+    let mut b = Builder::new(if by_address { NAME } else { INLINE_NAME });
     let mut reads = Vec::new();
     let mut rest = Vec::new();
     if let Some(s) = send {
@@ -199,11 +268,21 @@ pub fn gather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block], root: i3
         .filter(|&(r, x)| r as i32 != root && !x.empty())
     {
         let w = b.watch(r as i32, PUT, &[]);
-        let (f, last) = fetch_into(&mut b, sl, r as i32, 0, blk, &[w]);
-        reads.push(f);
-        rest.push(last);
+        if fits(blk) {
+            rest.push(b.copy(sl.packed(r as i32, 0, blk.bytes), blk.data, &[w]));
+        } else {
+            let (f, last) = fetch_into(&mut b, sl, r as i32, 0, blk, &[w]);
+            reads.push(f);
+            rest.push(last);
+        }
     }
-    done_reading(&mut b, &reads, &rest);
+    if reads.is_empty() {
+        // nothing read from the others' memory: nobody waits for this rank, which writes
+        // nothing into its cell
+        b.release(&rest);
+    } else {
+        done_reading(&mut b, &reads, &rest);
+    }
     b.finish()
 }
 
@@ -242,68 +321,127 @@ fn block_address(sl: Slots, q: i32, r: i32) -> Addr {
     sl.at(q, 8 * r as i64)
 }
 
-/// Exposes `blocks[r]` for every other rank r at its [`block_address`] in this rank's slot
-/// (through scratch where it has holes, or where `copy`), once `c` is done, and publishes
-/// them; returns the post.
-fn expose_each(
+/// Puts `blocks[r]` for every other rank r where it reads it, once `c` is done, and
+/// publishes them; returns the post. A block that fits its share of this rank's slot
+/// ([`shares`]) is copied there; any other is exposed at its [`block_address`] (through
+/// scratch where it has holes, or where `copy`).
+fn put_each(
     b: &mut Builder,
     sl: Slots,
     me: Rank,
     blocks: &[Block],
     copy: bool,
+    inline: Inline,
     c: ActionId,
 ) -> ActionId {
+    let (start, share) = shares(sl, me.size);
     let mut ready = vec![c];
     for (r, blk) in blocks
         .iter()
         .enumerate()
         .filter(|&(r, x)| r as i32 != me.rank && !x.empty())
     {
-        let (src, ds) = source(b, core::slice::from_ref(blk), copy, &[c]);
-        ready.push(b.expose(src, block_address(sl, me.rank, r as i32), &ds));
+        if inline.fits(blk, share) {
+            let to = sl.packed(me.rank, start + r as i64 * share, blk.bytes);
+            ready.push(b.copy(blk.data, to, &[c]));
+        } else {
+            let (src, ds) = source(b, core::slice::from_ref(blk), copy, &[c]);
+            ready.push(b.expose(src, block_address(sl, me.rank, r as i32), &ds));
+        }
     }
     b.post(PUT, &ready)
 }
 
+/// Where rank `me` finds its block `blk` from rank `q` that [`put_each`] put.
+fn put_by(sl: Slots, q: i32, me: Rank, blk: &Block, inline: Inline) -> Src {
+    let (start, share) = shares(sl, me.size);
+    if inline.fits(blk, share) {
+        Src::Slot(sl.packed(q, start + me.rank as i64 * share, blk.bytes))
+    } else {
+        Src::Exposed(block_address(sl, q, me.rank), 0)
+    }
+}
+
 /// Scatterv: `send` is the root's blocks (any sizes, anywhere in its buffer), `recv` this
 /// rank's block (`None`: in place at the root). Only the root knows where each block lies:
-/// it exposes one address per rank, and every other rank reads its block from there.
-pub fn scatterv(sl: Slots, me: Rank, send: &[Block], recv: Option<Block>, root: i32) -> Schedule {
-    let mut b = Builder::new(NAME);
+/// it puts each in its slot or exposes its address ([`put_each`]), and every other rank
+/// reads its block from there.
+pub fn scatterv(
+    sl: Slots,
+    me: Rank,
+    send: &[Block],
+    recv: Option<Block>,
+    root: i32,
+    inline: Inline,
+) -> Schedule {
+    let (_, share) = shares(sl, me.size);
     if me.rank == root {
+        // the ranks that read the root's memory, and only they, say when they are done
+        let readers: Vec<i32> = (0..me.size)
+            .filter(|&r| r != root && !inline.fits(&send[r as usize], share))
+            .collect();
+        let mut b = Builder::new(if readers.is_empty() {
+            INLINE_NAME
+        } else {
+            NAME
+        });
         let c = b.claim();
-        let p = expose_each(&mut b, sl, me, send, false, c);
+        let p = put_each(&mut b, sl, me, send, false, inline, c);
         let mut after = vec![p];
         if let Some(rv) = recv {
             after.push(b.copy(send[root as usize].data, rv.data, &[]));
         }
-        wait_readers(&mut b, ALL_PEERS, READ, &after);
+        wait_for(&mut b, me, &readers, &after);
         return b.finish();
     }
-    // a rank with nothing to receive still says it is done, for the root's wait
-    let (reads, rest) = match recv.filter(|x| !x.empty()) {
-        Some(rv) => {
-            let w = b.watch(root, PUT, &[]);
-            let at = block_address(sl, root, me.rank);
-            let (f, last) = fetch_exposed(&mut b, at, root, 0, &rv, &[w]);
-            (vec![f], vec![last])
-        }
-        None => (Vec::new(), Vec::new()),
+    let Some(rv) = recv.filter(|x| !x.empty()) else {
+        let mut b = Builder::new(INLINE_NAME);
+        b.release(&[]);
+        return b.finish();
     };
-    done_reading(&mut b, &reads, &rest);
+    let src = put_by(sl, root, me, &rv, inline);
+    let mut b = Builder::new(match src {
+        Src::Slot(_) => INLINE_NAME,
+        Src::Exposed(..) => NAME,
+    });
+    let w = b.watch(root, PUT, &[]);
+    match src {
+        Src::Slot(from) => {
+            let cp = b.copy(from, rv.data, &[w]);
+            b.release(&[cp]);
+        }
+        Src::Exposed(at, off) => {
+            let (f, last) = fetch_exposed(&mut b, at, root, off, &rv, &[w]);
+            done_reading(&mut b, &[f], &[last]);
+        }
+    }
     b.finish()
 }
 
-/// The part every rank of Allgather and Alltoall(v, w) shares: reads `recv[r]` from every
-/// other rank r (`from(r)`: where in r's slot its address lies, and the offset from it)
-/// once it has published (after this rank's own `published`), says so, and waits until
-/// every rank is done reading this one's; `own`: this rank's own block's copy.
+/// The end of a rank whose memory the ranks `readers` read: waits until each has said it
+/// is done (all the others: one watch), then releases once `after` is done too.
+fn wait_for(b: &mut Builder, me: Rank, readers: &[i32], after: &[ActionId]) {
+    let mut done = after.to_vec();
+    if readers.is_empty() {
+    } else if readers.len() + 1 == me.size as usize {
+        done.push(b.watch(ALL_PEERS, READ, after));
+    } else {
+        done.extend(readers.iter().map(|&r| b.watch(r, READ, after)));
+    }
+    b.release(&done);
+}
+
+/// The part every rank of Allgather(v) and Alltoall(v, w) shares: reads `recv[r]` from
+/// every other rank r (from `from(r)`) once it has published (after this rank's own
+/// `published`), says so where it read any rank's memory, and waits until the ranks that
+/// read this one's (`readers`) are done; `own`: this rank's own block's copy.
 fn read_all(
     b: &mut Builder,
     me: Rank,
     published: ActionId,
     recv: &[Block],
-    from: impl Fn(i32) -> (Addr, i64),
+    from: impl Fn(i32) -> Src,
+    readers: &[i32],
     own: Option<ActionId>,
 ) {
     let mut reads = Vec::new();
@@ -314,61 +452,100 @@ fn read_all(
         .filter(|&(r, x)| r as i32 != me.rank && !x.empty())
     {
         let w = b.watch(r as i32, PUT, &[published]);
-        let (at, off) = from(r as i32);
-        let (f, last) = fetch_exposed(b, at, r as i32, off, blk, &[w]);
-        reads.push(f);
-        rest.push(last);
+        match from(r as i32) {
+            Src::Slot(src) => rest.push(b.copy(src, blk.data, &[w])),
+            Src::Exposed(at, off) => {
+                let (f, last) = fetch_exposed(b, at, r as i32, off, blk, &[w]);
+                reads.push(f);
+                rest.push(last);
+            }
+        }
     }
-    if reads.is_empty() {
-        reads.push(published);
+    if !reads.is_empty() {
+        rest.push(b.post(READ, &reads));
     }
-    let d = b.post(READ, &reads);
-    let w = b.watch(ALL_PEERS, READ, &[d]);
-    rest.push(w);
-    b.release(&rest);
+    rest.push(published);
+    wait_for(b, me, readers, &rest);
 }
 
 /// Alltoallv and Alltoallw: `send` holds the block for every rank (in place: `recv` does),
 /// any sizes and types, anywhere in the buffer. Only the sender knows where its block for
-/// rank r lies: it exposes one address per rank (as Scatterv's root), and rank r reads its
-/// block of every other rank from there. In place, each rank overwrites what the others
-/// read: they read copies.
-pub fn alltoallv(sl: Slots, me: Rank, send: &[Block], recv: &[Block], inplace: bool) -> Schedule {
-    let mut b = Builder::new(NAME);
+/// rank r lies: it puts it in its slot or exposes its address (as Scatterv's root), and
+/// rank r reads its block of every other rank from there. In place, each rank overwrites
+/// what the others read: they read copies.
+pub fn alltoallv(
+    sl: Slots,
+    me: Rank,
+    send: &[Block],
+    recv: &[Block],
+    inplace: bool,
+    inline: Inline,
+) -> Schedule {
+    let out = if inplace { recv } else { send };
+    let (_, share) = shares(sl, me.size);
+    let far = |x: &Block| !inline.fits(x, share);
+    let readers: Vec<i32> = (0..me.size)
+        .filter(|&r| r != me.rank && far(&out[r as usize]))
+        .collect();
+    let reads_far = (0..me.size).any(|r| r != me.rank && far(&recv[r as usize]));
+    let mut b = Builder::new(if readers.is_empty() && !reads_far {
+        INLINE_NAME
+    } else {
+        NAME
+    });
     let c = b.claim();
-    let p = expose_each(
-        &mut b,
-        sl,
-        me,
-        if inplace { recv } else { send },
-        inplace,
-        c,
-    );
+    let p = put_each(&mut b, sl, me, out, inplace, inline, c);
     let own = (!inplace).then(|| {
         let me = me.rank as usize;
         b.copy(send[me].data, recv[me].data, &[])
     });
-    read_all(
-        &mut b,
-        me,
-        p,
-        recv,
-        |r| (block_address(sl, r, me.rank), 0),
-        own,
-    );
+    let from = |r: i32| put_by(sl, r, me, &recv[r as usize], inline);
+    read_all(&mut b, me, p, recv, from, &readers, own);
     b.finish()
 }
 
 /// Allgather and Allgatherv: `send` is this rank's block (`None`: in place, it is
-/// `recv[me]`), `recv` every rank's block.
-pub fn allgather(sl: Slots, me: Rank, send: Option<Block>, recv: &[Block]) -> Schedule {
-    let mut b = Builder::new(NAME);
+/// `recv[me]`), `recv` every rank's block; each block goes through its rank's slot where it
+/// fits there, else by its address.
+pub fn allgather(
+    sl: Slots,
+    me: Rank,
+    send: Option<Block>,
+    recv: &[Block],
+    inline: Inline,
+) -> Schedule {
+    let fits = |x: &Block| inline.fits(x, sl.bytes());
+    // (every rank sees this rank's block as `recv[me]`: its size decides)
+    let at = me.rank as usize;
+    let exposed = !fits(&recv[at]);
+    let inline_only = recv.iter().all(fits);
+    let mut b = Builder::new(if inline_only { INLINE_NAME } else { NAME });
     let c = b.claim();
-    let mine = send.unwrap_or(recv[me.rank as usize]);
-    let (src, ds) = source(&mut b, &[mine], false, &[c]);
-    let own = send.map(|s| b.copy(s.data, recv[me.rank as usize].data, &[]));
-    let p = expose(&mut b, sl, me, src, &ds);
-    read_all(&mut b, me, p, recv, |r| (sl.at(r, 0), 0), own);
+    let mine = send.unwrap_or(recv[at]);
+    let p = if exposed {
+        let (src, ds) = source(&mut b, &[mine], false, &[c]);
+        expose(&mut b, sl, me, src, &ds)
+    } else if mine.empty() {
+        b.post(PUT, &[c])
+    } else {
+        let cp = b.copy(mine.data, sl.packed(me.rank, 0, mine.bytes), &[c]);
+        b.post(PUT, &[cp])
+    };
+    let own = send.map(|s| b.copy(s.data, recv[at].data, &[]));
+    let readers: Vec<i32> = if exposed {
+        (0..me.size).filter(|&r| r != me.rank).collect()
+    } else {
+        Vec::new()
+    };
+    let from = |r: i32| {
+        let blk = &recv[r as usize];
+        if fits(blk) {
+            Src::Slot(sl.packed(r, 0, blk.bytes))
+        } else {
+            Src::Exposed(sl.at(r, 0), 0)
+        }
+    };
+    read_all(&mut b, me, p, recv, from, &readers, own);
     b.finish()
 }
 
@@ -392,14 +569,14 @@ pub fn alltoall(
     });
     // rank r's block is r blocks into what each rank exposes
     let p = expose(&mut b, sl, me, src, &ds);
-    read_all(
-        &mut b,
-        me,
-        p,
-        recv,
-        |r| (sl.at(r, 0), me.rank as i64 * block),
-        own,
-    );
+    // every rank reads every other's memory (no block of a size above the slot fits one)
+    let readers: Vec<i32> = if block == 0 {
+        Vec::new()
+    } else {
+        (0..me.size).filter(|&r| r != me.rank).collect()
+    };
+    let from = |r: i32| Src::Exposed(sl.at(r, 0), me.rank as i64 * block);
+    read_all(&mut b, me, p, recv, from, &readers, own);
     b.finish()
 }
 
@@ -741,4 +918,119 @@ fn reduce_own(
     }
     b.release(&done);
     b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::sched::timing;
+    use crate::platform::abi::MPI_BYTE;
+
+    /// Byte blocks of the given sizes, one after another in one buffer (`at`: send or
+    /// receive).
+    fn blocks(at: fn(i64) -> Addr, sizes: &[i64]) -> Vec<Block> {
+        let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
+        let mut off = 0;
+        sizes
+            .iter()
+            .map(|&n| {
+                let b = Block::new(at(off), n, MPI_BYTE(), &ti);
+                off += n;
+                b
+            })
+            .collect()
+    }
+
+    /// Runs the schedule `build` gives each of `p` ranks on one node through the timing
+    /// simulator: an error is a deadlock (a rank waiting for a phase nobody posts).
+    fn finishes(p: i32, build: impl Fn(Slots, Rank) -> Schedule) -> Result<f64, String> {
+        let sl = Slots {
+            cell: 64 + 1024,
+            data: 64,
+        };
+        let scheds: Vec<Schedule> = (0..p)
+            .map(|r| build(sl, Rank { rank: r, size: p }))
+            .collect();
+        let node_of = vec![0; p as usize];
+        let local_of: Vec<u32> = (0..p as u32).collect();
+        let lv = super::super::scaling::params("emulated")?;
+        timing::simulate(&scheds, &node_of, &local_of, &lv).map(|o| o.max)
+    }
+
+    /// Sizes of the block from rank q to rank r: empty, through the slot and by address
+    /// mixed, differently for every pair.
+    fn size(q: i32, r: i32, seed: i32) -> i64 {
+        [0, 8, 100, 300, 1000, 5000][((q * 7 + r * 3 + seed) % 6) as usize]
+    }
+
+    #[test]
+    fn the_v_forms_blocks_take_either_way_and_every_wait_ends() {
+        for p in 1..=5 {
+            for seed in 0..6 {
+                for max in [-1, 0, 64, 4096, i64::MAX] {
+                    let inline = Inline { max };
+                    let what = format!("{p} ranks, seed {seed}, inline {max}");
+                    let send_to =
+                        |q: i32| -> Vec<i64> { (0..p).map(|r| size(q, r, seed)).collect() };
+                    let recv_from =
+                        |r: i32| -> Vec<i64> { (0..p).map(|q| size(q, r, seed)).collect() };
+                    for root in 0..p {
+                        let gather = finishes(p, |sl, me| {
+                            let mine = size(me.rank, root, seed);
+                            let send = blocks(Addr::send, &[mine]).pop();
+                            gather(
+                                sl,
+                                me,
+                                send,
+                                &blocks(Addr::recv, &recv_from(root)),
+                                root,
+                                inline,
+                            )
+                        });
+                        assert!(gather.is_ok(), "Gatherv to {root}, {what}: {gather:?}");
+                        let scatter = finishes(p, |sl, me| {
+                            let recv = blocks(Addr::recv, &[size(root, me.rank, seed)]).pop();
+                            scatterv(
+                                sl,
+                                me,
+                                &blocks(Addr::send, &send_to(root)),
+                                recv,
+                                root,
+                                inline,
+                            )
+                        });
+                        assert!(scatter.is_ok(), "Scatterv from {root}, {what}: {scatter:?}");
+                    }
+                    for inplace in [false, true] {
+                        let all = finishes(p, |sl, me| {
+                            // (in place both ways: what a rank sends r is what it gets from r)
+                            let sym = |q: i32, r: i32| size(q.min(r), q.max(r), seed);
+                            let recv: Vec<i64> = (0..p).map(|q| sym(q, me.rank)).collect();
+                            let send: Vec<i64> = if inplace {
+                                recv.clone()
+                            } else {
+                                send_to(me.rank)
+                            };
+                            let recv = if inplace { recv } else { recv_from(me.rank) };
+                            alltoallv(
+                                sl,
+                                me,
+                                &blocks(Addr::send, &send),
+                                &blocks(Addr::recv, &recv),
+                                inplace,
+                                inline,
+                            )
+                        });
+                        assert!(all.is_ok(), "Alltoallv in place {inplace}, {what}: {all:?}");
+                    }
+                    let allgather = finishes(p, |sl, me| {
+                        let each: Vec<i64> = (0..p).map(|q| size(q, 0, seed)).collect();
+                        let send = blocks(Addr::send, &[each[me.rank as usize]]).pop();
+                        allgather(sl, me, send, &blocks(Addr::recv, &each), inline)
+                    });
+                    assert!(allgather.is_ok(), "Allgatherv, {what}: {allgather:?}");
+                }
+            }
+        }
+    }
 }

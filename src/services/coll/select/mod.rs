@@ -727,6 +727,34 @@ pub fn copy_in_out_serves(coll: Coll) -> bool {
     )
 }
 
+/// Whether `coll` is a v or w form whose blocks each take their own way on the segment
+/// (`algo::single::Inline`: through the sender's slot where it fits, by its address where
+/// not): all but Reduce_scatter.
+pub fn mixed_serves(coll: Coll) -> bool {
+    matches!(
+        coll,
+        Coll::Gatherv | Coll::Scatterv | Coll::Allgatherv | Coll::Alltoallv | Coll::Alltoallw
+    )
+}
+
+/// Whether `SHIM_TRANSPORT=auto` takes a v or w form ([`mixed_serves`]) on `p` ranks of
+/// one node to the segment. Allgatherv, whose blocks every rank knows, as Allgather by its
+/// average block (`footprint`): through the slots where [`shm_wins`], beyond the slot
+/// where [`single_copy_wins`]. The others, whose blocks' sizes only some ranks know, where
+/// the segment wins their fixed form at every size: up to the `slot` ([`shm_wins`]; single
+/// copy beyond it wins wherever the node is not oversubscribed, which `shm_wins` checks),
+/// but Gatherv: the library's own (one eager message per rank at 2 ranks under MPICH) tied
+/// the slots up to 512 B and beat them from 2 to 8 KiB with a fixed root (README, "The
+/// node transport").
+pub fn mixed_wins(coll: Coll, p: i32, footprint: i64, slot: i64) -> bool {
+    match coll {
+        Coll::Gatherv => false,
+        Coll::Allgatherv if footprint > slot => single_copy_wins(coll, p, footprint),
+        Coll::Allgatherv => shm_wins(coll, p, footprint),
+        _ => shm_wins(coll, p, slot),
+    }
+}
+
 /// Whether `coll`'s single-copy algorithm exposes one address per rank in the slot (only
 /// the sender knows where each block lies): the slot must hold 8 bytes per rank.
 pub fn single_copy_addresses(coll: Coll) -> bool {
