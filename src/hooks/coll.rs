@@ -1358,6 +1358,9 @@ fn reduce_scatter_common(
                 None if c.single_copy() => {
                     algo::single::reduce_scatter(c.slots(), me, &r, &counts, inplace)
                 }
+                None if coll == Coll::ReduceScatter => {
+                    algo::shm::reduce_scatter(c.slots(), me, &r, &counts, inplace)
+                }
                 None => algo::shm::reduce_scatter_block(c.slots(), me, &r, inplace),
             },
             _ => algo::reduce_scatter::build(&ch, me, &r, &counts, inplace),

@@ -119,6 +119,7 @@ fn ranges(s: &Schedule, d: &Data) -> Result<Vec<(isize, usize)>, String> {
 fn buf<'a>(
     bufs: &'a mut [Bufs],
     st: &'a mut [RankState],
+    seg: &'a mut Vec<u8>,
     rank: usize,
     base: Base,
 ) -> &'a mut Vec<u8> {
@@ -126,7 +127,7 @@ fn buf<'a>(
         Base::Send => &mut bufs[rank].send,
         Base::Recv => &mut bufs[rank].recv,
         Base::Scratch => &mut st[rank].scratch,
-        Base::Shm => unreachable!("shared-memory schedules are not simulated"),
+        Base::Shm => seg,
     }
 }
 
@@ -142,13 +143,14 @@ fn check(len: usize, off: isize, n: usize, what: &str, rank: usize) -> Result<us
 fn read(
     bufs: &mut [Bufs],
     st: &mut [RankState],
+    seg: &mut Vec<u8>,
     s: &Schedule,
     rank: usize,
     d: &Data,
 ) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     for (off, n) in ranges(s, d)? {
-        let b = buf(bufs, st, rank, d.addr.base);
+        let b = buf(bufs, st, seg, rank, d.addr.base);
         let o = check(b.len(), off, n, "read", rank)?;
         out.extend_from_slice(&b[o..o + n]);
     }
@@ -158,6 +160,7 @@ fn read(
 fn write(
     bufs: &mut [Bufs],
     st: &mut [RankState],
+    seg: &mut Vec<u8>,
     s: &Schedule,
     rank: usize,
     d: &Data,
@@ -173,7 +176,7 @@ fn write(
     }
     let mut at = 0;
     for (off, n) in rs {
-        let b = buf(bufs, st, rank, d.addr.base);
+        let b = buf(bufs, st, seg, rank, d.addr.base);
         let o = check(b.len(), off, n, "write", rank)?;
         b[o..o + n].copy_from_slice(&bytes[at..at + n]);
         at += n;
@@ -327,7 +330,40 @@ pub fn simulate(
     mode: Mode,
     seed: u64,
 ) -> Result<(Stats, Vec<bool>, Option<String>), String> {
+    simulate_on(scheds, bufs, mode, seed, 0)
+}
+
+/// Runs the shared-memory schedules of one collective instance (`algo::shm`,
+/// `algo::single`) over real bytes: a segment region of `seg_len` bytes shared by every
+/// rank, each rank's flag (the highest phase it posted: phases only grow, as the engine's
+/// sequence counters), claims and releases as no-ops (one instance), an `Expose` as a
+/// token in the slot that a `Fetch` resolves to the exposing rank's buffer. Beyond
+/// [`run`]'s checks: a `Fetch` must name the rank whose token it reads, and must not read
+/// the memory of a rank whose schedule has ended (its buffers are the caller's again).
+pub fn run_shm(
+    scheds: &[Schedule],
+    bufs: &mut [Bufs],
+    seg_len: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let (_, _, stuck) = simulate_on(scheds, bufs, Mode::Eager, seed, seg_len)?;
+    stuck.map_or(Ok(()), Err)
+}
+
+fn simulate_on(
+    scheds: &[Schedule],
+    bufs: &mut [Bufs],
+    mode: Mode,
+    seed: u64,
+    seg_len: usize,
+) -> Result<(Stats, Vec<bool>, Option<String>), String> {
     let p = scheds.len();
+    let mut seg = vec![0x5a_u8; seg_len];
+    // the highest phase each rank posted, the Watches not yet satisfied, and what each
+    // Expose token stands for (the exposing rank, the address)
+    let mut flags = vec![0u8; p];
+    let mut watching: Vec<(usize, u32)> = Vec::new();
+    let mut exposed: Vec<(usize, Addr)> = Vec::new();
     assert_eq!(bufs.len(), p);
     for (rank, s) in scheds.iter().enumerate() {
         check_races(s).map_err(|e| format!("rank {rank} ({}): {e}", s.algorithm))?;
@@ -406,7 +442,7 @@ pub fn simulate(
                             let key = (rank, peer as usize, tag_offset);
                             stats.sends[rank] += 1;
                             let data_now = if mode == Mode::Eager {
-                                let d = read(bufs, &mut st, s, rank, &data)?;
+                                let d = read(bufs, &mut st, &mut seg, s, rank, &data)?;
                                 stats.bytes[rank] += d.len();
                                 Some(d)
                             } else {
@@ -437,8 +473,8 @@ pub fn simulate(
                         {
                             return Err(format!("rank {rank}: copy between different sizes"));
                         }
-                        let d = read(bufs, &mut st, s, rank, &src)?;
-                        write(bufs, &mut st, s, rank, &dst, &d)?;
+                        let d = read(bufs, &mut st, &mut seg, s, rank, &src)?;
+                        write(bufs, &mut st, &mut seg, s, rank, &dst, &d)?;
                         complete(&mut st, rank, v);
                     }
                     Action::Reduce {
@@ -449,22 +485,90 @@ pub fn simulate(
                         op,
                     } => {
                         let n = count as usize * elem_size(dt)?;
-                        let a = read(bufs, &mut st, s, rank, &Data::new(src, count, dt))?;
-                        let b = buf(bufs, &mut st, rank, dst.base);
+                        let a = read(bufs, &mut st, &mut seg, s, rank, &Data::new(src, count, dt))?;
+                        let b = buf(bufs, &mut st, &mut seg, rank, dst.base);
                         let o = check(b.len(), dst.off, n, "reduce", rank)?;
                         reduce(&a, &mut b[o..o + n], dt, op, count as usize)?;
                         complete(&mut st, rank, v);
                     }
-                    Action::Nop => complete(&mut st, rank, v),
-                    Action::Post { .. }
-                    | Action::Watch { .. }
-                    | Action::Claim
-                    | Action::Release
-                    | Action::Expose { .. }
-                    | Action::Fetch { .. } => {
-                        return Err("shared-memory schedules are not simulated".into());
+                    Action::Nop | Action::Claim | Action::Release => complete(&mut st, rank, v),
+                    _ if seg_len == 0 => {
+                        return Err("shared-memory schedules run only in `run_shm`".into());
+                    }
+                    Action::Post { phase } => {
+                        flags[rank] = flags[rank].max(phase);
+                        complete(&mut st, rank, v);
+                    }
+                    Action::Watch { .. } => watching.push((rank, v)),
+                    Action::Expose { src, at } => {
+                        exposed.push((rank, src));
+                        let token = (exposed.len() as u64).to_ne_bytes();
+                        let o = check(seg.len(), at.off, 8, "expose", rank)?;
+                        if at.base != Base::Shm {
+                            return Err(format!(
+                                "rank {rank}: an address exposed outside the slots"
+                            ));
+                        }
+                        seg[o..o + 8].copy_from_slice(&token);
+                        complete(&mut st, rank, v);
+                    }
+                    Action::Fetch {
+                        peer,
+                        at,
+                        off,
+                        dst,
+                        bytes,
+                    } => {
+                        let o = check(seg.len(), at.off, 8, "fetch", rank)?;
+                        let token = u64::from_ne_bytes(seg[o..o + 8].try_into().unwrap());
+                        let Some(&(owner, src)) =
+                            (token as usize).checked_sub(1).and_then(|i| exposed.get(i))
+                        else {
+                            return Err(format!(
+                                "rank {rank}: a fetch from rank {peer} finds no address"
+                            ));
+                        };
+                        if owner != peer as usize {
+                            return Err(format!(
+                                "rank {rank}: a fetch from rank {peer} reads rank {owner}'s address"
+                            ));
+                        }
+                        if st[owner].done == scheds[owner].len() {
+                            return Err(format!(
+                                "rank {rank}: reads rank {owner}'s memory after its call returned"
+                            ));
+                        }
+                        let n = bytes as usize;
+                        let from = buf(bufs, &mut st, &mut seg, owner, src.base);
+                        let fo = check(from.len(), src.off + off as isize, n, "fetched", owner)?;
+                        let d = from[fo..fo + n].to_vec();
+                        let to = buf(bufs, &mut st, &mut seg, rank, dst.base);
+                        let t = check(to.len(), dst.off, n, "fetch into", rank)?;
+                        to[t..t + n].copy_from_slice(&d);
+                        complete(&mut st, rank, v);
                     }
                 }
+            }
+        }
+        // Watches whose flags arrived
+        let mut k = 0;
+        while k < watching.len() {
+            let (rank, v) = watching[k];
+            let Action::Watch { peer, phase } = scheds[rank].actions[v as usize] else {
+                unreachable!()
+            };
+            let seen = |r: usize| flags[r] >= phase;
+            let ok = if peer == super::ALL_PEERS {
+                (0..p).filter(|&r| r != rank).all(seen)
+            } else {
+                peer >= 0 && (peer as usize) < p && seen(peer as usize)
+            };
+            if ok {
+                watching.swap_remove(k);
+                complete(&mut st, rank, v);
+                progressed = true;
+            } else {
+                k += 1;
             }
         }
         // match heads of channels
@@ -486,7 +590,7 @@ pub fn simulate(
                         let Action::Send { data, .. } = s.actions[m.action as usize] else {
                             unreachable!()
                         };
-                        let d = read(bufs, &mut st, s, m.rank, &data)?;
+                        let d = read(bufs, &mut st, &mut seg, s, m.rank, &data)?;
                         stats.bytes[m.rank] += d.len();
                         complete(&mut st, m.rank, m.action);
                         d
@@ -496,7 +600,7 @@ pub fn simulate(
                 let Action::Recv { data: rd, .. } = s.actions[rv as usize] else {
                     unreachable!()
                 };
-                write(bufs, &mut st, s, rrank, &rd, &data)?;
+                write(bufs, &mut st, &mut seg, s, rrank, &rd, &data)?;
                 complete(&mut st, rrank, rv);
                 progressed = true;
             }

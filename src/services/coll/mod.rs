@@ -619,6 +619,14 @@ impl<'a> Ctx<'a> {
             Coll::Scatter | Coll::Alltoall => bytes.saturating_mul(n),
             Coll::Reduce | Coll::Allreduce | Coll::Scan | Coll::Exscan => span(count),
             Coll::ReduceScatterBlock => span(count.saturating_mul(n)),
+            // (every rank's whole operand: `bytes` is all the blocks' bytes)
+            Coll::ReduceScatter => self.red.get().map_or(i64::MAX, |(ti, _)| {
+                if ti.size == 0 {
+                    0
+                } else {
+                    ti.span(bytes / ti.size)
+                }
+            }),
             // only the root (each pair) knows the blocks: no size all ranks agree on, so as
             // large as any, and the choice does not depend on it (single copy, where forced)
             _ if !select::spec_of(coll).sized => i64::MAX,
@@ -654,7 +662,7 @@ impl<'a> Ctx<'a> {
         let auto = transport == Transport::Auto && allowed == Some(false);
         // beyond the slot, or from `SHIM_SHM_SINGLE_COPY`, one copy from the others' memory
         // (`algo::single`), where the collective has it and the node allows it (below)
-        // (Reduce_scatter has single copy only: whatever size, it is as if beyond the slot)
+        // (the v and w forms: as if beyond the slot, see `mixed` below)
         let big = footprint > cfg.slot as i64 || !select::copy_in_out_serves(coll);
         // (a reduction reads its operands' slices in place: a datatype without holes; it
         // stages one with holes, `algo::single::reduction_serves`: `auto` takes that with

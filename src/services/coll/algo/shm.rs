@@ -364,6 +364,27 @@ pub fn reduce_scatter_block(sl: Slots, me: Rank, red: &Reduction, inplace: bool)
     b.finish()
 }
 
+/// Reduce_scatter: every rank's operand is the blocks of all ranks, `counts` elements
+/// each, one after another; rank r combines block r of every slot into its receive buffer
+/// (`red.count` is its own block's count).
+pub fn reduce_scatter(
+    sl: Slots,
+    me: Rank,
+    red: &Reduction,
+    counts: &[i64],
+    inplace: bool,
+) -> Schedule {
+    let mut b = Builder::new("shm:copy-in-out");
+    let c = b.claim();
+    let total = counts.iter().sum();
+    let p = put_operand(&mut b, sl, me, red, operand(inplace), total, c);
+    let w = b.watch(ALL_PEERS, PUT, &[p]);
+    let first = counts[..me.rank as usize].iter().sum();
+    let last = combine_whole(&mut b, sl, red, 0..me.size, first, &[w]);
+    b.release(&[last.unwrap_or(w)]);
+    b.finish()
+}
+
 /// Scan (`exclusive`: Exscan): rank r combines the slots of ranks 0..=r (0..r).
 pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool) -> Schedule {
     let mut b = Builder::new("shm:copy-in-out");
@@ -381,7 +402,78 @@ pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool
 
 #[cfg(test)]
 mod tests {
-    use super::slice;
+    use super::*;
+    use crate::core::sched::sim::{self, Bufs};
+    use crate::services::coll::algo::reduce::tests::{expect, input, reduction};
+
+    /// Reduce_scatter through the slots, every rank's schedule run over real bytes
+    /// (`sim::run_shm`): blocks of different sizes (empty ones too), commutative and not
+    /// (combined in rank order), in place or not.
+    #[test]
+    fn reduce_scatter_combines_each_block_of_every_slot_in_rank_order() {
+        for p in 1..=5i32 {
+            for shape in 0..4 {
+                let counts: Vec<i64> = (0..p as i64).map(|r| (r * 3 + shape) % 5).collect();
+                let total: i64 = counts.iter().sum();
+                for commutative in [true, false] {
+                    for inplace in [false, true] {
+                        let what = format!(
+                            "{p} ranks, counts {counts:?}, commutative {commutative}, in place {inplace}"
+                        );
+                        let operand = |r: usize| -> Vec<u64> {
+                            (0..total as usize)
+                                .map(|i| input(commutative, r, i))
+                                .collect()
+                        };
+                        let mut bufs: Vec<Bufs> = (0..p as usize)
+                            .map(|r| {
+                                let mine = sim::to_bytes(&operand(r));
+                                if inplace {
+                                    Bufs {
+                                        send: Vec::new(),
+                                        recv: mine,
+                                    }
+                                } else {
+                                    Bufs {
+                                        send: mine,
+                                        recv: vec![0u8; 8 * counts[r] as usize],
+                                    }
+                                }
+                            })
+                            .collect();
+                        let sl = Slots {
+                            cell: 64 + 1024,
+                            data: 64,
+                        };
+                        let scheds: Vec<Schedule> = (0..p)
+                            .map(|r| {
+                                let red = reduction(counts[r as usize], commutative);
+                                reduce_scatter(
+                                    sl,
+                                    Rank { rank: r, size: p },
+                                    &red,
+                                    &counts,
+                                    inplace,
+                                )
+                            })
+                            .collect();
+                        sim::run_shm(&scheds, &mut bufs, (sl.cell * p as i64) as usize, 3)
+                            .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        let mut first = 0;
+                        for r in 0..p as usize {
+                            let n = counts[r] as usize;
+                            let got = sim::from_bytes(&bufs[r].recv[..8 * n]);
+                            let want: Vec<u64> = (first..first + n)
+                                .map(|i| expect(commutative, 0, p as usize - 1, i))
+                                .collect();
+                            assert_eq!(got, want, "rank {r}: {what}");
+                            first += n;
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn slices_cover_every_element_once_in_order() {

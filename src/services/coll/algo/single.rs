@@ -923,14 +923,14 @@ fn reduce_own(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::sched::timing;
+    use crate::core::sched::sim::{self, Bufs};
     use crate::platform::abi::MPI_BYTE;
 
-    /// Byte blocks of the given sizes, one after another in one buffer (`at`: send or
-    /// receive).
-    fn blocks(at: fn(i64) -> Addr, sizes: &[i64]) -> Vec<Block> {
+    /// Byte blocks of the given sizes, one after another from `from` bytes into a buffer
+    /// (`at`: send or receive).
+    fn blocks_at(at: fn(i64) -> Addr, from: i64, sizes: &[i64]) -> Vec<Block> {
         let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
-        let mut off = 0;
+        let mut off = from;
         sizes
             .iter()
             .map(|&n| {
@@ -941,9 +941,34 @@ mod tests {
             .collect()
     }
 
-    /// Runs the schedule `build` gives each of `p` ranks on one node through the timing
-    /// simulator: an error is a deadlock (a rank waiting for a phase nobody posts).
-    fn finishes(p: i32, build: impl Fn(Slots, Rank) -> Schedule) -> Result<f64, String> {
+    fn blocks(at: fn(i64) -> Addr, sizes: &[i64]) -> Vec<Block> {
+        blocks_at(at, 0, sizes)
+    }
+
+    /// Byte `i` of the block rank `q` sends rank `r`.
+    fn byte(q: i32, r: i32, i: i64) -> u8 {
+        (q as i64 * 37 + r as i64 * 11 + i * 3 + 1) as u8
+    }
+
+    /// The bytes of the blocks from ranks `from` to rank `r`, one after another.
+    fn expect(from: impl Iterator<Item = i32>, r: i32, size: impl Fn(i32) -> i64) -> Vec<u8> {
+        from.flat_map(|q| (0..size(q)).map(move |i| byte(q, r, i)))
+            .collect()
+    }
+
+    /// The bytes of the blocks rank `q` sends ranks `to`, one after another.
+    fn sends(q: i32, to: impl Iterator<Item = i32>, size: impl Fn(i32) -> i64) -> Vec<u8> {
+        to.flat_map(|r| (0..size(r)).map(move |i| byte(q, r, i)))
+            .collect()
+    }
+
+    /// Runs every rank's schedule of one instance on one node over real bytes
+    /// (`sim::run_shm`: slots of 1 KiB after 64 bytes of flag).
+    fn run(
+        p: i32,
+        bufs: &mut [Bufs],
+        build: impl Fn(Slots, Rank) -> Schedule,
+    ) -> Result<(), String> {
         let sl = Slots {
             cell: 64 + 1024,
             data: 64,
@@ -951,10 +976,12 @@ mod tests {
         let scheds: Vec<Schedule> = (0..p)
             .map(|r| build(sl, Rank { rank: r, size: p }))
             .collect();
-        let node_of = vec![0; p as usize];
-        let local_of: Vec<u32> = (0..p as u32).collect();
-        let lv = super::super::scaling::params("emulated")?;
-        timing::simulate(&scheds, &node_of, &local_of, &lv).map(|o| o.max)
+        sim::run_shm(
+            &scheds,
+            bufs,
+            (sl.cell * p as i64) as usize,
+            p as u64 * 7 + 1,
+        )
     }
 
     /// Sizes of the block from rank q to rank r: empty, through the slot and by address
@@ -963,72 +990,219 @@ mod tests {
         [0, 8, 100, 300, 1000, 5000][((q * 7 + r * 3 + seed) % 6) as usize]
     }
 
+    /// The v and w forms (and the fixed forms through the same functions), every rank's
+    /// schedule run over real bytes: blocks through the slots, by address and empty mixed,
+    /// every root, in place or not. A rank reading a block from the wrong place, a sender
+    /// returning while a reader still reads its memory, or a reader never saying it is
+    /// done fails it.
     #[test]
-    fn the_v_forms_blocks_take_either_way_and_every_wait_ends() {
+    fn the_v_forms_deliver_every_block_whichever_way_it_takes() {
         for p in 1..=5 {
             for seed in 0..6 {
                 for max in [-1, 0, 64, 4096, i64::MAX] {
                     let inline = Inline { max };
                     let what = format!("{p} ranks, seed {seed}, inline {max}");
-                    let send_to =
-                        |q: i32| -> Vec<i64> { (0..p).map(|r| size(q, r, seed)).collect() };
-                    let recv_from =
-                        |r: i32| -> Vec<i64> { (0..p).map(|q| size(q, r, seed)).collect() };
+                    let sz = |q: i32, r: i32| size(q, r, seed);
                     for root in 0..p {
-                        let gather = finishes(p, |sl, me| {
-                            let mine = size(me.rank, root, seed);
-                            let send = blocks(Addr::send, &[mine]).pop();
-                            gather(
-                                sl,
-                                me,
-                                send,
-                                &blocks(Addr::recv, &recv_from(root)),
-                                root,
-                                inline,
-                            )
-                        });
-                        assert!(gather.is_ok(), "Gatherv to {root}, {what}: {gather:?}");
-                        let scatter = finishes(p, |sl, me| {
-                            let recv = blocks(Addr::recv, &[size(root, me.rank, seed)]).pop();
-                            scatterv(
-                                sl,
-                                me,
-                                &blocks(Addr::send, &send_to(root)),
-                                recv,
-                                root,
-                                inline,
-                            )
-                        });
-                        assert!(scatter.is_ok(), "Scatterv from {root}, {what}: {scatter:?}");
+                        for inplace in [false, true] {
+                            // Gatherv: rank q's block of size(q, root) bytes
+                            let mut bufs: Vec<Bufs> = (0..p)
+                                .map(|q| Bufs {
+                                    send: sends(q, core::iter::once(root), |r| sz(q, r)),
+                                    recv: if q == root {
+                                        let mut v = vec![
+                                            0u8;
+                                            (0..p).map(|x| sz(x, root)).sum::<i64>()
+                                                as usize
+                                        ];
+                                        if inplace {
+                                            let at: i64 = (0..root).map(|x| sz(x, root)).sum();
+                                            let own = sends(root, core::iter::once(root), |r| {
+                                                sz(root, r)
+                                            });
+                                            v[at as usize..at as usize + own.len()]
+                                                .copy_from_slice(&own);
+                                        }
+                                        v
+                                    } else {
+                                        Vec::new()
+                                    },
+                                })
+                                .collect();
+                            run(p, &mut bufs, |sl, me| {
+                                let sizes: Vec<i64> = (0..p).map(|q| sz(q, root)).collect();
+                                let send = (!(inplace && me.rank == root))
+                                    .then(|| blocks(Addr::send, &[sz(me.rank, root)])[0]);
+                                let recv = if me.rank == root {
+                                    blocks(Addr::recv, &sizes)
+                                } else {
+                                    Vec::new()
+                                };
+                                gather(sl, me, send, &recv, root, inline)
+                            })
+                            .unwrap_or_else(|e| {
+                                panic!("Gatherv to {root} (in place {inplace}), {what}: {e}")
+                            });
+                            assert_eq!(
+                                bufs[root as usize].recv,
+                                expect(0..p, root, |q| sz(q, root)),
+                                "Gatherv to {root} (in place {inplace}), {what}"
+                            );
+                            // Scatterv: the root's block for r of size(root, r) bytes
+                            let mut bufs: Vec<Bufs> = (0..p)
+                                .map(|q| Bufs {
+                                    send: if q == root {
+                                        sends(root, 0..p, |r| sz(root, r))
+                                    } else {
+                                        Vec::new()
+                                    },
+                                    recv: vec![0u8; sz(root, q) as usize],
+                                })
+                                .collect();
+                            run(p, &mut bufs, |sl, me| {
+                                let sizes: Vec<i64> = (0..p).map(|r| sz(root, r)).collect();
+                                let send = if me.rank == root {
+                                    blocks(Addr::send, &sizes)
+                                } else {
+                                    Vec::new()
+                                };
+                                let recv = (!(inplace && me.rank == root))
+                                    .then(|| blocks(Addr::recv, &[sz(root, me.rank)])[0]);
+                                scatterv(sl, me, &send, recv, root, inline)
+                            })
+                            .unwrap_or_else(|e| {
+                                panic!("Scatterv from {root} (in place {inplace}), {what}: {e}")
+                            });
+                            for r in (0..p).filter(|&r| !(inplace && r == root)) {
+                                assert_eq!(
+                                    bufs[r as usize].recv,
+                                    sends(root, core::iter::once(r), |x| sz(root, x)),
+                                    "Scatterv from {root} to {r}, {what}"
+                                );
+                            }
+                        }
                     }
                     for inplace in [false, true] {
-                        let all = finishes(p, |sl, me| {
-                            // (in place both ways: what a rank sends r is what it gets from r)
-                            let sym = |q: i32, r: i32| size(q.min(r), q.max(r), seed);
-                            let recv: Vec<i64> = (0..p).map(|q| sym(q, me.rank)).collect();
-                            let send: Vec<i64> = if inplace {
-                                recv.clone()
+                        // Allgatherv: rank q's block of size(q, 0) bytes (byte(q, 0, i))
+                        let each = |q: i32| sz(q, 0);
+                        let total: i64 = (0..p).map(each).sum();
+                        let mut bufs: Vec<Bufs> = (0..p)
+                            .map(|q| {
+                                let own = sends(q, core::iter::once(0), |_| each(q));
+                                let mut recv = vec![0u8; total as usize];
+                                if inplace {
+                                    let at = (0..q).map(each).sum::<i64>() as usize;
+                                    recv[at..at + own.len()].copy_from_slice(&own);
+                                }
+                                Bufs { send: own, recv }
+                            })
+                            .collect();
+                        run(p, &mut bufs, |sl, me| {
+                            let sizes: Vec<i64> = (0..p).map(each).collect();
+                            let send = (!inplace).then(|| blocks(Addr::send, &[each(me.rank)])[0]);
+                            allgather(sl, me, send, &blocks(Addr::recv, &sizes), inline)
+                        })
+                        .unwrap_or_else(|e| panic!("Allgatherv (in place {inplace}), {what}: {e}"));
+                        for r in 0..p {
+                            assert_eq!(
+                                bufs[r as usize].recv,
+                                expect(0..p, 0, each),
+                                "Allgatherv at {r}, {what}"
+                            );
+                        }
+                        // Alltoallv: size(q, r) bytes from q to r; in place both ways alike
+                        let pair = |q: i32, r: i32| {
+                            if inplace {
+                                sz(q.min(r), q.max(r))
                             } else {
-                                send_to(me.rank)
-                            };
-                            let recv = if inplace { recv } else { recv_from(me.rank) };
+                                sz(q, r)
+                            }
+                        };
+                        let mut bufs: Vec<Bufs> = (0..p)
+                            .map(|q| {
+                                let out = sends(q, 0..p, |r| pair(q, r));
+                                if inplace {
+                                    // the buffer holds what goes out, and the own block stays
+                                    Bufs {
+                                        send: Vec::new(),
+                                        recv: out,
+                                    }
+                                } else {
+                                    let n = (0..p).map(|x| pair(x, q)).sum::<i64>() as usize;
+                                    Bufs {
+                                        send: out,
+                                        recv: vec![0u8; n],
+                                    }
+                                }
+                            })
+                            .collect();
+                        run(p, &mut bufs, |sl, me| {
+                            let out: Vec<i64> = (0..p).map(|r| pair(me.rank, r)).collect();
+                            let inn: Vec<i64> = (0..p).map(|q| pair(q, me.rank)).collect();
                             alltoallv(
                                 sl,
                                 me,
-                                &blocks(Addr::send, &send),
-                                &blocks(Addr::recv, &recv),
+                                &blocks(Addr::send, &out),
+                                &blocks(Addr::recv, &inn),
                                 inplace,
                                 inline,
                             )
-                        });
-                        assert!(all.is_ok(), "Alltoallv in place {inplace}, {what}: {all:?}");
+                        })
+                        .unwrap_or_else(|e| panic!("Alltoallv (in place {inplace}), {what}: {e}"));
+                        for r in 0..p {
+                            // in place, this rank's own block is what it sent itself
+                            let got = expect(0..p, r, |q| pair(q, r));
+                            let got = if inplace {
+                                (0..p)
+                                    .flat_map(|q| {
+                                        let from = if q == r { r } else { q };
+                                        (0..pair(q, r)).map(move |i| byte(from, r, i))
+                                    })
+                                    .collect()
+                            } else {
+                                got
+                            };
+                            assert_eq!(
+                                bufs[r as usize].recv, got,
+                                "Alltoallv at {r} (in place {inplace}), {what}"
+                            );
+                        }
                     }
-                    let allgather = finishes(p, |sl, me| {
-                        let each: Vec<i64> = (0..p).map(|q| size(q, 0, seed)).collect();
-                        let send = blocks(Addr::send, &[each[me.rank as usize]]).pop();
-                        allgather(sl, me, send, &blocks(Addr::recv, &each), inline)
-                    });
-                    assert!(allgather.is_ok(), "Allgatherv, {what}: {allgather:?}");
+                }
+            }
+        }
+    }
+
+    /// The fixed forms' single copy (every block by address, or none when empty): Alltoall
+    /// from one run of blocks, Scatter and Bcast.
+    #[test]
+    fn the_fixed_forms_single_copy_delivers() {
+        for p in 1..=5 {
+            for block in [0i64, 8, 3000] {
+                let mut bufs: Vec<Bufs> = (0..p)
+                    .map(|q| Bufs {
+                        send: sends(q, 0..p, |_| block),
+                        recv: vec![0u8; (block * p as i64) as usize],
+                    })
+                    .collect();
+                run(p, &mut bufs, |sl, me| {
+                    let each = vec![block; p as usize];
+                    alltoall(
+                        sl,
+                        me,
+                        &blocks(Addr::send, &each),
+                        &blocks(Addr::recv, &each),
+                        false,
+                        block,
+                    )
+                })
+                .unwrap_or_else(|e| panic!("Alltoall of {block} B at {p} ranks: {e}"));
+                for r in 0..p {
+                    assert_eq!(
+                        bufs[r as usize].recv,
+                        expect(0..p, r, |_| block),
+                        "Alltoall at {r}"
+                    );
                 }
             }
         }

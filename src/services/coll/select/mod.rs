@@ -712,19 +712,11 @@ pub fn single_copy_serves(coll: Coll) -> bool {
     )
 }
 
-/// Whether `coll` has a copy-in-copy-out algorithm on the segment (`algo::shm`): all that
-/// have a shared-memory one but Reduce_scatter and the v and w forms, which have only
-/// single copy.
+/// Whether `coll` has a copy-in-copy-out algorithm on the segment (`algo::shm`) for all of
+/// its data: all that have a shared-memory one but the v and w forms, whose blocks each
+/// take their own way ([`mixed_serves`]).
 pub fn copy_in_out_serves(coll: Coll) -> bool {
-    !matches!(
-        coll,
-        Coll::ReduceScatter
-            | Coll::Gatherv
-            | Coll::Scatterv
-            | Coll::Allgatherv
-            | Coll::Alltoallv
-            | Coll::Alltoallw
-    )
+    !mixed_serves(coll)
 }
 
 /// Whether `coll` is a v or w form whose blocks each take their own way on the segment
