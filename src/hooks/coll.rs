@@ -784,6 +784,9 @@ fn allgather_common(
     let rblocks = blocks(Addr::recv, &counts, &displs, recvtype, &rti);
     // every rank knows all counts: decide by the average block
     let avg = rblocks.iter().map(|b| b.bytes).sum::<i64>() / c.size() as i64;
+    if coll == Coll::Allgatherv {
+        c.note_largest_block(rblocks.iter().map(|b| b.bytes).max().unwrap_or(0));
+    }
     types.push(recvtype);
     // MPICH 4.0.2's Allgatherv on one process copies the block to displacement 0
     let native_ok = !(coll == Coll::Allgatherv && c.size() == 1 && !inplace && displs[0] != 0);

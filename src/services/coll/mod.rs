@@ -176,6 +176,8 @@ pub struct Ctx<'a> {
     shm_decided: Cell<bool>,
     /// The call runs on the segment with one copy (`algo::single`; set with the ticket).
     single: Cell<bool>,
+    /// Allgatherv's largest block in bytes (every rank knows them all), `-1` elsewhere.
+    largest: Cell<i64>,
     ticket: RefCell<Option<Ticket>>,
     /// The call could use shared memory once the segment exists: its verdict must not be
     /// remembered (`memo`), or the ranks would stop counting alike.
@@ -250,6 +252,7 @@ impl<'a> Ctx<'a> {
             shm_fallback: Cell::new(false),
             shm_decided: Cell::new(false),
             single: Cell::new(false),
+            largest: Cell::new(-1),
             ticket: RefCell::new(None),
             no_memo: Cell::new(false),
             red: Cell::new(None),
@@ -553,6 +556,12 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Notes Allgatherv's largest block (`bytes`), which every rank knows, for
+    /// [`Self::shm_decide`]: where all fit the slots it needs no CMA.
+    pub fn note_largest_block(&self, bytes: i64) {
+        self.largest.set(bytes);
+    }
+
     /// How the blocks of a v or w form travel on the segment (`algo::single::Inline`):
     /// through the slots below `SHIM_SHM_SINGLE_COPY`, by address from there.
     pub fn inline(&self) -> algo::single::Inline {
@@ -772,7 +781,12 @@ impl<'a> Ctx<'a> {
             && single
             && dense
             && node.cma;
-        if single && (node.layout.is_some() || !node.cma) {
+        // Allgatherv without CMA: its blocks all through the slots, where every block fits
+        // (every rank knows them all; `algo::single::Inline`)
+        let inline_only =
+            mixed && (0..=(cfg.slot as i64).min(self.inline().max)).contains(&self.largest.get());
+        if single && (node.layout.is_some() || !node.cma) && !(node.layout.is_none() && inline_only)
+        {
             // no single copy across nodes or where the kernel refused it: the slots take
             // what fits
             single = false;
