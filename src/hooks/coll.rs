@@ -44,11 +44,13 @@ macro_rules! hook {
             // the ordinary path takes the address of a copy: the caller's closure stays in
             // registers on the lane
             None => crate::edge::entry::slow(fid, &{ *$native }, move |$native| {
-                if let Some(rc) = crate::services::coll::lane::hit(fid, way, comm, same) {
+                if let Some(rc) = crate::services::coll::lane::hit(fid, way, comm, $call.variant, same) {
                     return rc;
                 }
-                if memo::hit(fid, way, same) {
-                    return $native();
+                match memo::hit(fid, way, same) {
+                    memo::Hit::Miss => {}
+                    memo::Hit::Native => return $native(),
+                    memo::Hit::Counted => return crate::services::coll::count_again(comm, $native),
                 }
                 // a datatype the program freed: the calls that go native check only some
                 // types first, and MPICH 4.0.2 crashes on a freed one (`core::retain`)
@@ -89,11 +91,13 @@ macro_rules! hook {
         match crate::platform::guard::lane(fid, move |m| m.repeats_with(memo::open(), fid, way, same, same_arrays), $native) {
             Some(rc) => rc,
             None => crate::edge::entry::slow(fid, &{ *$native }, move |$native| {
-                if let Some(rc) = crate::services::coll::lane::hit_with(fid, way, comm, same, same_arrays) {
+                if let Some(rc) = crate::services::coll::lane::hit_with(fid, way, comm, $call.variant, same, same_arrays) {
                     return rc;
                 }
-                if memo::hit_with(fid, way, same, same_arrays) {
-                    return $native();
+                match memo::hit_with(fid, way, same, same_arrays) {
+                    memo::Hit::Miss => {}
+                    memo::Hit::Native => return $native(),
+                    memo::Hit::Counted => return crate::services::coll::count_again(comm, $native),
                 }
                 match Ctx::begin($call, comm, $native) {
                     Err(rc) => rc,

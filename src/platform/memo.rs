@@ -71,7 +71,10 @@ pub const SCHEDULES: u64 = 1;
 /// Outstanding freed packed requests (`request`).
 pub const DETACHED: u64 = 2;
 const FLAGS: u64 = SCHEDULES | DETACHED;
-const EPOCH_UNIT: u64 = FLAGS + 1;
+/// In an entry's stamp only, never in `GATE`: the call was counted where it went native
+/// ([`note_counted`]), so the fast lane never takes it and [`hit`] says so ([`Hit::Counted`]).
+const COUNTED: u64 = FLAGS + 1;
+const EPOCH_UNIT: u64 = COUNTED << 1;
 
 /// Forgets every thread's memo (see the module docs for when).
 pub fn invalidate() {
@@ -450,37 +453,75 @@ impl<'a> Match<'a> {
 /// Whether a call of `fid` whose scalar arguments `same` compares (as for
 /// [`Memo::repeats`]; no arrays) repeats a call that went to the system MPI in this epoch,
 /// on the ordinary path (which advances the pending work itself).
-#[inline]
-pub fn hit(fid: Fid, way: usize, same: impl FnOnce(&mut Words<'_>) -> bool) -> bool {
-    !crate::platform::counters::enabled() && with_memo(|m| m.repeats(epoch(), fid, way, same))
+/// What [`hit`] found for a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hit {
+    Miss,
+    /// The call went to the system MPI and may go there at once.
+    Native,
+    /// As `Native`, after counting it as the call did (`note_counted`).
+    Counted,
 }
 
-/// As [`hit`] for a call with array arguments, which `arrays` compares.
+/// Whether the entry of `fid` and `way` holds this call from the current epoch.
+#[inline]
+fn found(m: &Memo, fid: Fid, way: usize, matches: impl FnOnce(&Memo, u64) -> bool) -> Hit {
+    if crate::platform::counters::enabled() {
+        return Hit::Miss;
+    }
+    let stamp = m.entry(fid as usize, way).stamp.get();
+    if stamp & !COUNTED != epoch() || !matches(m, stamp) {
+        Hit::Miss
+    } else if stamp & COUNTED != 0 {
+        Hit::Counted
+    } else {
+        Hit::Native
+    }
+}
+
+#[inline]
+pub fn hit(fid: Fid, way: usize, same: impl FnOnce(&mut Words<'_>) -> bool) -> Hit {
+    with_memo(|m| found(m, fid, way, |m, stamp| m.repeats(stamp, fid, way, same)))
+}
+
 #[inline]
 pub fn hit_with(
     fid: Fid,
     way: usize,
     same: impl FnOnce(&mut Words<'_>) -> bool,
     arrays: impl FnOnce(&Shape, &mut Match<'_>) -> bool,
-) -> bool {
-    !crate::platform::counters::enabled()
-        && with_memo(|m| m.repeats_with(epoch(), fid, way, same, arrays))
+) -> Hit {
+    with_memo(|m| {
+        found(m, fid, way, |m, stamp| {
+            m.repeats_with(stamp, fid, way, same, arrays)
+        })
+    })
 }
 
 thread_local! {
     static WENT_NATIVE: Cell<bool> = const { Cell::new(false) };
+    static COUNTS: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Before a call's checks and decision: nothing has gone native yet.
 #[inline]
 pub fn arm() {
     WENT_NATIVE.set(false);
+    COUNTS.set(false);
 }
 
 /// The call is being handed to the system MPI (`Ctx::native`).
 #[inline]
 pub fn note_native() {
     WENT_NATIVE.set(true);
+}
+
+/// The call did something besides its verdict that a repeat must do again (it counted
+/// towards a communicator's first non-blocking instance on the segment): remembered, a
+/// repeat is [`Hit::Counted`] and the fast lane leaves it to the hook.
+#[inline]
+pub fn note_counted() {
+    COUNTS.set(true);
 }
 
 /// After a call: remembers it if it went native, succeeded, and its datatypes and
@@ -507,7 +548,8 @@ pub fn store(
     if !(fixed_types && fixed_ops) {
         return;
     }
-    with_memo(|m| m.put(epoch, &key, arrays, shape));
+    let stamp = if COUNTS.get() { epoch | COUNTED } else { epoch };
+    with_memo(|m| m.put(stamp, &key, arrays, shape));
 }
 
 /// The current epoch, to pass to [`store`] (read before the call's checks).
@@ -589,7 +631,16 @@ mod tests {
     }
 
     fn hits(count: usize) -> bool {
-        hit(Fid::MPI_Allreduce, 0, same(&args(count)))
+        hit(Fid::MPI_Allreduce, 0, same(&args(count))) == Hit::Native
+    }
+
+    fn native_with(
+        fid: Fid,
+        way: usize,
+        same: impl FnOnce(&mut Words<'_>) -> bool,
+        arrays: impl FnOnce(&Shape, &mut Match<'_>) -> bool,
+    ) -> bool {
+        hit_with(fid, way, same, arrays) == Hit::Native
     }
 
     #[test]
@@ -598,7 +649,7 @@ mod tests {
         assert!(hits(1));
         assert!(!hits(2), "other arguments");
         assert!(
-            !hit(Fid::MPI_Iallreduce, 0, same(&args(1))),
+            hit(Fid::MPI_Iallreduce, 0, same(&args(1))) == Hit::Miss,
             "another function in the same slot"
         );
         // a failed call, a derived datatype, or a call that ran a schedule: not remembered
@@ -645,42 +696,42 @@ mod tests {
         let c = |p: &[i32]| Counts::I32(p.as_ptr());
         let mut seen = None;
         // SAFETY (all `counts` calls below): the arrays hold the 3 entries read.
-        assert!(hit_with(Fid::MPI_Gatherv, 0, same(&a), |s, m| {
+        assert!(native_with(Fid::MPI_Gatherv, 0, same(&a), |s, m| {
             seen = Some((s.size(), s.rank()));
             unsafe { m.counts(c(&ones), s.size() as usize) }
         }));
         assert_eq!(seen, Some((3, 0)));
         assert!(
-            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
+            !native_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
                 m.counts(c(&twos), 3)
             }),
             "an array changed behind the same pointer"
         );
         assert!(
-            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
+            !native_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
                 m.counts(c(&ones), 2)
             }),
             "fewer entries"
         );
         assert!(
-            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
+            !native_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
                 m.counts(c(&ones), 3) && m.counts(c(&ones), 1)
             }),
             "more entries"
         );
         assert!(
-            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
+            !native_with(Fid::MPI_Gatherv, 0, same(&a), |_, m| unsafe {
                 m.counts(Counts::I32(core::ptr::null()), 3)
             }),
             "a NULL array is not read"
         );
         assert!(
-            !hit_with(Fid::MPI_Gatherv, 0, same(&a), |_, _| false),
+            !native_with(Fid::MPI_Gatherv, 0, same(&a), |_, _| false),
             "arrays that cannot be read"
         );
         let other = [8, 1, 3, 16, 3, 1];
         assert!(
-            !hit_with(Fid::MPI_Gatherv, 0, same(&other), |_, _| panic!(
+            !native_with(Fid::MPI_Gatherv, 0, same(&other), |_, _| panic!(
                 "arrays read for another call"
             )),
             "other scalar arguments: the arrays are not even read"
@@ -716,6 +767,38 @@ mod tests {
         assert!(hits(1, &with_root(1)));
         // an intercommunicator's negative roots have a way too
         assert!(way(MPI_ROOT) < WAYS && way(MPI_PROC_NULL) < WAYS);
+    }
+
+    #[test]
+    fn a_counted_call_is_left_to_the_hook() {
+        // a call that counted towards the segment's first non-blocking instance: its
+        // repeat must count again, which the fast lane cannot do
+        let e = epoch();
+        arm();
+        note_native();
+        note_counted();
+        store(
+            key(Fid::MPI_Iallreduce, &args(9)),
+            &Arrays::NONE,
+            Shape::default(),
+            MPI_SUCCESS,
+            &[MPI_DOUBLE()],
+            &[MPI_SUM()],
+            e,
+        );
+        assert_eq!(hit(Fid::MPI_Iallreduce, 0, same(&args(9))), Hit::Counted);
+        assert_eq!(hit(Fid::MPI_Iallreduce, 0, same(&args(8))), Hit::Miss);
+        assert!(!with_memo(|m| m.repeats(
+            open(),
+            Fid::MPI_Iallreduce,
+            0,
+            same(&args(9))
+        )));
+        // the next call arms afresh: not counted unless it says so
+        remember(9, MPI_SUCCESS, &[MPI_DOUBLE()]);
+        assert!(hits(9));
+        invalidate();
+        assert_eq!(hit(Fid::MPI_Iallreduce, 0, same(&args(9))), Hit::Miss);
     }
 
     #[test]

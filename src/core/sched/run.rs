@@ -245,8 +245,10 @@ impl Run {
     }
 
     fn execute(&mut self, v: ActionId) {
-        let sched = Arc::clone(&self.sched);
-        match sched.actions[v as usize] {
+        // (a copy: the shared-memory actions take no reference count; the messages, which
+        // ask the schedule about their channel, one)
+        let action = self.sched.actions[v as usize];
+        match action {
             Action::Send {
                 data,
                 peer,
@@ -257,13 +259,14 @@ impl Run {
                 peer,
                 tag_offset,
             } => {
+                let sched = Arc::clone(&self.sched);
                 if let Some(p) = sched.has_prev_on_channel(v) {
                     if self.state[p as usize] < POSTED {
                         self.state[v as usize] = BLOCKED;
                         return;
                     }
                 }
-                let send = matches!(sched.actions[v as usize], Action::Send { .. });
+                let send = matches!(action, Action::Send { .. });
                 let tag = self.tag + tag_offset;
                 let rc = if self.wire.is_some() {
                     self.post_wire(send, data, peer, tag, v)
@@ -334,9 +337,7 @@ impl Run {
             }
             Action::Expose { .. } | Action::Fetch { .. } => {
                 let rc = match &self.shm {
-                    Some((node, _)) => {
-                        single_copy(&sched.actions[v as usize], node, |a| self.addr(a))
-                    }
+                    Some((node, _)) => single_copy(&action, node, |a| self.addr(a)),
                     None => return self.no_segment(),
                 };
                 self.local_done(v, rc);
@@ -575,8 +576,8 @@ impl Run {
     fn complete(&mut self, v: ActionId) {
         self.state[v as usize] = DONE;
         self.done += 1;
-        let sched = Arc::clone(&self.sched);
-        for &s in sched.successors(v) {
+        // (the fields apart: no reference count taken per action)
+        for &s in self.sched.successors(v) {
             let r = &mut self.remaining[s as usize];
             *r -= 1;
             if *r == 0 {

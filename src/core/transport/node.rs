@@ -422,7 +422,7 @@ impl Node {
     /// Publishes this rank's flag at `value` in `region`; first, if the application called
     /// the library since this process's last collective on a segment, lets the library
     /// run once (its messages go out) and marks the cell so that the watching ranks let
-    /// theirs run at the end of the collective (`transport::LIBRARY_TRAFFIC`).
+    /// theirs run at the end of the collective (`transport::take_library_traffic`).
     pub fn post(&self, region: *mut u8, value: u32) {
         if super::take_library_traffic() {
             self.drive();

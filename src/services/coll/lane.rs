@@ -1,12 +1,13 @@
 //! Layer: services. May use: core, platform.
 //!
-//! The node transport's counterpart of `platform::memo`: a per-thread memo of blocking
-//! collective calls that ran on the communicator's shared-memory segment with a cached
-//! schedule ([`Ctx::launch`](super::Ctx::launch) offers them, the hook stores them). A call
-//! that repeats one of them (same function, communicator and scalar arguments, compared as
-//! the memo compares them) takes the next instance of the blocking channel and runs the
-//! remembered schedule at once: the communicator lookup, the argument checks, the decision
-//! and the schedule cache would all come out the same.
+//! The node transport's counterpart of `platform::memo`: a per-thread memo of blocking and
+//! non-blocking collective calls that ran on the communicator's shared-memory segment with
+//! a cached schedule ([`Ctx::launch`](super::Ctx::launch) offers them, the hook stores
+//! them). A call that repeats one of them (same function, communicator and scalar
+//! arguments, compared as the memo compares them) takes the next instance of its channel
+//! and runs the remembered schedule at once (a blocking call inline, a non-blocking one as
+//! a request the progress engine advances): the communicator lookup, the argument checks,
+//! the decision and the schedule cache would all come out the same.
 //!
 //! Why the ranks still agree: each rank's decision to use the segment depends only on the
 //! arguments the standard makes equal on every rank, the configuration, the communicator's
@@ -25,8 +26,10 @@ use core::ffi::{c_int, c_void};
 use std::sync::{Arc, Weak};
 
 use crate::core::comm::CommState;
-use crate::core::progress;
+use crate::core::progress::{self, RunCell};
+use crate::core::request;
 use crate::core::sched::Schedule;
+use crate::core::sched::run::Run;
 use crate::core::transport::node::{self, Node};
 use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
@@ -46,6 +49,8 @@ pub(super) struct Remembered {
     pub sched: Arc<Schedule>,
     pub send: usize,
     pub recv: usize,
+    /// An `I*` call's: a repeat numbers its instance on the non-blocking channel.
+    pub nonblocking: bool,
 }
 
 struct Entry {
@@ -89,9 +94,10 @@ pub fn hit(
     fid: Fid,
     way: usize,
     comm: MPI_Comm,
+    variant: super::Variant,
     same: impl FnOnce(&mut Words<'_>) -> bool,
 ) -> Option<c_int> {
-    hit_with(fid, way, comm, same, |_, _| true)
+    hit_with(fid, way, comm, variant, same, |_, _| true)
 }
 
 /// As [`hit`] for a call with array arguments (a v or w form), which `arrays` compares
@@ -101,6 +107,7 @@ pub fn hit_with(
     fid: Fid,
     way: usize,
     comm: MPI_Comm,
+    variant: super::Variant,
     same: impl FnOnce(&mut Words<'_>) -> bool,
     arrays: impl FnOnce(&Shape, &mut Match<'_>) -> bool,
 ) -> Option<c_int> {
@@ -123,6 +130,9 @@ pub fn hit_with(
         let r = run.as_ref()?;
         // (before the instance is taken: a miss must leave both as they were)
         let state = r.comm.upgrade()?;
+        if r.nonblocking {
+            return start(fid, comm, variant, r, state);
+        }
         let place = r.node.next(node::BLOCKING);
         let _ = state.next_tag(true);
         drop(state);
@@ -149,6 +159,45 @@ pub fn hit_with(
     })
     .ok()
     .flatten()
+}
+
+/// Starts a remembered non-blocking call as `Ctx::launch` does: the next instance
+/// counted on the non-blocking channel (as `Ctx::shm_decide` counts it: every instance from
+/// the segment's first one on runs there, so this one does), a run on it, a request.
+fn start(
+    fid: Fid,
+    comm: MPI_Comm,
+    variant: super::Variant,
+    r: &Remembered,
+    state: Arc<CommState>,
+) -> Option<c_int> {
+    let super::Variant::Nonblocking(req) = variant else {
+        return None;
+    };
+    if req.is_null() {
+        // the ordinary path raises it
+        return None;
+    }
+    let i = state
+        .nb_eligible
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let place = r
+        .node
+        .place(node::NONBLOCKING, i.wrapping_sub(r.node.nb_from));
+    let tag = state.next_tag(false);
+    let run = Run::new(
+        Arc::clone(&r.sched),
+        state,
+        tag,
+        r.send as *const c_void,
+        r.recv as *mut c_void,
+    )
+    .in_shm(Arc::clone(&r.node), place);
+    let cell = RunCell::new(run);
+    progress::submit(&cell);
+    // SAFETY: a non-NULL request pointer from the application.
+    unsafe { *req = request::insert_nonblocking(cell, comm, fid) };
+    Some(MPI_SUCCESS)
 }
 
 /// Before a call's checks and decision: nothing offered yet.

@@ -142,6 +142,18 @@ pub fn return_code(outcome: Result<Done, Raised>) -> c_int {
     }
 }
 
+/// A remembered non-blocking call that counted towards its communicator's first instance
+/// on the segment (`Ctx::shm_decide`, `memo::Hit::Counted`) counts again and goes to the
+/// system MPI: every rank must number those calls alike, whichever of its calls the memo
+/// kept. The memo is emptied when the segment is set up, so the count is still open.
+pub fn count_again(comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
+    if let Ok(st) = crate::core::comm::get(comm) {
+        st.nb_eligible
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    native()
+}
+
 /// `SHIM_TRANSPORT` and `SHIM_SHM_*`, handed over at init.
 static TRANSPORT: std::sync::OnceLock<(Transport, ShmConfig)> = std::sync::OnceLock::new();
 
@@ -463,6 +475,7 @@ impl<'a> Ctx<'a> {
                                 sched,
                                 send: send as usize,
                                 recv: recv as usize,
+                                nonblocking: false,
                             });
                         }
                         return Ok(Done::Scheduled);
@@ -491,6 +504,18 @@ impl<'a> Ctx<'a> {
                 }
                 crate::platform::counters::note_path(self.call.fid, "schedule", path);
                 let shm = sched.shm;
+                if shm && cacheable {
+                    if let Some(Ticket::Place(node, _)) = &*self.ticket.borrow() {
+                        lane::offer(lane::Remembered {
+                            comm: Arc::downgrade(&self.st),
+                            node: Arc::clone(node),
+                            sched: Arc::clone(&sched),
+                            send: send as usize,
+                            recv: recv as usize,
+                            nonblocking: true,
+                        });
+                    }
+                }
                 let mut run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -736,7 +761,11 @@ impl<'a> Ctx<'a> {
         };
         if let NodeState::Counting(n) = &mut *g {
             if form == select::Form::Nonblocking {
+                // remembered, a repeat counts again (`count_again`): a program whose
+                // non-blocking calls repeat pays the decision once, not on every call
                 count_nb();
+                memo::note_counted();
+                return false;
             }
             self.no_memo.set(true);
             if form != select::Form::Blocking {
