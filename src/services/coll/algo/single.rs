@@ -251,11 +251,7 @@ pub fn gather(
             }
         }
     }
-    let by_address = recv
-        .iter()
-        .enumerate()
-        .any(|(r, x)| r as i32 != root && !fits(x));
-    let mut b = Builder::new(if by_address { NAME } else { INLINE_NAME });
+    let mut b = Builder::new(INLINE_NAME);
     let mut reads = Vec::new();
     let mut rest = Vec::new();
     if let Some(s) = send {
@@ -281,6 +277,7 @@ pub fn gather(
         // nothing into its cell
         b.release(&rest);
     } else {
+        b.rename(NAME);
         done_reading(&mut b, &reads, &rest);
     }
     b.finish()
@@ -421,14 +418,17 @@ pub fn scatterv(
 /// The end of a rank whose memory the ranks `readers` read: waits until each has said it
 /// is done (all the others: one watch), then releases once `after` is done too.
 fn wait_for(b: &mut Builder, me: Rank, readers: &[i32], after: &[ActionId]) {
-    let mut done = after.to_vec();
-    if readers.is_empty() {
-    } else if readers.len() + 1 == me.size as usize {
-        done.push(b.watch(ALL_PEERS, READ, after));
-    } else {
-        done.extend(readers.iter().map(|&r| b.watch(r, READ, after)));
+    match readers.len() {
+        0 => {
+            b.release(after);
+        }
+        n if n + 1 == me.size as usize => wait_readers(b, ALL_PEERS, READ, after),
+        _ => {
+            let mut done = after.to_vec();
+            done.extend(readers.iter().map(|&r| b.watch(r, READ, after)));
+            b.release(&done);
+        }
     }
-    b.release(&done);
 }
 
 /// The part every rank of Allgather(v) and Alltoall(v, w) shares: reads `recv[r]` from
