@@ -589,9 +589,10 @@ fn main() {
     for f in &funcs {
         writeln!(o, "    \"{}\",", f.category).unwrap();
     }
-    o.push_str("];\n\n/// Whether the function may leave the library work a later shared-memory collective must\n/// let it do: point-to-point, request, RMA and file calls (`core::transport::note_library_call`).\npub static LIBRARY_TRAFFIC: [bool; N_FUNCS] = [\n");
+    o.push_str("];\n\n/// Whether the function may leave the library work a later shared-memory collective must\n/// let it do: point-to-point, RMA and file calls (`core::transport::note_library_call`; the\n/// request calls note it in `hooks::request`, by the request).\npub static LIBRARY_TRAFFIC: [bool; N_FUNCS] = [\n");
     for f in &funcs {
-        let traffic = matches!(f.category.as_str(), "p2p" | "req" | "rma" | "file");
+        // (the request calls note it themselves: not for a collective on the segment)
+        let traffic = matches!(f.category.as_str(), "p2p" | "rma" | "file");
         writeln!(o, "    {traffic},").unwrap();
     }
     o.push_str("];\n\n/// Whether the function has a hand-written hook (otherwise it is a pure forward).\npub static HOOKED: [bool; N_FUNCS] = [\n");

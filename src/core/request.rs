@@ -197,6 +197,34 @@ pub(crate) fn state(h: MPI_Request) -> State {
     }
 }
 
+/// Notes (`transport::note_library_call`) a completion or start call on `h` unless it
+/// cannot leave the library anything to do: a request of the shim's whose schedule has no
+/// messages (a collective on the shared-memory segment). Waiting for such a collective
+/// used to mark the process, and every non-blocking collective on the segment then drove
+/// the library before it published (two probes and a lock, an eighth of an 8-byte
+/// `MPI_Ibcast` and its wait).
+pub(crate) fn note_traffic(h: MPI_Request) {
+    let quiet = match state(h) {
+        State::Running(Pending::Coll(c), _) => !c.has_messages(),
+        _ => h == MPI_REQUEST_NULL(),
+    };
+    if !quiet {
+        crate::core::transport::note_library_call();
+    }
+}
+
+/// [`note_traffic`] for an array of `n` requests (an invalid array: noted).
+pub(crate) fn note_traffic_all(reqs: *const MPI_Request, n: c_int) {
+    if reqs.is_null() || n < 0 {
+        crate::core::transport::note_library_call();
+        return;
+    }
+    // SAFETY: the caller's array of n requests.
+    for i in 0..n as usize {
+        note_traffic(unsafe { *reqs.add(i) });
+    }
+}
+
 pub(crate) fn slot_comm(h: MPI_Request) -> MPI_Comm {
     shim_request_index(h)
         .and_then(|i| {

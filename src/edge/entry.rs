@@ -34,8 +34,8 @@ pub fn run<R>(fid: Fid, hook: impl FnOnce() -> R) -> R {
     crate::platform::watchdog::call(fid as u32);
     crate::platform::counters::count(fid);
     let t0 = crate::platform::counters::start();
-    // point-to-point, request, RMA and file calls may leave messages in the library that
-    // a later shared-memory collective must let move
+    // point-to-point, RMA and file calls (request calls: `hooks::request`, by the request)
+    // may leave messages in the library that a later shared-memory collective must let move
     if crate::platform::api::LIBRARY_TRAFFIC[fid as usize] {
         crate::core::transport::note_library_call();
     }

@@ -21,6 +21,7 @@ pub unsafe fn MPI_Wait(
     } else {
         unsafe { *request }
     };
+    note_traffic(h);
     if crate::core::retain::request_freed(h) {
         return freed_request("MPI_Wait");
     }
@@ -72,6 +73,7 @@ pub unsafe fn MPI_Test(
     } else {
         unsafe { *request }
     };
+    note_traffic(h);
     if crate::core::retain::request_freed(h) {
         return freed_request("MPI_Test");
     }
@@ -109,6 +111,7 @@ pub unsafe fn MPI_Request_get_status(
     status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
+    note_traffic(request);
     if crate::core::retain::request_freed(request) {
         return freed_request("MPI_Request_get_status");
     }
@@ -140,6 +143,7 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request, native: &dyn Fn() -> c
     } else {
         unsafe { *request }
     };
+    note_traffic(h);
     if crate::core::retain::request_freed(h) {
         return freed_request("MPI_Request_free");
     }
@@ -193,6 +197,7 @@ pub unsafe fn MPI_Cancel(request: *mut MPI_Request, native: &dyn Fn() -> c_int) 
     } else {
         unsafe { *request }
     };
+    note_traffic(h);
     if crate::core::retain::request_freed(h) {
         return freed_request("MPI_Cancel");
     }
@@ -217,6 +222,7 @@ pub unsafe fn MPI_Start(request: *mut MPI_Request, native: &dyn Fn() -> c_int) -
     } else {
         unsafe { *request }
     };
+    note_traffic(h);
     if crate::core::retain::request_freed(h) {
         return freed_request("MPI_Start");
     }
@@ -242,6 +248,7 @@ pub unsafe fn MPI_Startall(
     reqs: *mut MPI_Request,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
+    note_traffic_all(reqs, count);
     if reqs.is_null() || count < 0 {
         // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
         return native();
@@ -285,6 +292,7 @@ fn all(
     wait: bool,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
+    note_traffic_all(reqs, count);
     if reqs.is_null() || count < 0 {
         // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
         return native();
@@ -384,6 +392,7 @@ fn any(
     wait: bool,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
+    note_traffic_all(reqs, count);
     if reqs.is_null() || count < 0 {
         // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
         return native();
@@ -513,6 +522,7 @@ fn some(
     wait: bool,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
+    note_traffic_all(reqs, incount);
     if reqs.is_null() || incount < 0 {
         // an invalid array or count: the system MPI reports it (MPI_ERR_ARG, _COUNT)
         return native();

@@ -37,17 +37,26 @@ pub struct RunCell {
     error: AtomicI32,
     /// The progress thread takes this run on (`Schedule::needs_progress`).
     for_thread: bool,
+    /// Its schedule has messages (`Schedule::messages`).
+    messages: bool,
 }
 
 impl RunCell {
     pub fn new(run: Run) -> Arc<RunCell> {
         let for_thread = run.schedule().for_progress_thread();
+        let messages = run.schedule().messages;
         Arc::new(RunCell {
             run: Mutex::new(run),
             done: AtomicBool::new(false),
             error: AtomicI32::new(MPI_SUCCESS),
             for_thread,
+            messages,
         })
+    }
+
+    /// Whether the run sends or receives through the library (or the wire).
+    pub fn has_messages(&self) -> bool {
+        self.messages
     }
 
     pub fn is_done(&self) -> bool {

@@ -211,6 +211,9 @@ pub struct Schedule {
     /// Whether its actions use the communicator's shared-memory segment (a run then needs
     /// its place there, `run::Run::in_shm`).
     pub shm: bool,
+    /// Whether it has messages (`Send`, `Recv`): a run without any leaves the library
+    /// nothing to do (`core::request::library_traffic`).
+    pub messages: bool,
     /// The blocks of each composite datatype (see [`Builder::blocks`]).
     pub composites: Vec<Vec<Part>>,
     /// The MPI datatypes made from `composites`, created on first use.
@@ -716,6 +719,7 @@ impl Builder {
         }
         let retained = retain_objects(&self.actions, &self.composites);
         Schedule {
+            messages: !last.is_empty(),
             shm: self.actions.iter().any(|a| {
                 matches!(
                     a,

@@ -11,7 +11,8 @@ pub mod verbs;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Set by every point-to-point, request, RMA and file call of the application
+/// Set by every point-to-point, RMA and file call of the application, and a request call
+/// on a request that may leave the library work (`core::request::note_traffic`)
 /// ([`note_library_call`]): the library may hold messages of this process that a peer's
 /// progress must take in, or messages from peers this process's progress must. A
 /// collective through the library would run the library's progress at both ends, and
