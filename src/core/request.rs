@@ -24,6 +24,7 @@
 //! kept in a list that later calls complete.
 
 use core::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::core::comm::CommState;
@@ -88,11 +89,34 @@ fn insert(slot: Slot) -> MPI_Request {
             i
         }
         None => {
+            assert!(
+                t.slots.len() < FINISHED,
+                "too many outstanding shim requests"
+            );
             t.slots.push(Some(slot));
             t.slots.len() - 1
         }
     };
     shim_request_handle(i)
+}
+
+/// Handles from this index on name non-blocking collectives that finished without error
+/// inside their call (a collective on the segment often does): no table entry, no run
+/// kept, and a wait on one looks at nothing. `FINISHED` values in turn, so that requests
+/// outstanding at once differ (after that many calls a value comes back; both then
+/// name a finished collective). Every ABI's shim handles and Fortran integers hold
+/// indices up to `2 * FINISHED`.
+const FINISHED: usize = 1 << 24;
+static NEXT_FINISHED: AtomicUsize = AtomicUsize::new(0);
+
+/// A request for a non-blocking collective that finished without error inside its call.
+pub fn insert_finished() -> MPI_Request {
+    let k = NEXT_FINISHED.fetch_add(1, Ordering::Relaxed) % FINISHED;
+    shim_request_handle(FINISHED + k)
+}
+
+fn is_finished(i: usize) -> bool {
+    i >= FINISHED
 }
 
 /// A request for a started non-blocking collective.
@@ -123,7 +147,7 @@ pub fn insert_packed(p: Arc<PackedReq>, comm: MPI_Comm, fid: Fid) -> MPI_Request
 }
 
 pub(crate) fn remove(h: MPI_Request) {
-    if let Some(i) = shim_request_index(h) {
+    if let Some(i) = shim_request_index(h).filter(|&i| !is_finished(i)) {
         let mut t = table();
         if i < t.slots.len() && t.slots[i].take().is_some() {
             t.free.push(i);
@@ -136,6 +160,8 @@ pub(crate) fn remove(h: MPI_Request) {
 pub(crate) enum Pending {
     Coll(Arc<RunCell>),
     P2p(Arc<PackedReq>),
+    /// A collective that finished without error inside its call ([`insert_finished`]).
+    Finished,
 }
 
 impl Pending {
@@ -144,6 +170,7 @@ impl Pending {
         match self {
             Pending::Coll(c) => c.poke(),
             Pending::P2p(p) => p.poke(),
+            Pending::Finished => true,
         }
     }
 
@@ -154,6 +181,10 @@ impl Pending {
                 set_done_status(st);
                 c.error()
             }
+            Pending::Finished => {
+                set_done_status(st);
+                MPI_SUCCESS
+            }
             // SAFETY: the caller's status pointer (or an ignore value).
             Pending::P2p(p) => unsafe { p.status_into(st) },
         }
@@ -161,7 +192,7 @@ impl Pending {
 
     pub(crate) fn what(&self) -> &'static str {
         match self {
-            Pending::Coll(_) => "the collective failed",
+            Pending::Coll(_) | Pending::Finished => "the collective failed",
             Pending::P2p(_) => "the packed point-to-point operation failed",
         }
     }
@@ -179,21 +210,73 @@ pub(crate) enum State {
 }
 
 pub(crate) fn state(h: MPI_Request) -> State {
-    let Some(i) = shim_request_index(h) else {
-        return State::Native;
+    find(h).0
+}
+
+/// What a completion call on `h` works with, from one look at the table: its state and
+/// the communicator of a shim request (the world's for any other). Notes library traffic
+/// as [`note_traffic`] does. A shim request is never one the program freed
+/// (`retain::request_freed` holds only the library's handles).
+pub(crate) fn entry(h: MPI_Request) -> (State, MPI_Comm) {
+    let (st, comm) = find(h);
+    note_state(&st, h);
+    (st, comm.unwrap_or_else(crate::platform::proc::user_world))
+}
+
+/// Takes `h` off the table if it is a non-blocking collective that has already finished
+/// (a collective on the segment often finishes inside its `I*` call): the common case of
+/// `MPI_Wait` with one look at the table, the run and its communicator out of it. Notes
+/// library traffic as [`note_traffic`] does, and forgets the run as [`retire`] does.
+pub(crate) fn take_finished(h: MPI_Request) -> Option<(Pending, MPI_Comm)> {
+    let i = shim_request_index(h)?;
+    if is_finished(i) {
+        return Some((Pending::Finished, crate::platform::proc::user_world()));
+    }
+    let mut t = table();
+    let slot = t.slots.get_mut(i)?;
+    if !matches!(slot, Some(Slot { kind: Kind::Nonblocking(c), .. }) if c.is_done()) {
+        return None;
+    }
+    let Some(Slot {
+        kind: Kind::Nonblocking(c),
+        comm,
+        ..
+    }) = slot.take()
+    else {
+        return None;
     };
+    t.free.push(i);
+    drop(t);
+    if c.has_messages() {
+        crate::core::transport::note_library_call();
+    }
+    progress::forget(&c);
+    Some((Pending::Coll(c), comm))
+}
+
+fn find(h: MPI_Request) -> (State, Option<MPI_Comm>) {
+    let Some(i) = shim_request_index(h) else {
+        return (State::Native, None);
+    };
+    if is_finished(i) {
+        return (State::Running(Pending::Finished, false), None);
+    }
     let t = table();
     match t.slots.get(i).and_then(|s| s.as_ref()) {
-        None => State::Native,
-        Some(s) => match &s.kind {
-            Kind::Nonblocking(c) => State::Running(Pending::Coll(Arc::clone(c)), false),
-            Kind::Persistent(p) => match &p.active {
-                None => State::Inactive,
-                Some(c) => State::Running(Pending::Coll(Arc::clone(c)), true),
-            },
-            Kind::Packed(p) if p.is_persistent() && !p.is_active() => State::Inactive,
-            Kind::Packed(p) => State::Running(Pending::P2p(Arc::clone(p)), p.is_persistent()),
+        None => (State::Native, None),
+        Some(s) => (slot_state(s), Some(s.comm)),
+    }
+}
+
+fn slot_state(s: &Slot) -> State {
+    match &s.kind {
+        Kind::Nonblocking(c) => State::Running(Pending::Coll(Arc::clone(c)), false),
+        Kind::Persistent(p) => match &p.active {
+            None => State::Inactive,
+            Some(c) => State::Running(Pending::Coll(Arc::clone(c)), true),
         },
+        Kind::Packed(p) if p.is_persistent() && !p.is_active() => State::Inactive,
+        Kind::Packed(p) => State::Running(Pending::P2p(Arc::clone(p)), p.is_persistent()),
     }
 }
 
@@ -204,8 +287,13 @@ pub(crate) fn state(h: MPI_Request) -> State {
 /// the library before it published (two probes and a lock, an eighth of an 8-byte
 /// `MPI_Ibcast` and its wait).
 pub(crate) fn note_traffic(h: MPI_Request) {
-    let quiet = match state(h) {
+    note_state(&state(h), h);
+}
+
+fn note_state(st: &State, h: MPI_Request) {
+    let quiet = match st {
         State::Running(Pending::Coll(c), _) => !c.has_messages(),
+        State::Running(Pending::Finished, _) => true,
         _ => h == MPI_REQUEST_NULL(),
     };
     if !quiet {
@@ -272,6 +360,9 @@ pub(crate) fn retire(
     st: *mut MPI_Status,
 ) -> c_int {
     let err = pending.status_into(st);
+    if let Pending::Coll(c) = pending {
+        progress::forget(c);
+    }
     if persistent {
         if let Some(i) = shim_request_index(*h) {
             if let Some(Some(s)) = table().slots.get_mut(i) {
@@ -476,6 +567,48 @@ pub(crate) mod tests {
         assert!(matches!(state(old), State::Native));
         assert!(packed(old).is_none());
         assert_eq!(start(old), MPI_ERR_REQUEST);
+    }
+
+    /// A collective that finished inside its call: a shim handle with nothing behind it,
+    /// complete at once for every completion call, never the same as another
+    /// outstanding one, and not an entry a later request can take.
+    #[test]
+    fn a_finished_collective_s_handle_is_complete_and_holds_no_entry() {
+        let _l = serial();
+        let hs: Vec<MPI_Request> = (0..3).map(|_| insert_finished()).collect();
+        assert!(hs[0] != hs[1] && hs[1] != hs[2] && hs[0] != hs[2]);
+        let slots = table().slots.len();
+        for &h in &hs {
+            assert!(is_shim_request(h) && h != MPI_REQUEST_NULL());
+            let State::Running(p, false) = state(h) else {
+                panic!("a finished non-blocking request is a running one that is done");
+            };
+            assert!(p.poke());
+            let mut st = garbage();
+            let mut h2 = h;
+            assert_eq!(retire(&mut h2, &p, false, &mut st), MPI_SUCCESS);
+            assert_eq!(h2, MPI_REQUEST_NULL());
+            assert_eq!(
+                (st.MPI_SOURCE, st.MPI_TAG),
+                (0, 0),
+                "as the library reports one"
+            );
+            assert!(matches!(take_finished(h), Some((Pending::Finished, _))));
+        }
+        assert_eq!(table().slots.len(), slots, "no entry made or freed");
+        // a request with an entry keeps an index below the finished ones
+        let h = an_entry();
+        assert!(shim_request_index(h).is_some_and(|i| !is_finished(i)));
+        remove(h);
+    }
+
+    /// A request with a table entry (a packed receive).
+    fn an_entry() -> MPI_Request {
+        insert(Slot {
+            kind: Kind::Packed(PackedReq::for_tests(0x30, true, false)),
+            comm: MPI_COMM_SELF(),
+            fid: Fid::MPI_Iallreduce,
+        })
     }
 
     #[test]

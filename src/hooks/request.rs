@@ -21,11 +21,16 @@ pub unsafe fn MPI_Wait(
     } else {
         unsafe { *request }
     };
-    note_traffic(h);
-    if crate::core::retain::request_freed(h) {
+    if let Some((cell, comm)) = take_finished(h) {
+        // SAFETY: the caller's request (a shim handle, so not null) and status.
+        unsafe { *request = MPI_REQUEST_NULL() };
+        return outcome(comm, cell.status_into(status), "MPI_Wait", &cell);
+    }
+    let (st, comm) = entry(h);
+    if matches!(st, State::Native) && crate::core::retain::request_freed(h) {
         return freed_request("MPI_Wait");
     }
-    match state(h) {
+    match st {
         State::Native => {
             if !progress::any_active() || h == MPI_REQUEST_NULL() {
                 return native();
@@ -49,14 +54,9 @@ pub unsafe fn MPI_Wait(
         }
         State::Running(cell, persistent) => {
             progress::wait_until(|| cell.poke());
-            let comm = slot_comm(h);
             // SAFETY: the caller's request.
             let err = retire(unsafe { &mut *request }, &cell, persistent, status);
-            if err != MPI_SUCCESS {
-                crate::platform::errors::raise(comm, err, "MPI_Wait", cell.what())
-            } else {
-                MPI_SUCCESS
-            }
+            outcome(comm, err, "MPI_Wait", &cell)
         }
     }
 }
@@ -73,11 +73,11 @@ pub unsafe fn MPI_Test(
     } else {
         unsafe { *request }
     };
-    note_traffic(h);
-    if crate::core::retain::request_freed(h) {
+    let (st, comm) = entry(h);
+    if matches!(st, State::Native) && crate::core::retain::request_freed(h) {
         return freed_request("MPI_Test");
     }
-    match state(h) {
+    match st {
         State::Native => native(),
         State::Inactive => {
             // SAFETY: the caller's flag.
@@ -94,13 +94,8 @@ pub unsafe fn MPI_Test(
             }
             // SAFETY: the caller's flag and request.
             unsafe { *flag = 1 };
-            let comm = slot_comm(h);
             let err = retire(unsafe { &mut *request }, &cell, persistent, status);
-            if err != MPI_SUCCESS {
-                crate::platform::errors::raise(comm, err, "MPI_Test", cell.what())
-            } else {
-                MPI_SUCCESS
-            }
+            outcome(comm, err, "MPI_Test", &cell)
         }
     }
 }
@@ -111,11 +106,11 @@ pub unsafe fn MPI_Request_get_status(
     status: *mut MPI_Status,
     native: &dyn Fn() -> c_int,
 ) -> c_int {
-    note_traffic(request);
-    if crate::core::retain::request_freed(request) {
+    let (st, _) = entry(request);
+    if matches!(st, State::Native) && crate::core::retain::request_freed(request) {
         return freed_request("MPI_Request_get_status");
     }
-    match state(request) {
+    match st {
         State::Native => native(),
         State::Inactive => {
             // SAFETY: the caller's flag.
@@ -284,6 +279,16 @@ pub unsafe fn MPI_Startall(
 }
 
 /// Shared body of Waitall (`wait`) and Testall.
+/// A completed request's error code as the call returns it: raised through the handler of
+/// the request's communicator (MPI-4.0 §9.3).
+fn outcome(comm: MPI_Comm, err: c_int, name: &str, p: &Pending) -> c_int {
+    if err != MPI_SUCCESS {
+        crate::platform::errors::raise(comm, err, name, p.what())
+    } else {
+        MPI_SUCCESS
+    }
+}
+
 fn all(
     count: c_int,
     reqs: *mut MPI_Request,

@@ -283,6 +283,20 @@ fn progress_active() -> bool {
     })
 }
 
+/// After a wait or test found `cell` done: takes it off the outstanding runs at once, so
+/// that the next call's progress does not have to find it done first.
+pub fn forget(cell: &Arc<RunCell>) {
+    if N_ACTIVE.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let mut a = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let n = a.len();
+    a.retain(|c| !Arc::ptr_eq(c, cell));
+    if a.len() != n {
+        recount(&a);
+    }
+}
+
 /// Polls until `done()` holds, advancing every outstanding run meanwhile. Yields the
 /// processor now and then: ranks often outnumber cores in tests.
 pub fn wait_until(mut done: impl FnMut() -> bool) {

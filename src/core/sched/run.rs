@@ -71,6 +71,10 @@ pub struct Run {
     shm: Option<(Arc<Node>, Place)>,
     /// Shared-memory waits (`Watch`, `Claim`) not yet satisfied.
     watches: Vec<ActionId>,
+    /// The actions run one after another in the order built, as [`run_inline`] runs them
+    /// (a schedule it accepts, [`inline_ok`]): `done` is the next one, and the dependency
+    /// bookkeeping below is never allocated (four allocations of a non-blocking call).
+    seq: bool,
     /// The communicator's verbs wire, where its messages go instead of the library.
     wire: Option<Box<OnWire>>,
     remaining: Vec<u32>,
@@ -133,8 +137,9 @@ impl Run {
         });
         Run {
             wire,
-            remaining: sched.indeg.clone(),
-            state: vec![WAITING; n],
+            // (allocated at the start of a run that is not sequential)
+            remaining: Vec::new(),
+            state: Vec::new(),
             ready: VecDeque::new(),
             reqs: Vec::new(),
             req_action: Vec::new(),
@@ -153,6 +158,7 @@ impl Run {
             _scratch: scratch,
             shm: None,
             watches: Vec::new(),
+            seq: false,
         }
     }
 
@@ -161,6 +167,7 @@ impl Run {
     pub fn in_shm(mut self, node: Arc<Node>, place: Place) -> Run {
         self.bases[3] = place.region as usize;
         self.shm = Some((node, place));
+        self.seq = inline_ok(&self.sched);
         self
     }
 
@@ -192,12 +199,19 @@ impl Run {
                 return false;
             }
             self.started = true;
-            for v in 0..self.sched.len() as ActionId {
-                if self.remaining[v as usize] == 0 {
-                    self.state[v as usize] = READY;
-                    self.ready.push_back(v);
+            if !self.seq {
+                self.remaining = self.sched.indeg.clone();
+                self.state = vec![WAITING; self.sched.len()];
+                for v in 0..self.sched.len() as ActionId {
+                    if self.remaining[v as usize] == 0 {
+                        self.state[v as usize] = READY;
+                        self.ready.push_back(v);
+                    }
                 }
             }
+        }
+        if self.seq {
+            return self.advance_seq();
         }
         loop {
             while let Some(v) = self.ready.pop_front() {
@@ -219,17 +233,68 @@ impl Run {
             }
         }
         if self.done as usize == self.sched.len() {
-            self.finished = true;
-            self.error = self.truncated;
-            if let Some(w) = &mut self.wire {
-                w.wire.release(&mut w.regs);
-                w.kept.clear();
-            }
-            if let Some((node, place)) = &self.shm {
-                drive_after(&self.sched, node, place);
-            }
+            self.finish();
         }
         self.finished
+    }
+
+    /// Every action done: the run's result is its first truncation, if any.
+    fn finish(&mut self) {
+        self.finished = true;
+        self.error = self.truncated;
+        if let Some(w) = &mut self.wire {
+            w.wire.release(&mut w.regs);
+            w.kept.clear();
+        }
+        if let Some((node, place)) = &self.shm {
+            drive_after(&self.sched, node, place);
+        }
+    }
+
+    /// [`advance`](Self::advance) of a sequential run: the actions from the next one on
+    /// until a wait that is not over yet.
+    fn advance_seq(&mut self) -> bool {
+        if self.error != MPI_SUCCESS {
+            // failed before the run was made (`resumed`)
+            self.fail();
+            return true;
+        }
+        let Some((node, place)) = &self.shm else {
+            self.error = MPI_ERR_INTERN;
+            self.fail();
+            return true;
+        };
+        let bases = self.bases;
+        let addr = |a: Addr| bases[a.base as usize].wrapping_add_signed(a.off) as *mut c_void;
+        match seq_steps(
+            &self.sched,
+            node,
+            place,
+            addr,
+            &mut self.done,
+            &mut self.truncated,
+        ) {
+            Seq::Waiting => false,
+            Seq::Done => {
+                self.finish();
+                true
+            }
+            Seq::Failed(rc) => {
+                self.error = rc;
+                self.fail();
+                true
+            }
+        }
+    }
+
+    /// A sequential run of a schedule whose first `done` actions the caller already
+    /// carried out ([`seq_steps`]), with `truncated` and `error` as they left them.
+    pub fn resumed(mut self, done: u32, truncated: c_int, error: c_int) -> Run {
+        debug_assert!(self.seq);
+        self.done = done;
+        self.truncated = truncated;
+        self.error = error;
+        self
     }
 
     /// Whether an error code is a truncation, which the run records and goes on after.
@@ -292,56 +357,6 @@ impl Run {
                     }
                 }
             }
-            Action::Copy { src, dst } => {
-                // SAFETY: the schedule addresses the caller's buffers and the scratch arena
-                // within the extents the algorithm computed from the call's arguments.
-                let rc = unsafe {
-                    crate::core::dtype::copy(
-                        self.addr(src.addr),
-                        src.count,
-                        src.dt,
-                        self.addr(dst.addr),
-                        dst.count,
-                        dst.dt,
-                    )
-                };
-                self.local_done(v, rc);
-            }
-            Action::Reduce {
-                src,
-                dst,
-                count,
-                dt,
-                op,
-            } => {
-                // SAFETY: as for Copy.
-                let rc = unsafe {
-                    crate::core::ops::reduce_local(self.addr(src), self.addr(dst), count, dt, op)
-                };
-                self.local_done(v, rc);
-            }
-            Action::Nop => self.local_done(v, MPI_SUCCESS),
-            Action::Post { phase } => {
-                let Some((node, place)) = &self.shm else {
-                    return self.no_segment();
-                };
-                node.post(place.region, phase_value(place.instance, phase as u32));
-                self.local_done(v, MPI_SUCCESS);
-            }
-            Action::Release => {
-                let Some((node, place)) = &self.shm else {
-                    return self.no_segment();
-                };
-                node.release(place);
-                self.local_done(v, MPI_SUCCESS);
-            }
-            Action::Expose { .. } | Action::Fetch { .. } => {
-                let rc = match &self.shm {
-                    Some((node, _)) => single_copy(&action, node, |a| self.addr(a)),
-                    None => return self.no_segment(),
-                };
-                self.local_done(v, rc);
-            }
             Action::Watch { .. } | Action::Claim => {
                 if self.shm.is_none() {
                     return self.no_segment();
@@ -353,6 +368,11 @@ impl Run {
                     self.watches.push(v);
                 }
             }
+            ref a => {
+                let shm = self.shm.as_ref().map(|(node, place)| (&**node, place));
+                let rc = step(a, shm, |x| self.addr(x));
+                self.local_done(v, rc);
+            }
         }
     }
 
@@ -363,24 +383,9 @@ impl Run {
 
     /// Whether a shared-memory wait is over.
     fn satisfied(&self, v: ActionId) -> bool {
-        let Some((node, place)) = &self.shm else {
-            return false;
-        };
-        let me = node.rank;
-        let ranks = node.geo.ranks;
-        match self.sched.actions[v as usize] {
-            Action::Watch { peer, phase } => {
-                let target = phase_value(place.instance, phase as u32);
-                if peer == ALL_PEERS {
-                    (0..ranks)
-                        .filter(|&r| r != me)
-                        .all(|r| node.flag(place.region, r).is_reached(target))
-                } else {
-                    node.flag(place.region, peer as u32).is_reached(target)
-                }
-            }
-            Action::Claim => node.claim(place).is_ok(),
-            _ => true,
+        match &self.shm {
+            Some((node, place)) => wait_over(&self.sched.actions[v as usize], node, place),
+            None => false,
         }
     }
 
@@ -765,6 +770,128 @@ unsafe fn unpack_message(
     Ok(())
 }
 
+/// Whether a shared-memory wait (`Watch`, `Claim`; any other action: true) is over.
+fn wait_over(a: &Action, node: &Node, place: &Place) -> bool {
+    match *a {
+        Action::Watch { peer, phase } => {
+            let target = phase_value(place.instance, phase as u32);
+            if peer == ALL_PEERS {
+                (0..node.geo.ranks)
+                    .filter(|&r| r != node.rank)
+                    .all(|r| node.flag(place.region, r).is_reached(target))
+            } else {
+                node.flag(place.region, peer as u32).is_reached(target)
+            }
+        }
+        Action::Claim => node.claim(place).is_ok(),
+        _ => true,
+    }
+}
+
+/// The addresses of a schedule without scratch on the segment: the caller's buffers and
+/// its place (`Addr::base` 0, 1 and 3).
+pub fn addresses(send: usize, recv: usize, place: &Place) -> impl Fn(Addr) -> *mut c_void {
+    let bases = [send, recv, 0, place.region as usize];
+    move |a: Addr| bases[a.base as usize].wrapping_add_signed(a.off) as *mut c_void
+}
+
+/// Where [`seq_steps`] stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Seq {
+    /// At a wait that is not over.
+    Waiting,
+    /// Every action done (the truncation it met, if any, in `truncated`).
+    Done,
+    /// An action failed with this MPI error code (the run must fail: `Run::fail`).
+    Failed(c_int),
+}
+
+/// Carries out a schedule [`inline_ok`] accepts one action after another, from action
+/// `*done` on, as far as the first wait that is not over, without waiting; `*done` counts
+/// the actions done, `*truncated` keeps the first truncation (the run goes on after one).
+/// A run's sequential form, and a non-blocking call's first step before it makes a run
+/// (`services::coll::lane`): it often finishes there.
+pub fn seq_steps(
+    sched: &Schedule,
+    node: &Node,
+    place: &Place,
+    addr: impl Fn(Addr) -> *mut c_void,
+    done: &mut u32,
+    truncated: &mut c_int,
+) -> Seq {
+    while let Some(a) = sched.actions.get(*done as usize) {
+        let rc = match a {
+            Action::Watch { .. } | Action::Claim if !wait_over(a, node, place) => {
+                return Seq::Waiting;
+            }
+            Action::Watch { .. } | Action::Claim => MPI_SUCCESS,
+            a => step(a, Some((node, place)), &addr),
+        };
+        if rc != MPI_SUCCESS {
+            let class = mpi_comm::error_class(rc).unwrap_or(rc);
+            if class != MPI_ERR_TRUNCATE {
+                return Seq::Failed(rc);
+            }
+            if *truncated == MPI_SUCCESS {
+                *truncated = rc;
+            }
+        }
+        *done += 1;
+    }
+    Seq::Done
+}
+
+/// At the end of a sequential run's first step outside a run ([`seq_steps`] said `Done`):
+/// as a run's end ([`drive_after`]).
+pub fn seq_finished(sched: &Schedule, node: &Node, place: &Place) {
+    drive_after(sched, node, place);
+}
+
+/// Carries out an action that neither waits nor sends: a copy, a reduction, or one on the
+/// segment (`shm`: the run's node and place; without them such an action is the shim's own
+/// error). The MPI error code.
+fn step(a: &Action, shm: Option<(&Node, &Place)>, addr: impl Fn(Addr) -> *mut c_void) -> c_int {
+    match (*a, shm) {
+        // SAFETY: the schedule addresses the caller's buffers and the scratch arena within
+        // the extents the algorithm computed from the call's arguments.
+        (Action::Copy { src, dst }, _) => unsafe {
+            crate::core::dtype::copy(
+                addr(src.addr),
+                src.count,
+                src.dt,
+                addr(dst.addr),
+                dst.count,
+                dst.dt,
+            )
+        },
+        // SAFETY: as for Copy.
+        (
+            Action::Reduce {
+                src,
+                dst,
+                count,
+                dt,
+                op,
+            },
+            _,
+        ) => unsafe { crate::core::ops::reduce_local(addr(src), addr(dst), count, dt, op) },
+        (Action::Nop, _) => MPI_SUCCESS,
+        (Action::Post { phase }, Some((node, place))) => {
+            node.post(place.region, phase_value(place.instance, phase as u32));
+            MPI_SUCCESS
+        }
+        (Action::Release, Some((node, place))) => {
+            node.release(place);
+            MPI_SUCCESS
+        }
+        (Action::Expose { .. } | Action::Fetch { .. }, Some((node, _))) => {
+            single_copy(a, node, addr)
+        }
+        // a segment action without a segment, or a wait or message (the callers' own)
+        _ => MPI_ERR_INTERN,
+    }
+}
+
 fn single_copy(a: &Action, node: &Node, addr: impl Fn(Addr) -> *mut c_void) -> c_int {
     use crate::platform::shm::{Cma, cma};
     match *a {
@@ -825,8 +952,7 @@ pub fn run_inline(
     progress: fn(),
 ) -> c_int {
     use crate::core::transport::flag;
-    let bases = [send as usize, recv as usize, 0, place.region as usize];
-    let addr = |a: Addr| bases[a.base as usize].wrapping_add_signed(a.off) as *mut c_void;
+    let addr = addresses(send as usize, recv as usize, &place);
     let policy = wait_policy();
     let poll = || -> Result<(), ()> {
         progress();
@@ -837,33 +963,6 @@ pub fn run_inline(
     let mut truncated = MPI_SUCCESS;
     for a in &sched.actions {
         let rc = match *a {
-            // SAFETY: as for `Run::execute`'s Copy and Reduce.
-            Action::Copy { src, dst } => unsafe {
-                crate::core::dtype::copy(
-                    addr(src.addr),
-                    src.count,
-                    src.dt,
-                    addr(dst.addr),
-                    dst.count,
-                    dst.dt,
-                )
-            },
-            // SAFETY: as above.
-            Action::Reduce {
-                src,
-                dst,
-                count,
-                dt,
-                op,
-            } => unsafe { crate::core::ops::reduce_local(addr(src), addr(dst), count, dt, op) },
-            Action::Post { phase } => {
-                node.post(place.region, phase_value(place.instance, phase as u32));
-                MPI_SUCCESS
-            }
-            Action::Release => {
-                node.release(&place);
-                MPI_SUCCESS
-            }
             Action::Watch { peer, phase } => {
                 let target = phase_value(place.instance, phase as u32);
                 for r in 0..node.geo.ranks {
@@ -880,10 +979,7 @@ pub fn run_inline(
                 }
                 MPI_SUCCESS
             }
-            Action::Expose { .. } | Action::Fetch { .. } => single_copy(a, node, addr),
-            Action::Nop => MPI_SUCCESS,
-            // not in a schedule `inline_ok` accepts
-            Action::Send { .. } | Action::Recv { .. } => MPI_ERR_INTERN,
+            ref a => step(a, Some((node, &place)), &addr),
         };
         if rc != MPI_SUCCESS {
             let class = mpi_comm::error_class(rc).unwrap_or(rc);
@@ -943,12 +1039,7 @@ fn wait_policy() -> crate::core::transport::flag::WaitPolicy {
 
 /// Whether [`run_inline`] can carry a schedule: shared memory only, no scratch.
 pub fn inline_ok(sched: &Schedule) -> bool {
-    sched.shm
-        && sched.scratch == 0
-        && !sched
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::Send { .. } | Action::Recv { .. }))
+    sched.shm && sched.scratch == 0 && !sched.messages
 }
 
 #[cfg(test)]
@@ -1022,6 +1113,47 @@ mod tests {
     }
 
     const NOBUF: *mut c_void = core::ptr::null_mut();
+
+    /// A schedule on the segment without messages runs its actions one after another: as
+    /// far as the first wait that is not over, then on from there (rank 0 of two reads
+    /// rank 1's block, `Watch` then `Copy` then `Release`).
+    #[test]
+    fn a_run_on_the_segment_goes_action_by_action_to_the_first_open_wait() {
+        use crate::core::transport::node::{self, DATA};
+        let _g = mpi(|c| (c.name == "test").then(|| Ok(vec![1])));
+        let n = Arc::new(node::for_tests(2, 4));
+        let place = n.place(node::NONBLOCKING, 0);
+        let cell = n.geo.cell() as i64;
+        let mut b = Builder::new("t");
+        let w = b.watch(1, 1, &[]);
+        let src = Data::new(Addr::shm(cell + DATA as i64), 2, MPI_INT());
+        let cp = b.copy(src, Data::new(Addr::recv(0), 2, MPI_INT()), &[w]);
+        b.release(&[cp]);
+        let mut got = [0i32; 2];
+        let mut run =
+            run_of(b, 0x4400_1011, NOBUF, got.as_mut_ptr().cast()).in_shm(Arc::clone(&n), place);
+        assert!(run.seq, "no messages, no scratch: the sequential form");
+        assert!(!run.advance());
+        assert_eq!(run.completed(), 0, "rank 1 has not posted");
+        assert!(!run.advance());
+        // rank 1 writes its block and posts phase 1 of instance 0
+        // SAFETY: rank 1's slot in the test's own segment, 8 bytes from its start.
+        unsafe {
+            place
+                .region
+                .add(cell as usize + DATA)
+                .cast::<[i32; 2]>()
+                .write_unaligned([7, 9])
+        };
+        n.flag(place.region, 1).publish(phase_value(0, 1));
+        assert!(run.advance());
+        assert_eq!(run.completed(), 3);
+        assert_eq!((run.error, got), (MPI_SUCCESS, [7, 9]));
+        assert_eq!(n.ack(node::NONBLOCKING, 0).load(), 1, "released");
+        // a finished run stays finished
+        assert!(run.advance());
+        assert_eq!(run.completed(), 3);
+    }
 
     #[test]
     fn messages_wait_for_the_shadow_and_go_on_it_with_the_instance_tag() {

@@ -534,13 +534,20 @@ impl Driver {
 // SAFETY: a communicator handle, used under the node's mutex.
 unsafe impl Send for Driver {}
 
+/// Rank 0's view of a node of `ranks` ranks whose segment nobody else maps (unit tests of
+/// other modules write the other ranks' lines themselves).
+#[cfg(test)]
+pub(crate) fn for_tests(ranks: u32, depth: u32) -> Node {
+    tests::local(tests::geo(ranks, depth))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Rank 0's view of a segment of `geo` nobody else maps (the other ranks' lines are
     /// written by the test).
-    fn local(geo: Geometry) -> Node {
+    pub(super) fn local(geo: Geometry) -> Node {
         let (seg, _fd) = Segment::create_anonymous("shimtest-node", geo.bytes()).unwrap();
         Node {
             seg,
@@ -558,7 +565,7 @@ mod tests {
         }
     }
 
-    fn geo(ranks: u32, depth: u32) -> Geometry {
+    pub(super) fn geo(ranks: u32, depth: u32) -> Geometry {
         Geometry {
             ranks,
             channels: 3,

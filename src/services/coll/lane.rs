@@ -29,7 +29,7 @@ use crate::core::comm::CommState;
 use crate::core::progress::{self, RunCell};
 use crate::core::request;
 use crate::core::sched::Schedule;
-use crate::core::sched::run::Run;
+use crate::core::sched::run::{Run, Seq, addresses, inline_ok, seq_finished, seq_steps};
 use crate::core::transport::node::{self, Node};
 use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
@@ -185,18 +185,43 @@ fn start(
         .node
         .place(node::NONBLOCKING, i.wrapping_sub(r.node.nb_from));
     let tag = state.next_tag(false);
-    let run = Run::new(
-        Arc::clone(&r.sched),
-        state,
-        tag,
-        r.send as *const c_void,
-        r.recv as *mut c_void,
-    )
-    .in_shm(Arc::clone(&r.node), place);
-    let cell = RunCell::new(run);
-    progress::submit(&cell);
+    // The first step before any run is made: a collective without messages often finishes
+    // here (a root whose data went into its slot, a rank whose peers were there first),
+    // and then needs no run kept and no request entry, only a handle that says it
+    // finished; a rank the others wait for posts its flag without a run's set-up first.
+    let (send, recv) = (r.send, r.recv);
+    let (mut done, mut truncated) = (0, MPI_SUCCESS);
+    let first = if inline_ok(&r.sched) {
+        let addr = addresses(send, recv, &place);
+        seq_steps(&r.sched, &r.node, &place, addr, &mut done, &mut truncated)
+    } else {
+        Seq::Waiting
+    };
+    let h = if first == Seq::Done && truncated == MPI_SUCCESS {
+        seq_finished(&r.sched, &r.node, &place);
+        request::insert_finished()
+    } else {
+        let error = match first {
+            Seq::Failed(rc) => rc,
+            _ => MPI_SUCCESS,
+        };
+        let mut run = Run::new(
+            Arc::clone(&r.sched),
+            state,
+            tag,
+            send as *const c_void,
+            recv as *mut c_void,
+        )
+        .in_shm(Arc::clone(&r.node), place);
+        if done > 0 || first != Seq::Waiting {
+            run = run.resumed(done, truncated, error);
+        }
+        let cell = RunCell::new(run);
+        progress::submit(&cell);
+        request::insert_nonblocking(cell, comm, fid)
+    };
     // SAFETY: a non-NULL request pointer from the application.
-    unsafe { *req = request::insert_nonblocking(cell, comm, fid) };
+    unsafe { *req = h };
     Some(MPI_SUCCESS)
 }
 
