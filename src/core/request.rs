@@ -108,11 +108,27 @@ fn insert(slot: Slot) -> MPI_Request {
 /// indices up to `2 * FINISHED`.
 const FINISHED: usize = 1 << 24;
 static NEXT_FINISHED: AtomicUsize = AtomicUsize::new(0);
+/// The communicators of the last `RECENT` finished requests, for the error an erroneous
+/// call on one raises through its communicator's handler (`MPI_Request_free` and
+/// `MPI_Cancel` on a collective's request, MPI-4.0 §6.12): a plain store per call.
+const RECENT: usize = 1024;
+static FINISHED_COMM: [AtomicUsize; RECENT] = [const { AtomicUsize::new(0) }; RECENT];
 
-/// A request for a non-blocking collective that finished without error inside its call.
-pub fn insert_finished() -> MPI_Request {
+/// A request for a non-blocking collective on `comm` that finished without error inside
+/// its call.
+pub fn insert_finished(comm: MPI_Comm) -> MPI_Request {
     let k = NEXT_FINISHED.fetch_add(1, Ordering::Relaxed) % FINISHED;
+    FINISHED_COMM[k % RECENT].store(comm as usize, Ordering::Relaxed);
     shim_request_handle(FINISHED + k)
+}
+
+/// The communicator of finished request `i` (the world's once `RECENT` later ones have
+/// finished since).
+fn finished_comm(i: usize) -> MPI_Comm {
+    match FINISHED_COMM[(i - FINISHED) % RECENT].load(Ordering::Relaxed) {
+        0 => crate::platform::proc::user_world(),
+        c => c as MPI_Comm,
+    }
 }
 
 fn is_finished(i: usize) -> bool {
@@ -230,7 +246,7 @@ pub(crate) fn entry(h: MPI_Request) -> (State, MPI_Comm) {
 pub(crate) fn take_finished(h: MPI_Request) -> Option<(Pending, MPI_Comm)> {
     let i = shim_request_index(h)?;
     if is_finished(i) {
-        return Some((Pending::Finished, crate::platform::proc::user_world()));
+        return Some((Pending::Finished, finished_comm(i)));
     }
     let mut t = table();
     let slot = t.slots.get_mut(i)?;
@@ -259,7 +275,10 @@ fn find(h: MPI_Request) -> (State, Option<MPI_Comm>) {
         return (State::Native, None);
     };
     if is_finished(i) {
-        return (State::Running(Pending::Finished, false), None);
+        return (
+            State::Running(Pending::Finished, false),
+            Some(finished_comm(i)),
+        );
     }
     let t = table();
     match t.slots.get(i).and_then(|s| s.as_ref()) {
@@ -314,6 +333,9 @@ pub(crate) fn note_traffic_all(reqs: *const MPI_Request, n: c_int) {
 }
 
 pub(crate) fn slot_comm(h: MPI_Request) -> MPI_Comm {
+    if let Some(i) = shim_request_index(h).filter(|&i| is_finished(i)) {
+        return finished_comm(i);
+    }
     shim_request_index(h)
         .and_then(|i| {
             table()
@@ -575,11 +597,14 @@ pub(crate) mod tests {
     #[test]
     fn a_finished_collective_s_handle_is_complete_and_holds_no_entry() {
         let _l = serial();
-        let hs: Vec<MPI_Request> = (0..3).map(|_| insert_finished()).collect();
+        let comm = MPI_COMM_SELF();
+        let hs: Vec<MPI_Request> = (0..3).map(|_| insert_finished(comm)).collect();
         assert!(hs[0] != hs[1] && hs[1] != hs[2] && hs[0] != hs[2]);
         let slots = table().slots.len();
         for &h in &hs {
             assert!(is_shim_request(h) && h != MPI_REQUEST_NULL());
+            // an erroneous call on it raises through its communicator's handler
+            assert_eq!(slot_comm(h), comm);
             let State::Running(p, false) = state(h) else {
                 panic!("a finished non-blocking request is a running one that is done");
             };

@@ -21,10 +21,10 @@ pub unsafe fn MPI_Wait(
     } else {
         unsafe { *request }
     };
-    if let Some((cell, comm)) = take_finished(h) {
+    if let Some((done, comm)) = take_finished(h) {
         // SAFETY: the caller's request (a shim handle, so not null) and status.
         unsafe { *request = MPI_REQUEST_NULL() };
-        return outcome(comm, cell.status_into(status), "MPI_Wait", &cell);
+        return outcome(comm, done.status_into(status), "MPI_Wait", &done);
     }
     let (st, comm) = entry(h);
     if matches!(st, State::Native) && crate::core::retain::request_freed(h) {

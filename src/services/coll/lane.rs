@@ -199,7 +199,7 @@ fn start(
     };
     let h = if first == Seq::Done && truncated == MPI_SUCCESS {
         seq_finished(&r.sched, &r.node, &place);
-        request::insert_finished()
+        request::insert_finished(comm)
     } else {
         let error = match first {
             Seq::Failed(rc) => rc,
