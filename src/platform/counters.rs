@@ -2,9 +2,12 @@
 //!
 //! Per-function counters and the paths calls took, for `SHIM_STATS` (`hooks::report`).
 //!
-//! Calls are always counted (one relaxed atomic add per intercepted call), so tests and the
-//! C API can check that interception really happened. Time and bytes are only measured
-//! when `SHIM_STATS` is on.
+//! Calls are always counted, so tests and the C API can check that interception really
+//! happened: each thread counts in an array of its own with a plain load and store, which
+//! a reader sums. (A locked add waits for every store before it to reach the cache: right
+//! after a collective wrote a shared-memory slot, for each of its lines to come back from
+//! the core that read it last; README, "The node transport".) Time and bytes are only
+//! measured when `SHIM_STATS` is on.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -15,18 +18,43 @@ use std::time::Instant;
 use crate::platform::api::{Fid, N_FUNCS};
 
 pub struct Counter {
-    pub calls: AtomicU64,
     pub time_ns: AtomicU64,
     pub bytes: AtomicU64,
 }
 
 static COUNTERS: [Counter; N_FUNCS] = [const {
     Counter {
-        calls: AtomicU64::new(0),
         time_ns: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
     }
 }; N_FUNCS];
+
+/// One thread's call counts: written by that thread only, read by anyone.
+type Calls = [AtomicU64; N_FUNCS];
+
+/// Every thread's counts (an array outlives its thread: the counts stay in the sums), and
+/// those whose thread has ended, for the next new thread to go on counting in.
+static THREADS: Mutex<(Vec<&'static Calls>, Vec<&'static Calls>)> =
+    Mutex::new((Vec::new(), Vec::new()));
+
+/// Calls made by threads whose array had already gone back (from their destructors).
+static LATE: Calls = [const { AtomicU64::new(0) }; N_FUNCS];
+
+/// The calling thread's array (from its first call on).
+struct Mine(Cell<Option<&'static Calls>>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        if let Some(calls) = self.0.get() {
+            // this thread writes it no more
+            THREADS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .1
+                .push(calls);
+        }
+    }
+}
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -37,6 +65,18 @@ pub(crate) static PATHS: Mutex<BTreeMap<(u16, &'static str, &'static str), u64>>
 
 thread_local! {
     static PENDING_BYTES: Cell<u64> = const { Cell::new(0) };
+    static MINE: Mine = const { Mine(Cell::new(None)) };
+}
+
+/// The calling thread's array: one handed back by an ended thread, or a new one.
+#[cold]
+fn register() -> &'static Calls {
+    let mut g = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    g.1.pop().unwrap_or_else(|| {
+        let new: &'static Calls = Box::leak(Box::new([const { AtomicU64::new(0) }; N_FUNCS]));
+        g.0.push(new);
+        new
+    })
 }
 
 pub fn set_enabled(on: bool) {
@@ -50,7 +90,22 @@ pub fn enabled() -> bool {
 
 #[inline]
 pub fn count(fid: Fid) {
-    COUNTERS[fid as usize].calls.fetch_add(1, Ordering::Relaxed);
+    let bump = |calls: &Calls| {
+        let c = &calls[fid as usize];
+        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    };
+    let counted = MINE.try_with(|m| {
+        let calls = m.0.get().unwrap_or_else(|| {
+            let new = register();
+            m.0.set(Some(new));
+            new
+        });
+        bump(calls);
+    });
+    if counted.is_err() {
+        // a call from a thread's own destructors, after its array went back
+        LATE[fid as usize].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[inline]
@@ -91,7 +146,11 @@ pub fn note_path(fid: Fid, kind: &'static str, name: &'static str) {
 }
 
 pub fn calls(idx: usize) -> u64 {
-    COUNTERS[idx].calls.load(Ordering::Relaxed)
+    let g = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    g.0.iter()
+        .chain([&&LATE])
+        .map(|c| c[idx].load(Ordering::Relaxed))
+        .fold(0, u64::wrapping_add)
 }
 pub fn time_ns(idx: usize) -> u64 {
     COUNTERS[idx].time_ns.load(Ordering::Relaxed)
@@ -101,8 +160,18 @@ pub fn bytes(idx: usize) -> u64 {
 }
 
 pub fn reset() {
+    for calls in THREADS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .0
+        .iter()
+        .chain([&&LATE])
+    {
+        for c in calls.iter() {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
     for c in &COUNTERS {
-        c.calls.store(0, Ordering::Relaxed);
         c.time_ns.store(0, Ordering::Relaxed);
         c.bytes.store(0, Ordering::Relaxed);
     }
@@ -116,4 +185,39 @@ pub fn paths_of(idx: usize) -> Vec<(String, u64)> {
         .filter(|((f, _, _), _)| *f as usize == idx)
         .map(|((_, k, p), n)| (format!("{k}:{p}"), *n))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts made on several threads, some of which end before the sum is read, all add
+    /// up; an ended thread's array goes on counting for the next thread, without losing
+    /// what it held.
+    #[test]
+    fn every_thread_s_calls_add_up_after_the_threads_end() {
+        let fid = Fid::MPI_Attr_delete;
+        let before = calls(fid as usize);
+        let rounds = 4;
+        let per_thread = 1000;
+        for _ in 0..rounds {
+            let threads: Vec<_> = (0..3)
+                .map(|_| {
+                    std::thread::spawn(move || {
+                        for _ in 0..per_thread {
+                            count(fid);
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().expect("counting thread");
+            }
+        }
+        assert_eq!(calls(fid as usize) - before, rounds * 3 * per_thread);
+        // the ended threads' arrays were handed on: at most the threads alive at once, plus
+        // this one and the other tests' threads, ever made
+        let made = THREADS.lock().unwrap().0.len();
+        assert!(made < 64, "{made} arrays for 12 short threads");
+    }
 }
