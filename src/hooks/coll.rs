@@ -355,7 +355,7 @@ pub unsafe fn bcast(
                         let blk = algo::Block::new(Addr::recv(0), count, datatype, &ti);
                         algo::single::bcast(c.slots(), me, blk, root)
                     }
-                    None => algo::shm::bcast(c.slots(), me, data, count * ti.size, root),
+                    None => algo::shm::bcast(c.slots(), me, data, &ti, root),
                 },
                 _ => algo::bcast::build(&ch, me, data, &ti, root),
             })

@@ -412,7 +412,11 @@ fn simulate_on(
         for i in 0..p {
             let rank = (start + i) % p;
             let s = &scheds[rank];
-            while !st[rank].ready.is_empty() {
+            // a few actions per visit, so the ranks' schedules interleave (a reader may
+            // run between two of a writer's posts)
+            let mut budget = 1 + rng.below(3);
+            while !st[rank].ready.is_empty() && budget > 0 {
+                budget -= 1;
                 let k = rng.below(st[rank].ready.len());
                 let v = st[rank].ready.swap_remove(k);
                 progressed = true;

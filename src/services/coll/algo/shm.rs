@@ -14,6 +14,7 @@
 //! xn-1))`, so non-commutative operations are right and every rank gets the same bits.
 
 use super::{Block, Rank, Reduction};
+use crate::core::dtype::TypeInfo;
 use crate::core::sched::{ALL_PEERS, ActionId, Addr, Builder, Data, Schedule};
 use crate::platform::abi::MPI_PACKED;
 
@@ -61,21 +62,62 @@ pub fn barrier(_sl: Slots, _me: Rank) -> Schedule {
     b.finish()
 }
 
-/// Bcast of `data` (`bytes` bytes of signature) from `root`.
-pub fn bcast(sl: Slots, me: Rank, data: Data, bytes: i64, root: i32) -> Schedule {
+/// Bcast of `data` (of datatype layout `ti`) from `root`. Data of a dense datatype
+/// larger than [`BCAST_PIECE`] goes in pieces: the root copies piece i into its slot and
+/// posts phase i + 1, so the readers copy piece i out while piece i + 1 goes in (README,
+/// "The node transport"); a datatype with holes goes whole (its packing has no piece
+/// boundaries).
+pub fn bcast(sl: Slots, me: Rank, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
+    let bytes = data.count * ti.size;
     let mut b = Builder::new("shm:copy-in-out");
+    let pieces = if ti.dense() { bcast_pieces(bytes) } else { 1 };
+    if pieces > 1 {
+        b.rename("shm:copy-in-out-pipelined");
+    }
+    // piece i of the packed bytes: in the buffer itself (dense) or the whole typed data
+    let piece = |i: i64| -> (Data, Data) {
+        if pieces == 1 {
+            return (data, sl.packed(root, 0, bytes));
+        }
+        let (off, n) = super::split(bytes, pieces, i);
+        (
+            Data::new(data.addr.add(ti.lb + off), n, MPI_PACKED()),
+            sl.packed(root, off, n),
+        )
+    };
     if me.rank == root {
         let c = b.claim();
-        let cp = b.copy(data, sl.packed(root, 0, bytes), &[c]);
-        let p = b.post(PUT, &[cp]);
-        b.release(&[p]);
+        let mut last = c;
+        for i in 0..pieces {
+            let (mine, slot) = piece(i);
+            let cp = b.copy(mine, slot, &[c]);
+            last = b.post(PUT + i as u8, &[cp, last]);
+        }
+        b.release(&[last]);
     } else {
         // a rank that writes nothing into its cell claims nothing (see `Builder::claim`)
-        let w = b.watch(root, PUT, &[]);
-        let cp = b.copy(sl.packed(root, 0, bytes), data, &[w]);
-        b.release(&[cp]);
+        let mut copies = Vec::new();
+        let mut w = None;
+        for i in 0..pieces {
+            let (mine, slot) = piece(i);
+            let wi = b.watch(root, PUT + i as u8, w.as_slice());
+            copies.push(b.copy(slot, mine, &[wi]));
+            w = Some(wi);
+        }
+        b.release(&copies);
     }
     b.finish()
+}
+
+/// Pieces of at least this many bytes in a pipelined Bcast ([`bcast`]).
+const BCAST_PIECE: i64 = 4096;
+
+/// At most this many pieces (each a flag phase, `core::transport::node::PHASES`).
+const BCAST_PIECES_MAX: i64 = 8;
+
+/// The pieces [`bcast`] cuts `bytes` of a dense datatype into.
+fn bcast_pieces(bytes: i64) -> i64 {
+    (bytes / BCAST_PIECE).clamp(1, BCAST_PIECES_MAX)
 }
 
 /// Gather: `send` is this rank's block (`None`: in place at the root), `recv` the root's
@@ -468,6 +510,58 @@ mod tests {
                                 .collect();
                             assert_eq!(got, want, "rank {r}: {what}");
                             first += n;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bcast through the slots, whole and in pieces, every rank's schedule run over real
+    /// bytes: every root, sizes below, at and between the piece boundaries. A reader that
+    /// copies a piece before its phase, or a piece from the wrong offset, fails it.
+    #[test]
+    fn bcast_delivers_every_piece_from_every_root() {
+        use crate::platform::abi::MPI_BYTE;
+        let sl = Slots {
+            cell: 64 + 40 * 1024,
+            data: 64,
+        };
+        let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
+        for p in 1..=4i32 {
+            for bytes in [0i64, 1, 100, 4095, 4096, 8191, 8192, 12289, 16384, 40000] {
+                for root in 0..p {
+                    let what = format!("{p} ranks, {bytes} bytes, root {root}");
+                    let want: Vec<u8> = (0..bytes).map(|i| (i * 7 + 3) as u8).collect();
+                    let mut bufs: Vec<Bufs> = (0..p)
+                        .map(|r| Bufs {
+                            send: Vec::new(),
+                            recv: if r == root {
+                                want.clone()
+                            } else {
+                                vec![0u8; bytes as usize]
+                            },
+                        })
+                        .collect();
+                    let scheds: Vec<Schedule> = (0..p)
+                        .map(|r| {
+                            let data = Data::new(Addr::recv(0), bytes, MPI_BYTE());
+                            bcast(sl, Rank { rank: r, size: p }, data, &ti, root)
+                        })
+                        .collect();
+                    let pieces = bcast_pieces(bytes);
+                    assert!(pieces <= BCAST_PIECES_MAX, "{what}");
+                    if pieces > 1 {
+                        assert_eq!(scheds[0].algorithm, "shm:copy-in-out-pipelined", "{what}");
+                    }
+                    for seed in 0..4 {
+                        sim::run_shm(&scheds, &mut bufs, (sl.cell * p as i64) as usize, seed)
+                            .unwrap_or_else(|e| panic!("{what}, seed {seed}: {e}"));
+                        for (r, b) in bufs.iter_mut().enumerate() {
+                            assert_eq!(b.recv, want, "rank {r}: {what}, seed {seed}");
+                            if r as i32 != root {
+                                b.recv.fill(0);
+                            }
                         }
                     }
                 }
