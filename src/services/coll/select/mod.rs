@@ -636,7 +636,8 @@ pub const AUTO_SHM_MAX_BYTES: i64 = 1024;
 /// it waits for share a core, and what decides is how soon the waiter gives it up, which the
 /// library's point-to-point path and its own collectives were measured for, the segment's
 /// flags not. Not above [`AUTO_SHM_MAX_BYTES`] (a reduction: the library's
-/// `shm_reduce_max`; a data mover on two ranks: its `shm_move_max`, where handing the call
+/// `shm_reduce_max`; a collective the library is not trusted with: the slot, which the
+/// caller checks; a data mover on two ranks: its `shm_move_max`, where handing the call
 /// to the library between calls on the segment lost and the segment won up to the slot
 /// under both MPICH). Bcast from 8 ranks stays, though MPICH 5's own was up to 1.3 times
 /// faster there on 16 cores: handing it to the library while the
@@ -653,7 +654,12 @@ fn shm_wins_with(tun: &tuning::Tuning, coll: Coll, p: i32, footprint: i64) -> bo
         coll,
         Coll::Reduce | Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scan | Coll::Exscan
     );
-    let max = if reduction {
+    let max = if !native_trusted(coll) {
+        // the library is never handed it: the shim's point-to-point schedules are all the
+        // segment has to beat, and copy-in-copy-out did up to the slot under every library
+        // (README, "The node transport")
+        f64::INFINITY
+    } else if reduction {
         tun.params.shm_reduce_max
     } else if p == 2 {
         tun.params.shm_move_max
