@@ -783,8 +783,9 @@ pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
 /// Whether a tuning measured on this machine with the segment's algorithms among its
 /// candidates (`shm_rows`, written by `scripts/tools/shim-tune`) named the segment for a
 /// blocking call at this point (`bytes` as [`choose`] decides by); `None` where it has no
-/// row for it, or its rows
-/// predate single copy (the shipped ones): then [`shm_wins`] and [`single_copy_wins`] rule.
+/// row for it, or its rows predate single copy (the shipped ones) and this one does not
+/// name the segment (a shipped row that does was set from IMB runs against the library):
+/// then [`shm_wins`] and [`single_copy_wins`] rule.
 /// Those rules were measured on one kind of machine; a machine where reading another
 /// process's memory is slow (README, "The node transport") needs its own rows. The rows are
 /// the same on every rank (checked at init), so all ranks decide alike.
@@ -805,14 +806,16 @@ fn segment_measured_with(
 ) -> Option<bool> {
     // (the v and w forms have no size every rank knows: their rules stand; rows across
     // nodes were all measured with the segment among the candidates)
-    if (tun.params.shm_rows == 0.0 && nodes <= 1)
-        || !spec_of(coll).sized
-        || crate::platform::proc::any_oversubscribed()
-    {
+    if !spec_of(coll).sized || crate::platform::proc::any_oversubscribed() {
         return None;
     }
-    tun.measured(coll, p, nodes.max(1), bucket_floor(bucket(bytes)))
-        .map(|a| a == Algo::Shm)
+    let row = tun.measured(coll, p, nodes.max(1), bucket_floor(bucket(bytes)));
+    if tun.params.shm_rows == 0.0 && nodes <= 1 {
+        // rows measured without the segment say nothing of it; one that names it was
+        // measured against the library's own (set by hand from IMB: Intel MPI's)
+        return row.filter(|&a| a == Algo::Shm).map(|_| true);
+    }
+    row.map(|a| a == Algo::Shm)
 }
 
 /// The largest footprint [`hier_wins`] takes: the largest size measured to win.
@@ -1158,11 +1161,12 @@ fn decide_with(
     let rows_nodes = if tun.covers(coll, p, nodes) { nodes } else { 1 };
     if form == Form::Blocking {
         if let Some(a) = tun.measured(coll, p, rows_nodes, bytes) {
-            if a == Algo::Shm && rows_nodes > 1 && native_ok {
-                // across nodes the two-level algorithm won, but it does not serve this call
-                // (it was decided before, `Ctx::shm_decide`): the row says nothing of the
-                // rest, and the model knows one node only (a Reduce_scatter taken to it
-                // at 2 x 1, 64 KiB: 1.66-1.73 of MPICH's time)
+            if a == Algo::Shm && native_ok {
+                // the segment won, but it does not serve this call (it was decided before,
+                // `Ctx::shm_decide`: not set up yet, or not allowed): the row says nothing
+                // of the rest, and the model knows MPICH 4.0's point-to-point algorithms on
+                // one node only (across nodes, a Reduce_scatter taken to it at 2 x 1,
+                // 64 KiB: 1.66-1.73 of MPICH's time)
                 return Algo::Native;
             }
             let a = model::runs_as(coll, a, p, commutative, k);
@@ -1399,12 +1403,51 @@ mod tests {
                 "{why}"
             );
         }
-        // the shipped rows predate single copy: the rules decide
-        let shipped = parse("best MPI_Gather 2 32768 native\n");
+        // the shipped rows predate single copy: the rules decide, except where a row names
+        // the segment (set by hand from IMB against the library)
+        let shipped = parse("best MPI_Gather 2 32768 native\nbest MPI_Reduce 2 2048 shm\n");
         assert_eq!(
             segment_measured_with(&shipped, Coll::Gather, 2, 1, 32768),
             None
         );
+        assert_eq!(
+            segment_measured_with(&shipped, Coll::Reduce, 2, 1, 4096),
+            Some(true)
+        );
+        assert_eq!(
+            segment_measured_with(&shipped, Coll::Reduce, 2, 1, 64),
+            None
+        );
+    }
+
+    /// A row naming the segment for a call the segment does not take (not set up yet, or
+    /// `SHIM_TRANSPORT=pmpi`) hands it to the library, which the row was measured against,
+    /// not to the model's guess.
+    #[test]
+    fn a_segment_row_for_a_call_off_the_segment_goes_to_the_library() {
+        let tun = tuning::Tuning::parse(
+            // (a library the model finds slow: its guess would be a schedule of the shim's)
+            "param o_native 1e3\nparam native_call 1e3\n\
+             best MPI_Reduce 2 2048 shm\nbest MPI_Reduce 2 8192 shm\n",
+            "test",
+            &Default::default(),
+        )
+        .unwrap();
+        for bytes in [2048, 4096, 16384] {
+            let a = decide_with(
+                &tun,
+                Coll::Reduce,
+                Form::Blocking,
+                2,
+                1,
+                bytes,
+                true,
+                2,
+                0,
+                true,
+            );
+            assert_eq!(a, Algo::Native, "{bytes} bytes");
+        }
     }
 
     #[test]
