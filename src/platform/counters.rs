@@ -32,10 +32,18 @@ static COUNTERS: [Counter; N_FUNCS] = [const {
 /// One thread's call counts: written by that thread only, read by anyone.
 type Calls = [AtomicU64; N_FUNCS];
 
-/// Every thread's counts (an array outlives its thread: the counts stay in the sums), and
-/// those whose thread has ended, for the next new thread to go on counting in.
-static THREADS: Mutex<(Vec<&'static Calls>, Vec<&'static Calls>)> =
-    Mutex::new((Vec::new(), Vec::new()));
+/// The threads' arrays.
+struct Arrays {
+    /// every thread's (an array outlives its thread: the counts stay in the sums)
+    all: Vec<&'static Calls>,
+    /// those whose thread has ended, for the next new thread to go on counting in
+    free: Vec<&'static Calls>,
+}
+
+static THREADS: Mutex<Arrays> = Mutex::new(Arrays {
+    all: Vec::new(),
+    free: Vec::new(),
+});
 
 /// Calls made by threads whose array had already gone back (from their destructors).
 static LATE: Calls = [const { AtomicU64::new(0) }; N_FUNCS];
@@ -50,7 +58,7 @@ impl Drop for Mine {
             THREADS
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .1
+                .free
                 .push(calls);
         }
     }
@@ -72,9 +80,9 @@ thread_local! {
 #[cold]
 fn register() -> &'static Calls {
     let mut g = THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    g.1.pop().unwrap_or_else(|| {
+    g.free.pop().unwrap_or_else(|| {
         let new: &'static Calls = Box::leak(Box::new([const { AtomicU64::new(0) }; N_FUNCS]));
-        g.0.push(new);
+        g.all.push(new);
         new
     })
 }
@@ -145,12 +153,16 @@ pub fn note_path(fid: Fid, kind: &'static str, name: &'static str) {
     }
 }
 
-pub fn calls(idx: usize) -> u64 {
+/// Every array of counts (each thread's and the late calls'), under the lock.
+fn each_array(f: impl FnMut(&Calls)) {
     let g = THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    g.0.iter()
-        .chain([&&LATE])
-        .map(|c| c[idx].load(Ordering::Relaxed))
-        .fold(0, u64::wrapping_add)
+    g.all.iter().copied().chain([&LATE]).for_each(f);
+}
+
+pub fn calls(idx: usize) -> u64 {
+    let mut sum = 0u64;
+    each_array(|c| sum = sum.wrapping_add(c[idx].load(Ordering::Relaxed)));
+    sum
 }
 pub fn time_ns(idx: usize) -> u64 {
     COUNTERS[idx].time_ns.load(Ordering::Relaxed)
@@ -160,17 +172,7 @@ pub fn bytes(idx: usize) -> u64 {
 }
 
 pub fn reset() {
-    for calls in THREADS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .0
-        .iter()
-        .chain([&&LATE])
-    {
-        for c in calls.iter() {
-            c.store(0, Ordering::Relaxed);
-        }
-    }
+    each_array(|calls| calls.iter().for_each(|c| c.store(0, Ordering::Relaxed)));
     for c in &COUNTERS {
         c.time_ns.store(0, Ordering::Relaxed);
         c.bytes.store(0, Ordering::Relaxed);
@@ -217,7 +219,7 @@ mod tests {
         assert_eq!(calls(fid as usize) - before, rounds * 3 * per_thread);
         // the ended threads' arrays were handed on: at most the threads alive at once, plus
         // this one and the other tests' threads, ever made
-        let made = THREADS.lock().unwrap().0.len();
+        let made = THREADS.lock().unwrap().all.len();
         assert!(made < 64, "{made} arrays for 12 short threads");
     }
 }

@@ -74,16 +74,17 @@ pub fn bcast(sl: Slots, me: Rank, data: Data, ti: &TypeInfo, root: i32) -> Sched
     if pieces > 1 {
         b.rename("shm:copy-in-out-pipelined");
     }
-    // piece i of the packed bytes: in the buffer itself (dense) or the whole typed data
+    // piece i of the packed bytes: in the buffer itself (dense; `Packed` allocates no
+    // scratch then) or the whole typed data
+    let dense = (pieces > 1).then(|| super::Packed::new(&mut b, data, ti));
     let piece = |i: i64| -> (Data, Data) {
-        if pieces == 1 {
-            return (data, sl.packed(root, 0, bytes));
+        match dense {
+            None => (data, sl.packed(root, 0, bytes)),
+            Some(p) => {
+                let (off, n) = super::split(bytes, pieces, i);
+                (p.slice(off, n), sl.packed(root, off, n))
+            }
         }
-        let (off, n) = super::split(bytes, pieces, i);
-        (
-            Data::new(data.addr.add(ti.lb + off), n, MPI_PACKED()),
-            sl.packed(root, off, n),
-        )
     };
     if me.rank == root {
         let c = b.claim();
