@@ -632,10 +632,11 @@ pub const AUTO_SHM_MAX_BYTES: i64 = 1024;
 
 /// Whether `SHIM_TRANSPORT=auto` takes `coll` on `p` ranks, needing `footprint` slot bytes,
 /// to the shared-memory segment: where it was measured to win (README, "The node
-/// transport"). Not in a job with an oversubscribed node: there a waiting rank and the rank
-/// it waits for share a core, and what decides is how soon the waiter gives it up, which the
-/// library's point-to-point path and its own collectives were measured for, the segment's
-/// flags not. Not above [`AUTO_SHM_MAX_BYTES`] (a reduction: the library's
+/// transport"). In a job with an oversubscribed node a waiting rank and the rank it waits
+/// for share a core, and what decides is how soon the waiter gives it up, at once on the
+/// segment: up to the slot (the caller checks it) where the library's own waits spin
+/// (the tuning's `oversub_yield` 0), from its `oversub_shm_min` where they yield too.
+/// Else not above [`AUTO_SHM_MAX_BYTES`] (a reduction: the library's
 /// `shm_reduce_max`; a collective the library is not trusted with: the slot, which the
 /// caller checks; a data mover on two ranks: its `shm_move_max`, where handing the call
 /// to the library between calls on the segment lost and the segment won up to the slot
@@ -646,10 +647,23 @@ pub const AUTO_SHM_MAX_BYTES: i64 = 1024;
 /// each rank leaving the segment's Barrier at its own moment. Every input is the same on
 /// every rank (`proc::any_oversubscribed` is the job's), so all ranks decide alike.
 pub fn shm_wins(coll: Coll, p: i32, footprint: i64) -> bool {
-    shm_wins_with(&tuning::get(), coll, p, footprint)
+    shm_wins_with(
+        &tuning::get(),
+        crate::platform::proc::any_oversubscribed(),
+        coll,
+        p,
+        footprint,
+    )
 }
 
-fn shm_wins_with(tun: &tuning::Tuning, coll: Coll, p: i32, footprint: i64) -> bool {
+/// [`shm_wins`] with the tuning data and whether a node of the job is oversubscribed.
+fn shm_wins_with(
+    tun: &tuning::Tuning,
+    oversubscribed: bool,
+    coll: Coll,
+    p: i32,
+    footprint: i64,
+) -> bool {
     let reduction = matches!(
         coll,
         Coll::Reduce | Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scan | Coll::Exscan
@@ -657,7 +671,18 @@ fn shm_wins_with(tun: &tuning::Tuning, coll: Coll, p: i32, footprint: i64) -> bo
     let max = if !native_trusted(coll) {
         // the library is never handed it: the shim's point-to-point schedules are all the
         // segment has to beat, and copy-in-copy-out did up to the slot under every library
-        // (README, "The node transport")
+        // (README, "The node transport"), oversubscribed too
+        f64::INFINITY
+    } else if oversubscribed && tun.params.oversub_yield > 0.0 {
+        // the library's own collectives give the core up as the segment's waits do, and
+        // won there below `oversub_shm_min` (at 4 ranks on 2 cores: Intel MPI everywhere,
+        // Open MPI below 1 KiB); from it up to the slot (the caller checks) the segment
+        return footprint as f64 >= tun.params.oversub_shm_min;
+    } else if oversubscribed {
+        // a waiting rank gives its core up at once on the segment, while the library's
+        // point-to-point path (the other choice: `native_allowed`) waits a scheduler's
+        // time slice: the segment won every point up to the slot (README, "The node
+        // transport")
         f64::INFINITY
     } else if reduction {
         tun.params.shm_reduce_max
@@ -666,7 +691,7 @@ fn shm_wins_with(tun: &tuning::Tuning, coll: Coll, p: i32, footprint: i64) -> bo
     } else {
         AUTO_SHM_MAX_BYTES as f64
     };
-    !crate::platform::proc::any_oversubscribed() && footprint as f64 <= max
+    footprint as f64 <= max
 }
 
 /// Whether `SHIM_TRANSPORT=auto` takes `coll`, called in `form` and needing `footprint`
@@ -675,7 +700,7 @@ fn shm_wins_with(tun: &tuning::Tuning, coll: Coll, p: i32, footprint: i64) -> bo
 /// flat schedules at 8 and 16 ranks on 2 and 4 emulated nodes (README, "An emulated cluster"): the
 /// non-blocking Barrier, the Allreduce from 64 B to 4 KiB blocking and up to 4 KiB
 /// non-blocking. Its Bcast and small Reduce lost there and are taken only where forced. Not
-/// in a job with an oversubscribed node (see [`shm_wins`]). Where each of the `p` ranks is
+/// in a job with an oversubscribed node (not measured there). Where each of the `p` ranks is
 /// alone on its node (`nodes == p`) the node phases have nothing to do and the leaders'
 /// phase is all there is: at 2 x 1 the blocking Allreduce won there up to 1 KiB and lost
 /// from 2 KiB (README, "An emulated cluster"), so it is taken up to
@@ -740,7 +765,7 @@ pub fn mixed_serves(coll: Coll) -> bool {
 /// average block (`footprint`): through the slots where [`shm_wins`], beyond the slot
 /// where [`single_copy_wins`]. The others, whose blocks' sizes only some ranks know, where
 /// the segment wins their fixed form at every size: up to the `slot` ([`shm_wins`]; single
-/// copy beyond it wins wherever the node is not oversubscribed, which `shm_wins` checks),
+/// copy beyond it won wherever it was measured),
 /// but Gatherv: the library's own (one eager message per rank at 2 ranks under MPICH) tied
 /// the slots up to 512 B and beat them from 2 to 8 KiB with a fixed root (README, "The
 /// node transport").
@@ -765,14 +790,37 @@ pub fn single_copy_addresses(coll: Coll) -> bool {
 /// the slot under all four libraries measured; Allreduce from the library's `single_reduce`
 /// parameter (Open MPI 4.1's own won below 1 MiB, Intel MPI's at some sizes up to 4 MiB:
 /// never there), Reduce from its `single_root` (Open MPI 4.1's own won at every size).
-/// Not on an oversubscribed node (see [`shm_wins`]).
+/// In a job with an oversubscribed node every collective with a size all ranks know where
+/// the library's own waits spin, only those it is never handed where they yield (see
+/// [`shm_wins`]).
 pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
-    if crate::platform::proc::any_oversubscribed() || !single_copy_serves(coll) {
+    single_copy_wins_with(
+        &tuning::get(),
+        crate::platform::proc::any_oversubscribed(),
+        coll,
+        footprint,
+    )
+}
+
+/// [`single_copy_wins`] with the tuning data and whether a node of the job is
+/// oversubscribed.
+fn single_copy_wins_with(
+    tun: &tuning::Tuning,
+    oversubscribed: bool,
+    coll: Coll,
+    footprint: i64,
+) -> bool {
+    if !single_copy_serves(coll) {
         return false;
     }
     match coll {
-        Coll::Allreduce => footprint as f64 >= tuning::get().params.single_reduce,
-        Coll::Reduce => footprint as f64 >= tuning::get().params.single_root,
+        // (as in `shm_wins`: beyond the slot too)
+        _ if oversubscribed && tun.params.oversub_yield > 0.0 => {
+            spec_of(coll).sized && !native_trusted(coll)
+        }
+        _ if oversubscribed => spec_of(coll).sized,
+        Coll::Allreduce => footprint as f64 >= tun.params.single_reduce,
+        Coll::Reduce => footprint as f64 >= tun.params.single_root,
         // no size every rank knows (only the root, or each pair, knows the blocks): taken
         // where forced
         _ if !spec_of(coll).sized => false,
@@ -972,7 +1020,7 @@ pub fn holey_user_reduction_native(coll: Coll, form: Form, p: i32, bytes: i64) -
         && form == Form::Blocking
         && bytes <= 32 << 10
         && forced(coll).algo == Algo::Auto
-        && native_allowed(form, p)
+        && native_allowed(&tuning::get(), form, p)
 }
 
 /// The path a forced `native`'s fallback schedule counts under (`SHIM_STATS`,
@@ -1125,7 +1173,7 @@ fn decide_with(
     native_ok: bool,
 ) -> Algo {
     let spec = spec_of(coll);
-    let native_ok = native_ok && native_trusted(coll) && native_allowed(form, p);
+    let native_ok = native_ok && native_trusted(coll) && native_allowed(tun, form, p);
     if form == Form::Blocking && tun.native_only && native_ok {
         // no data describes this library: its own collective, not the model's guess
         return Algo::Native;
@@ -1217,17 +1265,19 @@ fn decide_with(
 /// MPI's cannot be restarted), not on one process (a schedule is a local copy, and MPICH
 /// 4.0's own Alltoallv/w on one process hang while a wildcard receive is pending on the
 /// communicator; README, "system MPI bugs"), and not when a node of the job is
-/// oversubscribed (its waits spin without yielding; see `proc::oversubscribed`): asked of
-/// the whole job, so that every rank of a communicator answers alike. Nor, under Open MPI,
+/// oversubscribed under a library whose waits spin without yielding there (both MPICH:
+/// a collective took a scheduler's time slice, 10 ms, at 4 ranks on 2 cores; the tuning's
+/// `oversub_yield`; see `proc::oversubscribed`): asked of the whole job, so that every
+/// rank of a communicator answers alike. Nor, under Open MPI,
 /// for non-blocking calls: libnbc segfaults in `MPI_Wait` when the program has freed the
 /// communicator meanwhile (4.1.4 and 5.0.11; README, "Problems of the system MPI"), which
 /// MPI-4.1 §7.4.3 allows (the free only marks it), while the shim's schedules hold their
 /// communicator until they complete.
-fn native_allowed(form: Form, p: i32) -> bool {
+fn native_allowed(tun: &tuning::Tuning, form: Form, p: i32) -> bool {
     form != Form::Persistent
         && !(cfg!(feature = "abi-ompi") && form == Form::Nonblocking)
         && p > 1
-        && !crate::platform::proc::any_oversubscribed()
+        && (tun.params.oversub_yield > 0.0 || !crate::platform::proc::any_oversubscribed())
 }
 
 /// The decision table (what `auto` picks) for the given communicator sizes, as text.
@@ -1541,9 +1591,6 @@ mod tests {
             ("Open MPI v4.1.4, package: Debian OpenMPI", 1024),
             ("Open MPI v5.0.11, package: Open MPI", 1024),
         ];
-        if crate::platform::proc::any_oversubscribed() {
-            return;
-        }
         let movers = [
             Coll::Bcast,
             Coll::Gather,
@@ -1555,20 +1602,76 @@ mod tests {
             let tun = tuning::for_library(version);
             for c in movers {
                 assert!(
-                    shm_wins_with(&tun, c, 2, max),
+                    shm_wins_with(&tun, false, c, 2, max),
                     "{c:?} {max} B under {version}"
                 );
                 assert!(
-                    !shm_wins_with(&tun, c, 2, max + 1),
+                    !shm_wins_with(&tun, false, c, 2, max + 1),
                     "{c:?} {max}+1 B under {version}"
                 );
                 // from 3 ranks the library's own limit does not apply
                 assert_eq!(
-                    shm_wins_with(&tun, c, 3, max),
+                    shm_wins_with(&tun, false, c, 3, max),
                     max <= AUTO_SHM_MAX_BYTES,
                     "{c:?} at 3 ranks under {version}"
                 );
             }
+        }
+    }
+
+    /// On an oversubscribed node the segment's waits give the core up at once. Under a
+    /// library whose own waits spin there (both MPICH) it beat the point-to-point path (the
+    /// library's own is not allowed) at every size: every collective with a size all ranks
+    /// know takes it, through the slots or with one copy, whatever the tuning. Under one
+    /// whose waits yield (Intel MPI, Open MPI) the library's own won below its
+    /// `oversub_shm_min` (Intel MPI: everywhere) and beyond the slot: only what it is never
+    /// handed takes the segment there (README, "The node transport").
+    #[test]
+    fn an_oversubscribed_job_takes_the_segment_where_the_library_spins() {
+        // (library version line, whether its waits yield on an oversubscribed node, the
+        // smallest footprint the segment takes there)
+        let libraries = [
+            ("MPICH Version:\t4.0.2\n", false, 0),
+            ("MPICH Version:      5.0.2\n", false, 0),
+            (
+                "Intel(R) MPI Library 2021.19.0 for Linux* OS\n",
+                true,
+                i64::MAX,
+            ),
+            ("Open MPI v4.1.4, package: Debian OpenMPI", true, 1024),
+            ("Open MPI v5.0.11, package: Open MPI", true, 1024),
+        ];
+        for (version, yields, from) in libraries {
+            let tun = tuning::for_library(version);
+            assert_eq!(tun.params.oversub_yield > 0.0, yields, "{version}");
+            for spec in COLLS.iter() {
+                let c = spec.coll;
+                if !spec.algos.contains(&Algo::Shm) {
+                    continue;
+                }
+                let always = !yields || !native_trusted(c);
+                for p in 2..=5 {
+                    for bytes in [1, 1023, 1024, 16384, 1 << 20] {
+                        assert_eq!(
+                            shm_wins_with(&tun, true, c, p, bytes),
+                            always || bytes >= from,
+                            "{} {bytes} B at {p} under {version}",
+                            spec.mpi
+                        );
+                    }
+                }
+                assert_eq!(
+                    single_copy_wins_with(&tun, true, c, 1 << 20),
+                    always && single_copy_serves(c) && spec.sized,
+                    "{} under {version}",
+                    spec.mpi
+                );
+            }
+            // not oversubscribed, the measured limits stand (from 3 ranks 1 KiB)
+            assert!(
+                !shm_wins_with(&tun, false, Coll::Bcast, 3, 16384),
+                "{version}"
+            );
         }
     }
 

@@ -60,6 +60,16 @@ pub struct Params {
     /// `auto` takes the segment (`select::segment_measured`), beyond the slot too. The
     /// shipped rows predate single copy: 0 there.
     pub shm_rows: f64,
+    /// 1 when the library's own waits give the core up on an oversubscribed node (Intel
+    /// MPI, Open MPI), so `auto` may hand it calls there (`select::native_allowed`); 0 where
+    /// they spin (both MPICH: a collective takes a scheduler's time slice there), and the
+    /// segment takes every collective instead (`select::shm_wins`): measured per library
+    /// at 4 ranks on 2 cores with IMB.
+    pub oversub_yield: f64,
+    /// Where the library's waits yield (`oversub_yield`), the smallest slot footprint from
+    /// which the segment's copy-in-copy-out beat its own collectives on an oversubscribed
+    /// node (`select::shm_wins`; Open MPI: 1 KiB; never under Intel MPI, the default).
+    pub oversub_shm_min: f64,
 }
 
 impl Default for Params {
@@ -82,6 +92,8 @@ impl Default for Params {
             shm_reduce_max: super::AUTO_SHM_MAX_BYTES as f64,
             shm_move_max: super::AUTO_SHM_MAX_BYTES as f64,
             shm_rows: 0.0,
+            oversub_yield: 0.0,
+            oversub_shm_min: 1e18,
         }
     }
 }
@@ -103,6 +115,8 @@ pub const NAMES: &[&str] = &[
     "shm_reduce_max",
     "shm_move_max",
     "shm_rows",
+    "oversub_yield",
+    "oversub_shm_min",
 ];
 
 impl Params {
@@ -123,6 +137,8 @@ impl Params {
             "shm_reduce_max" => self.shm_reduce_max,
             "shm_move_max" => self.shm_move_max,
             "shm_rows" => self.shm_rows,
+            "oversub_yield" => self.oversub_yield,
+            "oversub_shm_min" => self.oversub_shm_min,
             _ => return None,
         })
     }
@@ -144,6 +160,8 @@ impl Params {
             "shm_reduce_max" => &mut self.shm_reduce_max,
             "shm_move_max" => &mut self.shm_move_max,
             "shm_rows" => &mut self.shm_rows,
+            "oversub_yield" => &mut self.oversub_yield,
+            "oversub_shm_min" => &mut self.oversub_shm_min,
             _ => return false,
         };
         *slot = v;
