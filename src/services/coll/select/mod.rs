@@ -668,16 +668,17 @@ fn shm_wins_with(
         coll,
         Coll::Reduce | Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scan | Coll::Exscan
     );
+    if oversubscribed && native_trusted(coll) && tun.params.oversub_yield > 0.0 {
+        // the library's own collectives give the core up as the segment's waits do, and
+        // won there below `oversub_shm_min` (at 4 ranks on 2 cores: Intel MPI everywhere,
+        // Open MPI below 1 KiB); from it up to the slot (the caller checks) the segment
+        return footprint as f64 >= tun.params.oversub_shm_min;
+    }
     let max = if !native_trusted(coll) {
         // the library is never handed it: the shim's point-to-point schedules are all the
         // segment has to beat, and copy-in-copy-out did up to the slot under every library
         // (README, "The node transport"), oversubscribed too
         f64::INFINITY
-    } else if oversubscribed && tun.params.oversub_yield > 0.0 {
-        // the library's own collectives give the core up as the segment's waits do, and
-        // won there below `oversub_shm_min` (at 4 ranks on 2 cores: Intel MPI everywhere,
-        // Open MPI below 1 KiB); from it up to the slot (the caller checks) the segment
-        return footprint as f64 >= tun.params.oversub_shm_min;
     } else if oversubscribed {
         // a waiting rank gives its core up at once on the segment, while the library's
         // point-to-point path (the other choice: `native_allowed`) waits a scheduler's
