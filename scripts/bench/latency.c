@@ -6,7 +6,10 @@
  * mean time per call over a loop; the table gives the median of each and the ratio.
  *
  * Usage: latency [-a] [-R] [-c coll,coll,...] [-s minbytes] [-S maxbytes] [-r reps] [-f forms] [-x growth] [-o tuning]
- *   sizes grow by 8x from minbytes (8), ending at maxbytes (4 MiB); forms: b (blocking), n (I*+Wait);
+ *   sizes grow by 8x from minbytes (8), ending at maxbytes (4 MiB); forms: b (blocking), n (I*+Wait),
+ *   p (the shim's persistent collective, initialized once per point, Start+Wait, against the system
+ *   MPI's I*+Wait: not every library has persistent collectives; one root throughout; the shim gives
+ *   the segment's channels to the first SHIM_SHM_CHANNELS initialized: run with 64);
  *   -R: the rooted collectives move their root to the next rank on every call, as IMB does
  * Output: one markdown table row per point on rank 0's stdout.
  *
@@ -85,11 +88,76 @@ static void call(int c, int n, int shim, int nb) {
     }
 }
 
+#if MPI_VERSION < 4 && !(defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
+/* An MPI-3 header (Open MPI 4.1): the preloaded shim exports the MPI-4.0 persistent collectives
+   (weak: the library has none, so the program links without them). */
+#define LATENCY_WEAK_PERSISTENT 1
+__attribute__((weak)) int MPI_Barrier_init(MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Bcast_init(void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Gather_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Gatherv_init(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, int, MPI_Comm,
+                     MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Scatter_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Scatterv_init(const void *, const int[], const int[], MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm,
+                      MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Allgather_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Allgatherv_init(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm,
+                        MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Alltoall_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Alltoallv_init(const void *, const int[], const int[], MPI_Datatype, void *, const int[], const int[],
+                       MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Alltoallw_init(const void *, const int[], const int[], const MPI_Datatype[], void *, const int[], const int[],
+                       const MPI_Datatype[], MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Reduce_init(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Allreduce_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Reduce_scatter_init(const void *, void *, const int[], MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Reduce_scatter_block_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Scan_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Exscan_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+__attribute__((weak)) int MPI_Neighbor_allgather_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Info,
+                                MPI_Request *);
+__attribute__((weak)) int MPI_Neighbor_alltoall_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Info,
+                               MPI_Request *);
+#endif
+
+/* The persistent form of collective c with n doubles per block, through the shim (MPI-4.0 §6.13). */
+static void pinit(int c, int n, MPI_Request *r) {
+    MPI_Comm w = MPI_COMM_WORLD;
+    MPI_Info i = MPI_INFO_NULL;
+    for (int k = 0; k < size; k++) counts[k] = n, displs[k] = k * n, bdispls[k] = k * n * 8;
+    const int rt = root;
+    switch (c) {
+    case BARRIER: MPI_Barrier_init(w, i, r); break;
+    case BCAST: MPI_Bcast_init(sbuf, n, MPI_DOUBLE, rt, w, i, r); break;
+    case GATHER: MPI_Gather_init(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w, i, r); break;
+    case GATHERV: MPI_Gatherv_init(sbuf, n, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, rt, w, i, r); break;
+    case SCATTER: MPI_Scatter_init(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w, i, r); break;
+    case SCATTERV: MPI_Scatterv_init(sbuf, counts, displs, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, rt, w, i, r); break;
+    case ALLGATHER: MPI_Allgather_init(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, w, i, r); break;
+    case ALLGATHERV: MPI_Allgatherv_init(sbuf, n, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, w, i, r); break;
+    case ALLTOALL: MPI_Alltoall_init(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, w, i, r); break;
+    case ALLTOALLV: MPI_Alltoallv_init(sbuf, counts, displs, MPI_DOUBLE, rbuf, counts, displs, MPI_DOUBLE, w, i, r); break;
+    case ALLTOALLW: MPI_Alltoallw_init(sbuf, counts, bdispls, types, rbuf, counts, bdispls, types, w, i, r); break;
+    case REDUCE: MPI_Reduce_init(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, rt, w, i, r); break;
+    case ALLREDUCE: MPI_Allreduce_init(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, w, i, r); break;
+    case REDUCE_SCATTER: MPI_Reduce_scatter_init(sbuf, rbuf, counts, MPI_DOUBLE, MPI_SUM, w, i, r); break;
+    case REDUCE_SCATTER_BLOCK: MPI_Reduce_scatter_block_init(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, w, i, r); break;
+    case SCAN: MPI_Scan_init(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, w, i, r); break;
+    case EXSCAN: MPI_Exscan_init(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, w, i, r); break;
+    case NALLGATHER: MPI_Neighbor_allgather_init(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, ring, i, r); break;
+    case NALLTOALL: MPI_Neighbor_alltoall_init(sbuf, n, MPI_DOUBLE, rbuf, n, MPI_DOUBLE, ring, i, r); break;
+    }
+}
+
 /* Mean seconds per call over `iters` calls, maximum over ranks. */
+static MPI_Request persistent = MPI_REQUEST_NULL; /* the point's, form p */
 static double measure(int c, int n, int shim, int nb, int iters) {
     PMPI_Barrier(MPI_COMM_WORLD);
     double t0 = PMPI_Wtime();
-    for (int i = 0; i < iters; i++) call(c, n, shim, nb);
+    if (nb == 2 && shim)
+        for (int i = 0; i < iters; i++) MPI_Start(&persistent), MPI_Wait(&persistent, MPI_STATUS_IGNORE);
+    else
+        for (int i = 0; i < iters; i++) call(c, n, shim, nb != 0);
     double t = (PMPI_Wtime() - t0) / iters, tmax;
     PMPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return tmax;
@@ -334,7 +402,7 @@ int main(int argc, char **argv) {
     for (int c = 0; c < NCOLL; c++) {
         if (!selected(colls, c)) continue;
         for (const char *f = forms; *f; f++) {
-            int nb = *f == 'n';
+            int nb = *f == 'n' ? 1 : *f == 'p' ? 2 : 0;
             for (long bytes = minb; bytes <= maxb; bytes = next_size(bytes, maxb, grow)) {
                 if (c == BARRIER && bytes > minb) break;
                 int n = c == BARRIER ? 0 : (int)(bytes / 8);
@@ -344,16 +412,27 @@ int main(int argc, char **argv) {
                 if (iters < 3) iters = 3;
                 if (iters > 2000) iters = 2000;
                 PMPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+                /* one persistent collective per point: the shim gives the segment's
+                   channels to the first SHIM_SHM_CHANNELS initialized (run with 64) */
+#ifdef LATENCY_WEAK_PERSISTENT
+                if (nb == 2 && !MPI_Bcast_init) {
+                    if (rank == 0) fprintf(stderr, "latency: -f p needs libshim.so preloaded\n");
+                    MPI_Abort(MPI_COMM_WORLD, 2);
+                }
+#endif
+                if (nb == 2) pinit(c, n, &persistent);
                 measure(c, n, 1, nb, 2); /* warm the shim's schedule cache */
                 for (int k = 0; k < reps; k++) {
                     tn[k] = measure(c, n, 0, nb, iters);
                     ts[k] = measure(c, n, 1, nb, iters);
                 }
+                if (nb == 2) MPI_Request_free(&persistent);
                 qsort(tn, reps, sizeof(double), cmpd);
                 qsort(ts, reps, sizeof(double), cmpd);
                 double a = tn[reps / 2] * 1e6, b = ts[reps / 2] * 1e6;
                 if (rank == 0) {
-                    printf("| %s | %s | %ld | %.2f | %.2f | %.2f |\n", NAMES[c], nb ? "I*+Wait" : "blocking",
+                    printf("| %s | %s | %ld | %.2f | %.2f | %.2f |\n", NAMES[c],
+                           nb == 2 ? "persistent" : nb ? "I*+Wait" : "blocking",
                            c == BARRIER ? 0 : bytes, a, b, b / a);
                     fflush(stdout);
                 }

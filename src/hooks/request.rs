@@ -48,7 +48,7 @@ pub unsafe fn MPI_Wait(
             });
             rc
         }
-        State::Inactive => {
+        State::Inactive(_) => {
             set_empty_status(status);
             MPI_SUCCESS
         }
@@ -79,7 +79,7 @@ pub unsafe fn MPI_Test(
     }
     match st {
         State::Native => native(),
-        State::Inactive => {
+        State::Inactive(_) => {
             // SAFETY: the caller's flag.
             unsafe { *flag = 1 };
             set_empty_status(status);
@@ -112,7 +112,7 @@ pub unsafe fn MPI_Request_get_status(
     }
     match st {
         State::Native => native(),
-        State::Inactive => {
+        State::Inactive(_) => {
             // SAFETY: the caller's flag.
             unsafe { *flag = 1 };
             set_empty_status(status);
@@ -159,7 +159,7 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request, native: &dyn Fn() -> c
             }
             rc
         }
-        State::Inactive => {
+        State::Inactive(_) => {
             if let Some(p) = packed(h) {
                 p.release();
             }
@@ -361,7 +361,7 @@ fn all(
                 }
                 errors |= e != MPI_SUCCESS;
             }
-            State::Inactive => set_empty_status(st),
+            State::Inactive(_) => set_empty_status(st),
             State::Native => {}
         }
     }

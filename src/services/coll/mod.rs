@@ -723,11 +723,11 @@ impl<'a> Ctx<'a> {
         let row = (form == select::Form::Blocking)
             .then(|| select::segment_measured(coll, self.size(), nodes, bytes))
             .flatten();
-        let copy_wins = row.unwrap_or_else(|| select::shm_wins(coll, self.size(), footprint));
+        let copy_wins = row.unwrap_or_else(|| select::shm_wins(coll, form, self.size(), footprint));
         let single_wins = single
             && row.unwrap_or_else(|| {
                 if mixed {
-                    select::mixed_wins(coll, self.size(), footprint, cfg.slot as i64)
+                    select::mixed_wins(coll, form, self.size(), footprint, cfg.slot as i64)
                 } else {
                     select::single_copy_wins(coll, self.size(), footprint)
                 }

@@ -630,27 +630,31 @@ pub fn shm_allowed(coll: Coll) -> Option<bool> {
 /// Gather and Scatter from 2 to 8 KiB did not in the last runs).
 pub const AUTO_SHM_MAX_BYTES: i64 = 1024;
 
-/// Whether `SHIM_TRANSPORT=auto` takes `coll` on `p` ranks, needing `footprint` slot bytes,
-/// to the shared-memory segment: where it was measured to win (README, "The node
-/// transport"). In a job with an oversubscribed node a waiting rank and the rank it waits
-/// for share a core, and what decides is how soon the waiter gives it up, at once on the
-/// segment: up to the slot (the caller checks it) where the library's own waits spin
-/// (the tuning's `oversub_yield` 0), from its `oversub_shm_min` where they yield too.
-/// Else not above [`AUTO_SHM_MAX_BYTES`] (a reduction: the library's
-/// `shm_reduce_max`; a collective the library is not trusted with: the slot, which the
-/// caller checks; a data mover on two ranks: its `shm_move_max`, where handing the call
-/// to the library between calls on the segment lost and the segment won up to the slot
-/// under both MPICH). Bcast from 8 ranks stays, though MPICH 5's own was up to 1.3 times
-/// faster there on 16 cores: handing it to the library while the
-/// calls around it (IMB's Barriers) run on the segment made it twice as slow as the
-/// library's (0.34 against 0.17 µs at 2 ranks here, 1.24 against 0.58 at 8 on 16 cores),
-/// each rank leaving the segment's Barrier at its own moment. Every input is the same on
-/// every rank (`proc::any_oversubscribed` is the job's), so all ranks decide alike.
-pub fn shm_wins(coll: Coll, p: i32, footprint: i64) -> bool {
+/// Whether `SHIM_TRANSPORT=auto` takes `coll`, called in `form` on `p` ranks and needing
+/// `footprint` slot bytes, to the shared-memory segment: where it was measured to win
+/// (README, "The node transport"). Where the library's own is not the other choice (a
+/// collective it is never handed, a persistent call, an `I*` call under Open MPI:
+/// [`native_allowed`]), only the shim's point-to-point schedules are, and copy-in-copy-out
+/// beat them up to the slot (the caller checks it) under every library. In a job with an
+/// oversubscribed node a waiting rank and the rank it waits for share a core, and what
+/// decides is how soon the waiter gives it up, at once on the segment: up to the slot
+/// where the library's own waits spin (the tuning's `oversub_yield` 0), from its
+/// `oversub_shm_min` where they yield too. Else not above [`AUTO_SHM_MAX_BYTES`] (a
+/// reduction: the library's `shm_reduce_max`; a data mover on two ranks: its
+/// `shm_move_max`, where handing the call to the library between calls on the segment lost
+/// and the segment won up to the slot under both MPICH; an `I*` call on two ranks: up to
+/// its `shm_nb_max` where that is more). Bcast from 8 ranks stays, though MPICH 5's own was
+/// up to 1.3 times faster there on 16 cores: handing it to the library while the calls
+/// around it (IMB's Barriers) run on the segment made it twice as slow as the library's
+/// (0.34 against 0.17 µs at 2 ranks here, 1.24 against 0.58 at 8 on 16 cores), each rank
+/// leaving the segment's Barrier at its own moment. Every input is the same on every rank
+/// (`proc::any_oversubscribed` is the job's), so all ranks decide alike.
+pub fn shm_wins(coll: Coll, form: Form, p: i32, footprint: i64) -> bool {
     shm_wins_with(
         &tuning::get(),
         crate::platform::proc::any_oversubscribed(),
         coll,
+        form,
         p,
         footprint,
     )
@@ -661,36 +665,49 @@ fn shm_wins_with(
     tun: &tuning::Tuning,
     oversubscribed: bool,
     coll: Coll,
+    form: Form,
     p: i32,
     footprint: i64,
 ) -> bool {
-    let reduction = matches!(
-        coll,
-        Coll::Reduce | Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scan | Coll::Exscan
-    );
-    if oversubscribed && native_trusted(coll) && tun.params.oversub_yield > 0.0 {
+    if !(native_trusted(coll) && native_allowed_with(tun, oversubscribed, form, p)) {
+        // the library is not handed it: the shim's point-to-point schedules are all the
+        // segment has to beat, and copy-in-copy-out did up to the slot under every library,
+        // oversubscribed too (README, "The node transport"; `I*` calls under Open MPI
+        // 0.28-0.78 of the library's time at 2-16 KiB where they took 1.2-1.6 through its
+        // point-to-point), but the Allreduce where the library's point-to-point is fast
+        // (`shm_sched_allreduce_max`)
+        return oversubscribed
+            || coll != Coll::Allreduce
+            || footprint as f64 <= tun.params.shm_sched_allreduce_max;
+    }
+    if oversubscribed && tun.params.oversub_yield > 0.0 {
         // the library's own collectives give the core up as the segment's waits do, and
         // won there below `oversub_shm_min` (at 4 ranks on 2 cores: Intel MPI everywhere,
         // Open MPI below 1 KiB); from it up to the slot (the caller checks) the segment
         return footprint as f64 >= tun.params.oversub_shm_min;
     }
-    let max = if !native_trusted(coll) {
-        // the library is never handed it: the shim's point-to-point schedules are all the
-        // segment has to beat, and copy-in-copy-out did up to the slot under every library
-        // (README, "The node transport"), oversubscribed too
-        f64::INFINITY
-    } else if oversubscribed {
+    if oversubscribed {
         // a waiting rank gives its core up at once on the segment, while the library's
         // point-to-point path (the other choice: `native_allowed`) waits a scheduler's
         // time slice: the segment won every point up to the slot (README, "The node
         // transport")
-        f64::INFINITY
-    } else if reduction {
+        return true;
+    }
+    let reduction = matches!(
+        coll,
+        Coll::Reduce | Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scan | Coll::Exscan
+    );
+    let max = if reduction {
         tun.params.shm_reduce_max
     } else if p == 2 {
         tun.params.shm_move_max
     } else {
         AUTO_SHM_MAX_BYTES as f64
+    };
+    let max = if form == Form::Nonblocking && p == 2 {
+        max.max(tun.params.shm_nb_max)
+    } else {
+        max
     };
     footprint as f64 <= max
 }
@@ -770,12 +787,12 @@ pub fn mixed_serves(coll: Coll) -> bool {
 /// but Gatherv: the library's own (one eager message per rank at 2 ranks under MPICH) tied
 /// the slots up to 512 B and beat them from 2 to 8 KiB with a fixed root (README, "The
 /// node transport").
-pub fn mixed_wins(coll: Coll, p: i32, footprint: i64, slot: i64) -> bool {
+pub fn mixed_wins(coll: Coll, form: Form, p: i32, footprint: i64, slot: i64) -> bool {
     match coll {
         Coll::Gatherv => false,
         Coll::Allgatherv if footprint > slot => single_copy_wins(coll, p, footprint),
-        Coll::Allgatherv => shm_wins(coll, p, footprint),
-        _ => shm_wins(coll, p, slot),
+        Coll::Allgatherv => shm_wins(coll, form, p, footprint),
+        _ => shm_wins(coll, form, p, slot),
     }
 }
 
@@ -1275,10 +1292,15 @@ fn decide_with(
 /// MPI-4.1 §7.4.3 allows (the free only marks it), while the shim's schedules hold their
 /// communicator until they complete.
 fn native_allowed(tun: &tuning::Tuning, form: Form, p: i32) -> bool {
+    native_allowed_with(tun, crate::platform::proc::any_oversubscribed(), form, p)
+}
+
+/// [`native_allowed`] with whether a node of the job is oversubscribed.
+fn native_allowed_with(tun: &tuning::Tuning, oversubscribed: bool, form: Form, p: i32) -> bool {
     form != Form::Persistent
         && !(cfg!(feature = "abi-ompi") && form == Form::Nonblocking)
         && p > 1
-        && (tun.params.oversub_yield > 0.0 || !crate::platform::proc::any_oversubscribed())
+        && (tun.params.oversub_yield > 0.0 || !oversubscribed)
 }
 
 /// The decision table (what `auto` picks) for the given communicator sizes, as text.
@@ -1577,7 +1599,11 @@ mod tests {
             (Coll::Alltoall, 8, 8, true),
         ];
         for (c, p, bytes, want) in cases {
-            assert_eq!(shm_wins(c, p, bytes), want, "{c:?} at {p} ranks, {bytes} B");
+            assert_eq!(
+                shm_wins(c, Form::Blocking, p, bytes),
+                want,
+                "{c:?} at {p} ranks, {bytes} B"
+            );
         }
     }
 
@@ -1603,20 +1629,77 @@ mod tests {
             let tun = tuning::for_library(version);
             for c in movers {
                 assert!(
-                    shm_wins_with(&tun, false, c, 2, max),
+                    shm_wins_with(&tun, false, c, Form::Blocking, 2, max),
                     "{c:?} {max} B under {version}"
                 );
                 assert!(
-                    !shm_wins_with(&tun, false, c, 2, max + 1),
+                    !shm_wins_with(&tun, false, c, Form::Blocking, 2, max + 1),
                     "{c:?} {max}+1 B under {version}"
                 );
                 // from 3 ranks the library's own limit does not apply
                 assert_eq!(
-                    shm_wins_with(&tun, false, c, 3, max),
+                    shm_wins_with(&tun, false, c, Form::Blocking, 3, max),
                     max <= AUTO_SHM_MAX_BYTES,
                     "{c:?} at 3 ranks under {version}"
                 );
             }
+        }
+    }
+
+    /// Where the library's own is not the other choice, the segment competes with the shim's
+    /// point-to-point schedules only and takes every size up to the slot: a persistent call
+    /// under every library, an `I*` call under Open MPI (its libnbc is never handed one);
+    /// but Allreduce under Intel MPI, whose point-to-point makes recursive doubling faster
+    /// from 2 KiB.
+    /// An `I*` call on two ranks where it is: up to the library's `shm_nb_max` where that is
+    /// more than the blocking form's limit (Intel MPI: the slot, its non-blocking
+    /// collectives being slower than its blocking ones; README, "The node transport").
+    #[test]
+    fn auto_weighs_the_segment_against_what_the_call_may_be_handed() {
+        // (library version line, the most bytes an I* Bcast at 2 ranks takes to the
+        // segment where the library may be handed it, and a blocking one)
+        let libraries = [
+            ("MPICH Version:\t4.0.2\n", 16384, 16384),
+            ("MPICH Version:      5.0.2\n", 16384, 16384),
+            (
+                "Intel(R) MPI Library 2021.19.0 for Linux* OS\n",
+                16384,
+                1024,
+            ),
+            ("Open MPI v4.1.4, package: Debian OpenMPI", 1024, 1024),
+            ("Open MPI v5.0.11, package: Open MPI", 1024, 1024),
+        ];
+        let ompi = cfg!(feature = "abi-ompi");
+        for (version, nb_max, max) in libraries {
+            let tun = tuning::for_library(version);
+            for spec in COLLS.iter() {
+                let c = spec.coll;
+                if !spec.algos.contains(&Algo::Shm) {
+                    continue;
+                }
+                let intel = version.starts_with("Intel");
+                for p in [2, 3, 5] {
+                    assert_eq!(
+                        shm_wins_with(&tun, false, c, Form::Persistent, p, 16384),
+                        !(intel && c == Coll::Allreduce),
+                        "persistent {} at {p} under {version}",
+                        spec.mpi
+                    );
+                }
+            }
+            let nb = |bytes| shm_wins_with(&tun, false, Coll::Bcast, Form::Nonblocking, 2, bytes);
+            let nb_max = if ompi { i64::MAX } else { nb_max };
+            assert!(nb(nb_max.min(16384)), "Ibcast {nb_max} B under {version}");
+            assert_eq!(nb(nb_max.saturating_add(1).min(16385)), ompi, "{version}");
+            let b = |bytes| shm_wins_with(&tun, false, Coll::Bcast, Form::Blocking, 2, bytes);
+            assert!(b(max) && !b(max + 1), "Bcast {max} B under {version}");
+            // from 3 ranks an I* call where the library may be handed it has the blocking
+            // form's limit
+            assert_eq!(
+                shm_wins_with(&tun, false, Coll::Bcast, Form::Nonblocking, 3, 16384),
+                ompi,
+                "Ibcast at 3 ranks under {version}"
+            );
         }
     }
 
@@ -1654,7 +1737,7 @@ mod tests {
                 for p in 2..=5 {
                     for bytes in [1, 1023, 1024, 16384, 1 << 20] {
                         assert_eq!(
-                            shm_wins_with(&tun, true, c, p, bytes),
+                            shm_wins_with(&tun, true, c, Form::Blocking, p, bytes),
                             always || bytes >= from,
                             "{} {bytes} B at {p} under {version}",
                             spec.mpi
@@ -1670,7 +1753,7 @@ mod tests {
             }
             // not oversubscribed, the measured limits stand (from 3 ranks 1 KiB)
             assert!(
-                !shm_wins_with(&tun, false, Coll::Bcast, 3, 16384),
+                !shm_wins_with(&tun, false, Coll::Bcast, Form::Blocking, 3, 16384),
                 "{version}"
             );
         }

@@ -70,6 +70,18 @@ pub struct Params {
     /// which the segment's copy-in-copy-out beat its own collectives on an oversubscribed
     /// node (`select::shm_wins`; Open MPI: 1 KiB; never under Intel MPI, the default).
     pub oversub_shm_min: f64,
+    /// The most slot bytes an `I*` call on two ranks may need for `auto` to take it to the
+    /// segment's copy-in-copy-out where the library's own is the other choice, when that is
+    /// more than the blocking form's limit (`shm_move_max`, `shm_reduce_max`): where its
+    /// non-blocking collectives are slower than its blocking ones (Intel MPI: up to the
+    /// slot), measured per library with IMB-NBC (`select::shm_wins`).
+    pub shm_nb_max: f64,
+    /// Where the library is not handed an Allreduce (a persistent call; an `I*` call under
+    /// Open MPI), the most slot bytes for which `auto` takes it to the segment rather than
+    /// the shim's point-to-point schedules (`select::shm_wins`): the slot (the default)
+    /// but where the library's point-to-point makes recursive doubling faster (Intel MPI:
+    /// 1 KiB), measured per library with `scripts/bench/latency.c -f p`.
+    pub shm_sched_allreduce_max: f64,
 }
 
 impl Default for Params {
@@ -94,6 +106,8 @@ impl Default for Params {
             shm_rows: 0.0,
             oversub_yield: 0.0,
             oversub_shm_min: 1e18,
+            shm_nb_max: 0.0,
+            shm_sched_allreduce_max: 1e18,
         }
     }
 }
@@ -117,6 +131,8 @@ pub const NAMES: &[&str] = &[
     "shm_rows",
     "oversub_yield",
     "oversub_shm_min",
+    "shm_nb_max",
+    "shm_sched_allreduce_max",
 ];
 
 impl Params {
@@ -139,6 +155,8 @@ impl Params {
             "shm_rows" => self.shm_rows,
             "oversub_yield" => self.oversub_yield,
             "oversub_shm_min" => self.oversub_shm_min,
+            "shm_nb_max" => self.shm_nb_max,
+            "shm_sched_allreduce_max" => self.shm_sched_allreduce_max,
             _ => return None,
         })
     }
@@ -162,6 +180,8 @@ impl Params {
             "shm_rows" => &mut self.shm_rows,
             "oversub_yield" => &mut self.oversub_yield,
             "oversub_shm_min" => &mut self.oversub_shm_min,
+            "shm_nb_max" => &mut self.shm_nb_max,
+            "shm_sched_allreduce_max" => &mut self.shm_sched_allreduce_max,
             _ => return false,
         };
         *slot = v;
