@@ -48,12 +48,17 @@ static int *counts, *displs, *bdispls;
 static MPI_Datatype *types;
 static MPI_Comm ring;
 
+/* The v and w forms' arguments: n doubles per rank, blocks in rank order. */
+static void blocks(int n) {
+    for (int i = 0; i < size; i++) counts[i] = n, displs[i] = i * n, bdispls[i] = i * n * 8;
+}
+
 /* One call of collective c with n doubles per block, through the shim or the system MPI. */
 static void call(int c, int n, int shim, int nb) {
     MPI_Request rq;
     MPI_Request *r = nb ? &rq : NULL;
     MPI_Comm w = MPI_COMM_WORLD;
-    for (int i = 0; i < size; i++) counts[i] = n, displs[i] = i * n, bdispls[i] = i * n * 8;
+    blocks(n);
     const int rt = root;
     if (rotate) root = (root + 1) % size;
 #define PICK(BLK, NB) \
@@ -124,7 +129,7 @@ __attribute__((weak)) int MPI_Neighbor_alltoall_init(const void *, int, MPI_Data
 static void pinit(int c, int n, MPI_Request *r) {
     MPI_Comm w = MPI_COMM_WORLD;
     MPI_Info i = MPI_INFO_NULL;
-    for (int k = 0; k < size; k++) counts[k] = n, displs[k] = k * n, bdispls[k] = k * n * 8;
+    blocks(n);
     const int rt = root;
     switch (c) {
     case BARRIER: MPI_Barrier_init(w, i, r); break;

@@ -1068,11 +1068,10 @@ mod tests {
             if let Some(r) = custom(c) {
                 return r;
             }
+            if let Some(words) = fake::rank0_of_two(c.name) {
+                return Ok(words);
+            }
             Ok(match c.name {
-                "comm_get_attr" => vec![0, 0],
-                "comm_test_inter" => vec![0],
-                "comm_rank" => vec![0],
-                "comm_size" => vec![2],
                 "comm_idup" => vec![DUP_REQ, SHADOW],
                 "test" => vec![1],
                 "isend" | "irecv" | "isend_c" | "irecv_c" => {

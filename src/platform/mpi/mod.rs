@@ -122,6 +122,19 @@ pub mod fake {
         CALLS.with(|c| c.borrow().iter().map(|c| c.name).collect())
     }
 
+    /// The answers that make a communicator the shim has no state for yet an
+    /// intracommunicator of two ranks seen from rank 0, without the shim's attributes
+    /// (`None` for every other call): the start of most scripts.
+    pub fn rank0_of_two(name: &str) -> Option<Vec<i64>> {
+        Some(match name {
+            "comm_get_attr" => vec![0, 0],
+            "comm_test_inter" => vec![0],
+            "comm_rank" => vec![0],
+            "comm_size" => vec![2],
+            _ => return None,
+        })
+    }
+
     pub(crate) fn answer(name: &'static str, args: &[i64]) -> Option<Result<Vec<i64>, c_int>> {
         let call = Call {
             name,

@@ -1672,12 +1672,12 @@ mod tests {
         let ompi = cfg!(feature = "abi-ompi");
         for (version, nb_max, max) in libraries {
             let tun = tuning::for_library(version);
+            let intel = version.starts_with("Intel");
             for spec in COLLS.iter() {
                 let c = spec.coll;
                 if !spec.algos.contains(&Algo::Shm) {
                     continue;
                 }
-                let intel = version.starts_with("Intel");
                 for p in [2, 3, 5] {
                     assert_eq!(
                         shm_wins_with(&tun, false, c, Form::Persistent, p, 16384),
