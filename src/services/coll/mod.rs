@@ -737,11 +737,22 @@ impl<'a> Ctx<'a> {
             .then_some(row)
             .flatten()
             .unwrap_or_else(|| select::hier_wins(coll, form, self.size(), nodes, footprint));
+        // a blocking call the library takes where its `I*` form would take the segment
+        // (under Open MPI, Bcast and Gather from 2 KiB at 2 ranks): on a communicator that
+        // has made such `I*` calls it counts towards the set-up, and still goes to the
+        // library; else a communicator whose blocking calls all go there kept its `I*` calls
+        // on point-to-point for good
+        let for_nb = auto
+            && form == select::Form::Blocking
+            && !one_node
+            && nodes == 1
+            && !big
+            && select::shm_wins(coll, select::Form::Nonblocking, self.size(), footprint);
         if transport == Transport::Pmpi
             || self.size() < 2
             || self.st.inter
             || allowed.is_none()
-            || (auto && !one_node && !across)
+            || (auto && !one_node && !across && !for_nb)
             || (big && !single)
             // no data: nothing to move, and nothing to wait for (MPI-4.0 §6.1: a collective
             // may complete as soon as the caller's part is done); the point-to-point path's
@@ -763,15 +774,33 @@ impl<'a> Ctx<'a> {
             if form == select::Form::Nonblocking {
                 // remembered, a repeat counts again (`count_again`): a program whose
                 // non-blocking calls repeat pays the decision once, not on every call
-                count_nb();
+                if count_nb() == 0 {
+                    // the first: blocking calls that count for it (`for_nb`) may be
+                    // remembered as the library's on some ranks (a memo hit never counts)
+                    memo::invalidate();
+                }
                 memo::note_counted();
                 return false;
             }
-            self.no_memo.set(true);
-            if form != select::Form::Blocking {
+            if for_nb
+                && self
+                    .st
+                    .nb_eligible
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    == 0
+            {
                 return false;
             }
-            if *n < cfg.after {
+            self.no_memo.set(true);
+            // the initialization of a persistent collective is non-local and ordered like a
+            // collective (MPI-4.0 §6.13; mpi-forum/mpi-issues#142 keeps it so): the set-up
+            // may wait for the other ranks there, and at once, as the request is made to be
+            // started again and again (the count is for short-lived communicators)
+            let persistent = form == select::Form::Persistent;
+            if form != select::Form::Blocking && !persistent {
+                return false;
+            }
+            if *n < cfg.after && !persistent {
                 *n += 1;
                 return false;
             }
@@ -785,6 +814,9 @@ impl<'a> Ctx<'a> {
         let NodeState::Ready(node) = &*g else {
             return false;
         };
+        if for_nb {
+            return false;
+        }
         // across nodes, the collectives with a two-level algorithm (`algo::hier`); decided
         // before the non-blocking instance is counted: a counted instance must run on the
         // segment, or the ones after it would wait for its acknowledgement
