@@ -1,19 +1,22 @@
-/* Where a communicator's shared-memory segment is set up besides its blocking collectives
- * that take it (issue 34); before, only those did, and a communicator without them kept the
- * point-to-point path for good.
- * 1. A communicator that makes persistent and non-blocking collectives and no blocking one:
- *    the initialization of a persistent collective is non-local and ordered like a
- *    collective (MPI-4.0 §6.13), so the segment is set up there. Non-blocking calls come
- *    before the initializations (the segment's first non-blocking instance is their count at
- *    the set-up) and between the starts.
+/* Where a communicator's shared-memory segment is set up and how its channels are handed
+ * out besides its blocking collectives that take it (issue 34).
+ * 1. A communicator that makes persistent and non-blocking collectives and no blocking one
+ *    (it keeps point-to-point: a persistent initialization does not set the segment up,
+ *    README, "Where the segment is set up"). Non-blocking calls come before the
+ *    initializations and between the starts.
  * 2. A communicator whose blocking Gathers of BYTES (argument) per rank all go to the
  *    library (a tuning row says so) and whose Igathers would take the segment: the blocking
  *    calls count towards the set-up once an Igather was made. Rank 0 alternates two buffers
  *    (the shim's memo never holds its blocking call) while the others repeat one (theirs
  *    does, until the first Igather empties it): every rank must count alike, or one sets up
  *    alone and hangs.
+ * 3. On a communicator whose blocking calls set the segment up, persistent collectives
+ *    initialized and freed in turn, more than the segment has channels (SHIM_SHM_CHANNELS,
+ *    default 4), after more live at once than it has: each gets one, a freed request's
+ *    channel being reused once every rank freed it; before, the first 4 took them for good.
  * Every result is checked. With EXPECT_SEGMENT=1 (a run with SHIM_STATS=1 and the segment
- * on), the persistent calls' and the Igathers' paths must name it.
+ * on), some Igather's path must name the segment, and every Reduce_init's and
+ * Allgather_init's must be it.
  * Usage: segment_setup [rounds [bytes]] */
 #include "common.h"
 
@@ -27,6 +30,58 @@ static void nb_round(MPI_Comm comm, int round) {
     CHECK(out == (long)g_size * round + (long)g_size * (g_size - 1) / 2, "round %d: Iallreduce gave %ld",
           round, out);
     CHECK(bc == 5L * round, "round %d: Ibcast gave %ld", round, bc);
+}
+
+/* Whether every schedule SHIM_STATS recorded for `name` ran on the segment. */
+static int only_segment(const char *name) {
+    int (*paths)(const char *, char *, size_t) =
+        (int (*)(const char *, char *, size_t))dlsym(RTLD_DEFAULT, "shim_function_paths");
+    char buf[512] = "";
+    if (!paths || paths(name, buf, sizeof buf) < 0 || !strstr(buf, "schedule:")) return 0;
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+        if (strncmp(t, "schedule:", 9) == 0 && strncmp(t, "schedule:shm", 12) != 0) return 0;
+    return 1;
+}
+
+/* Persistent collectives initialized and freed in turn, more than the segment has
+ * channels (SHIM_SHM_CHANNELS, default 4), after more live at once than it has: a freed
+ * request's channel is reused once every rank has freed it (the ranks agree at an
+ * initialization that finds none left). */
+static void channel_cycles(MPI_Comm comm, int cycles) {
+    enum { LIVE = 6 };
+    long in[LIVE], out[LIVE];
+    MPI_Request q[LIVE];
+    for (int k = 0; k < LIVE; k++) {
+        in[k] = g_rank + k;
+        MPI_OK(MPI_Scan_init(&in[k], &out[k], 1, MPI_LONG, MPI_SUM, comm, MPI_INFO_NULL, &q[k]));
+    }
+    MPI_OK(MPI_Startall(LIVE, q));
+    MPI_OK(MPI_Waitall(LIVE, q, MPI_STATUSES_IGNORE));
+    for (int k = 0; k < LIVE; k++) {
+        long want = (long)g_rank * (g_rank + 1) / 2 + (long)(g_rank + 1) * k;
+        CHECK(out[k] == want, "Scan_init %d gave %ld, not %ld", k, out[k], want);
+        MPI_OK(MPI_Request_free(&q[k]));
+    }
+    for (int c = 0; c < cycles; c++) {
+        long v = c + g_rank, sum = -1, all[64];
+        CHECK(g_size <= 64, "at most 64 ranks");
+        MPI_Request p[2];
+        MPI_OK(MPI_Reduce_init(&v, &sum, 1, MPI_LONG, MPI_SUM, 0, comm, MPI_INFO_NULL, &p[0]));
+        MPI_OK(MPI_Allgather_init(&v, 1, MPI_LONG, all, 1, MPI_LONG, comm, MPI_INFO_NULL, &p[1]));
+        int starts = getenv("CTEST_PERSISTENT_STARTS") ? persistent_starts() : 3;
+        for (int s = 0; s < starts; s++) {
+            v = 10L * c + s + g_rank;
+            MPI_OK(MPI_Startall(2, p));
+            MPI_OK(MPI_Waitall(2, p, MPI_STATUSES_IGNORE));
+            long want = (10L * c + s) * g_size + (long)g_size * (g_size - 1) / 2;
+            CHECK(g_rank != 0 || sum == want, "cycle %d: Reduce_init gave %ld, not %ld", c, sum, want);
+            for (int r = 0; r < g_size; r++)
+                CHECK(all[r] == 10L * c + s + r, "cycle %d: Allgather_init block %d gave %ld", c, r, all[r]);
+        }
+        /* rank 0 frees in the other order */
+        MPI_OK(MPI_Request_free(&p[g_rank == 0 ? 1 : 0]));
+        MPI_OK(MPI_Request_free(&p[g_rank == 0 ? 0 : 1]));
+    }
 }
 
 /* Whether the paths SHIM_STATS recorded for `name` include the segment's. */
@@ -90,11 +145,19 @@ int main(int argc, char **argv) {
     }
     free(mine[0]), free(mine[1]), free(all);
     MPI_OK(MPI_Comm_free(&comm));
+    MPI_OK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+    for (int i = 0; i < 6; i++) {
+        long v = g_rank, t = -1;
+        MPI_OK(MPI_Allreduce(&v, &t, 1, MPI_LONG, MPI_SUM, comm));
+        CHECK(t == (long)g_size * (g_size - 1) / 2, "Allreduce gave %ld", t);
+    }
+    channel_cycles(comm, getenv("CTEST_PERSISTENT_STARTS") ? 1 : 10);
+    MPI_OK(MPI_Comm_free(&comm));
     const char *e = getenv("EXPECT_SEGMENT");
     if (e && strcmp(e, "1") == 0) {
-        CHECK(on_segment("MPI_Allreduce_init"), "MPI_Allreduce_init did not run on the segment");
-        CHECK(on_segment("MPI_Bcast_init"), "MPI_Bcast_init did not run on the segment");
         CHECK(on_segment("MPI_Igather"), "no MPI_Igather ran on the segment");
+        CHECK(only_segment("MPI_Reduce_init"), "a MPI_Reduce_init did not run on the segment");
+        CHECK(only_segment("MPI_Allgather_init"), "a MPI_Allgather_init did not run on the segment");
     }
     if (g_rank == 0) printf("PASS segment_setup (%d ranks, %d rounds)\n", g_size, rounds);
     MPI_Finalize();

@@ -8,8 +8,8 @@
  * Usage: latency [-a] [-R] [-c coll,coll,...] [-s minbytes] [-S maxbytes] [-r reps] [-f forms] [-x growth] [-o tuning]
  *   sizes grow by 8x from minbytes (8), ending at maxbytes (4 MiB); forms: b (blocking), n (I*+Wait),
  *   p (the shim's persistent collective, initialized once per point, Start+Wait, against the system
- *   MPI's I*+Wait: not every library has persistent collectives; one root throughout; the shim gives
- *   the segment's channels to the first SHIM_SHM_CHANNELS initialized: run with 64);
+ *   MPI's I*+Wait: not every library has persistent collectives; one root throughout; each point's
+ *   request is freed before the next is initialized, so it takes the channel the last one held);
  *   -R: the rooted collectives move their root to the next rank on every call, as IMB does
  * Output: one markdown table row per point on rank 0's stdout.
  *
@@ -417,8 +417,9 @@ int main(int argc, char **argv) {
                 if (iters < 3) iters = 3;
                 if (iters > 2000) iters = 2000;
                 PMPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
-                /* one persistent collective per point: the shim gives the segment's
-                   channels to the first SHIM_SHM_CHANNELS initialized (run with 64) */
+                /* one persistent collective per point, freed at its end: the next one
+                   takes its channel of the segment (before stop 64 the first
+                   SHIM_SHM_CHANNELS initialized took them all, so runs set it to 64) */
 #ifdef LATENCY_WEAK_PERSISTENT
                 if (nb == 2 && !MPI_Bcast_init) {
                     if (rank == 0) fprintf(stderr, "latency: -f p needs libshim.so preloaded\n");

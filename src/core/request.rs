@@ -40,8 +40,6 @@ pub struct Persistent {
     /// The communicator's shared-memory segment and the request's own channel there, for
     /// a shared-memory schedule.
     pub shm: Option<(Arc<crate::core::transport::node::Node>, u32)>,
-    /// Starts so far (the instances of its channel).
-    pub starts: u32,
     pub sched: Arc<Schedule>,
     pub comm: Arc<CommState>,
     pub tag: c_int,
@@ -51,6 +49,15 @@ pub struct Persistent {
     /// The path each start counts under (`SHIM_STATS`): the schedule's algorithm, or its
     /// name as a forced `native`'s fallback.
     pub path: &'static str,
+}
+
+impl Drop for Persistent {
+    /// Freed (only an inactive one is, `MPI_Request_free`), it gives its channel back.
+    fn drop(&mut self) {
+        if let Some((node, ch)) = &self.shm {
+            node.give_back_channel(*ch);
+        }
+    }
 }
 
 pub(crate) enum Kind {
@@ -439,8 +446,7 @@ pub(crate) fn start(h: MPI_Request) -> c_int {
             p.recv as *mut _,
         );
         if let Some((node, ch)) = &p.shm {
-            run = run.in_shm(Arc::clone(node), node.place(*ch, p.starts));
-            p.starts = p.starts.wrapping_add(1);
+            run = run.in_shm(Arc::clone(node), node.next_persistent(*ch));
         }
         let cell = RunCell::new(run);
         p.active = Some(Arc::clone(&cell));
@@ -695,7 +701,6 @@ pub(crate) mod tests {
         let st = crate::core::comm::get(0x5e6 as MPI_Comm).expect("a fake communicator's state");
         let persistent = |b: crate::core::sched::Builder| Persistent {
             shm: None,
-            starts: 0,
             sched: Arc::new(b.finish()),
             comm: Arc::clone(&st),
             tag: 0,

@@ -152,13 +152,13 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_SHM_AFTER",
         default: "4",
         allowed: "0 to 1000000",
-        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (an `MPI_Comm_split_type` and two small allgathers at that call): short-lived communicators cost nothing. Until then collectives take the point-to-point path. A communicator whose ranks are on several nodes gets a segment per node, which its two-level Barrier, Bcast, Reduce, Allreduce, Reduce_scatter_block, Gather, Scatter, Allgather(v) and Alltoall use; its other collectives take the point-to-point path. Once the communicator has made a non-blocking collective that could run on it, a blocking call the library takes where its non-blocking form would take the segment counts too (and still goes to the library). Non-blocking collectives use the segment once it exists. The first persistent collective's initialization that could run on it sets it up at once, whatever the count (an initialization is non-local, MPI-4.0 §6.13, and its request is meant to be started many times).",
+        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (an `MPI_Comm_split_type` and two small allgathers at that call): short-lived communicators cost nothing. Until then collectives take the point-to-point path. A communicator whose ranks are on several nodes gets a segment per node, which its two-level Barrier, Bcast, Reduce, Allreduce, Reduce_scatter_block, Gather, Scatter, Allgather(v) and Alltoall use; its other collectives take the point-to-point path. Once the communicator has made a non-blocking collective that could run on it, a blocking call the library takes where its non-blocking form would take the segment counts too (and still goes to the library). Non-blocking and persistent collectives use the segment once it exists.",
     },
     VarSpec {
         name: "SHIM_SHM_CHANNELS",
         default: "4",
         allowed: "0 to 64",
-        doc: "Persistent collectives per communicator that get their own shared-memory channel (the first ones initialized; the others use point-to-point).",
+        doc: "Persistent collectives per communicator that may hold a shared-memory channel of their own at once (those initialized while one is left; the others use point-to-point). A freed request's channel goes to a later one once every rank has freed it: the ranks agree on that at an initialization that finds none left (non-local, MPI-4.0 §6.13).",
     },
     VarSpec {
         name: "SHIM_SHM_DEPTH",

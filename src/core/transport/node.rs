@@ -173,8 +173,11 @@ pub struct Node {
     pub nb_from: u32,
     /// The next instance of the blocking and the non-blocking channel.
     next: [AtomicU32; 2],
-    /// Persistent channels handed out so far.
-    persistent: AtomicU32,
+    /// The persistent channels: handed out, given back, reused ([`Node::persistent_channel`]).
+    channels: Mutex<Channels>,
+    /// Per channel: instances started so far; a persistent channel's count goes on from
+    /// one request that holds it to the next, so that its flags and acks keep growing.
+    starts: Vec<AtomicU32>,
     /// Per channel: an ack value every rank was seen to have reached (acks only grow, so
     /// it stays true); a claim it covers reads no other rank's line.
     seen: Vec<AtomicU32>,
@@ -189,6 +192,19 @@ pub struct Node {
 
 struct Driver {
     comm: MPI_Comm,
+}
+
+/// Where the persistent channels (`2..geo.channels`, at most 64) stand at this rank.
+#[derive(Default)]
+struct Channels {
+    /// Channels never handed out yet (the first `fresh` of them were).
+    fresh: u32,
+    /// Channels every rank gave back, agreed by [`Node::reclaim_channels`], in the order
+    /// they are handed out again (the same on every rank).
+    free: std::collections::VecDeque<u32>,
+    /// Channels this rank gave back that are not yet known to be given back everywhere
+    /// (bit `ch - 2`).
+    given_back: u64,
 }
 
 impl Drop for Node {
@@ -352,7 +368,8 @@ impl Node {
             cma: (0..size as usize).all(|r| at(r, 3) != 0),
             nb_from,
             next: [AtomicU32::new(0), AtomicU32::new(0)],
-            persistent: AtomicU32::new(0),
+            channels: Mutex::new(Channels::default()),
+            starts: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
             seen: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
             nb_done: Mutex::new((0, 0)),
             driver: std::sync::Mutex::new(Driver::new(comm)),
@@ -405,10 +422,54 @@ impl Node {
         }
     }
 
-    /// A channel of its own for a persistent collective, if one is left.
+    /// A channel of its own for a persistent collective, if one is left: a fresh one, else
+    /// one every rank gave back. Every rank initializes the communicator's persistent
+    /// collectives in the same order and learns what was given back at the same
+    /// initializations ([`Node::reclaim_channels`]), so every rank hands out the same.
     pub fn persistent_channel(&self) -> Option<u32> {
-        let k = self.persistent.fetch_add(1, Ordering::Relaxed);
-        (k + 2 < self.geo.channels).then_some(k + 2)
+        let mut c = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if c.fresh + 2 < self.geo.channels {
+            c.fresh += 1;
+            return Some(c.fresh + 1);
+        }
+        c.free.pop_front()
+    }
+
+    /// The channel of a persistent collective this rank freed (inactive: every instance it
+    /// started has ended here, MPI-4.0 §6.13), to be reused once every rank has.
+    pub fn give_back_channel(&self, ch: u32) {
+        if (2..self.geo.channels).contains(&ch) {
+            let mut c = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            c.given_back |= 1u64 << (ch - 2);
+        }
+    }
+
+    /// Learns which channels every rank of the communicator (its private duplicate `comm`,
+    /// of `size` ranks) has given back: an allgather of each rank's set, so every rank
+    /// must call it at the same point, a persistent initialization that found no channel
+    /// (non-local, MPI-4.0 §6.13). Those channels are handed out again, lowest first.
+    pub fn reclaim_channels(&self, comm: MPI_Comm, size: usize) -> Result<(), String> {
+        let mine = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .given_back;
+        let mut all = vec![0i64; size];
+        // SAFETY: one word from every rank of `comm`.
+        unsafe { mpi_coll::allgather_i64(&[mine as i64], &mut all, comm) }
+            .map_err(|e| format!("MPI_Allgather: {}", e.code()))?;
+        let everywhere = all.iter().fold(u64::MAX, |m, &w| m & w as u64);
+        let mut c = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        c.given_back &= !everywhere;
+        c.free
+            .extend((0..64).filter(|b| everywhere >> b & 1 == 1).map(|b| b + 2));
+        Ok(())
+    }
+
+    /// The place of the next instance of persistent channel `ch`.
+    pub fn next_persistent(&self, ch: u32) -> Place {
+        let i = self.starts[ch as usize].fetch_add(1, Ordering::Relaxed);
+        self.place(ch, i)
     }
 
     /// Rank `r`'s progress flag in a region.
@@ -558,7 +619,8 @@ mod tests {
             cma: true,
             nb_from: 0,
             next: [AtomicU32::new(0), AtomicU32::new(0)],
-            persistent: AtomicU32::new(0),
+            channels: Mutex::new(Channels::default()),
+            starts: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
             seen: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
             nb_done: Mutex::new((0, 0)),
             driver: Mutex::new(None),
@@ -608,6 +670,50 @@ mod tests {
             }
         }
         assert_eq!(g.bytes() / 64, lines.len() + HEADER / 64);
+    }
+
+    /// Persistent channels go back into use only once every rank has given them back
+    /// (a rank may free its request before another has finished with it), in the same
+    /// order on every rank, and a channel's instances go on from one request to the next.
+    #[test]
+    fn persistent_channels_are_reused_once_every_rank_gave_them_back() {
+        use crate::platform::mpi::fake;
+        let n = local(Geometry {
+            channels: 5,
+            ..geo(2, 4)
+        });
+        assert_eq!(
+            [0; 4].map(|_| n.persistent_channel()),
+            [Some(2), Some(3), Some(4), None]
+        );
+        let first = n.next_persistent(3).instance;
+        n.next_persistent(3);
+        n.give_back_channel(2);
+        n.give_back_channel(3);
+        n.give_back_channel(NONBLOCKING); // not a persistent channel: ignored
+        // the other rank has given back channel 3 only, then 2 as well
+        let mut answers = vec![vec![0b11, 0b10], vec![0b01, 0b01]].into_iter();
+        let _g = fake::install(move |c| match c.name {
+            "allgather" => Ok(answers.next().unwrap()),
+            _ => Ok(vec![]),
+        });
+        n.reclaim_channels(0x5e7 as MPI_Comm, 2).unwrap();
+        assert_eq!(
+            fake::calls()[0].args[..2],
+            [1, 2],
+            "one word from each of 2 ranks"
+        );
+        assert_eq!(n.persistent_channel(), Some(3));
+        assert_eq!(n.persistent_channel(), None);
+        assert_eq!(
+            n.next_persistent(3).instance,
+            first + 2,
+            "the count goes on"
+        );
+        n.reclaim_channels(0x5e7 as MPI_Comm, 2).unwrap();
+        assert_eq!(n.channels.lock().unwrap().given_back, 0);
+        assert_eq!(n.persistent_channel(), Some(2));
+        assert_eq!(n.persistent_channel(), None);
     }
 
     #[test]

@@ -170,7 +170,8 @@ static VERBS: std::sync::OnceLock<VerbsConfig> = std::sync::OnceLock::new();
 enum Ticket {
     /// A blocking or non-blocking collective: its instance of the channel.
     Place(Arc<Node>, Place),
-    /// A persistent collective: a channel of its own (its starts are its instances).
+    /// A persistent collective: a channel it holds until it is freed (its starts are the
+    /// channel's next instances).
     Channel(Arc<Node>, u32),
 }
 
@@ -204,8 +205,13 @@ impl Drop for Ctx<'_> {
     /// A call that took its instance of a shared-memory channel and then stopped (an error
     /// found after the decision) still passes through its region, claiming and releasing it,
     /// or the instance `depth` later would wait for its acknowledgement forever.
+    /// A persistent initialization that stopped there gives its channel back.
     fn drop(&mut self) {
-        if let Some(Ticket::Place(node, place)) = self.ticket.get_mut().take() {
+        let ticket = self.ticket.get_mut().take();
+        if let Some(Ticket::Channel(node, ch)) = &ticket {
+            node.give_back_channel(*ch);
+        }
+        if let Some(Ticket::Place(node, place)) = ticket {
             let mut b = crate::core::sched::Builder::new("shm:skip");
             let c = b.claim();
             b.release(&[c]);
@@ -548,11 +554,15 @@ impl<'a> Ctx<'a> {
                 self.st.ensure_shadow();
                 let shm = match self.ticket.borrow_mut().take() {
                     Some(Ticket::Channel(node, ch)) if sched.shm => Some((node, ch)),
+                    Some(Ticket::Channel(node, ch)) => {
+                        // (a schedule without the segment)
+                        node.give_back_channel(ch);
+                        None
+                    }
                     _ => None,
                 };
                 let p = Persistent {
                     shm,
-                    starts: 0,
                     sched,
                     comm: Arc::clone(&self.st),
                     tag: self.st.next_persistent_tag(),
@@ -792,15 +802,10 @@ impl<'a> Ctx<'a> {
                 return false;
             }
             self.no_memo.set(true);
-            // the initialization of a persistent collective is non-local and ordered like a
-            // collective (MPI-4.0 §6.13; mpi-forum/mpi-issues#142 keeps it so): the set-up
-            // may wait for the other ranks there, and at once, as the request is made to be
-            // started again and again (the count is for short-lived communicators)
-            let persistent = form == select::Form::Persistent;
-            if form != select::Form::Blocking && !persistent {
+            if form != select::Form::Blocking {
                 return false;
             }
-            if *n < cfg.after && !persistent {
+            if *n < cfg.after {
                 *n += 1;
                 return false;
             }
@@ -884,10 +889,21 @@ impl<'a> Ctx<'a> {
                     return false;
                 }
             }
-            (select::Form::Persistent, _) => match node.persistent_channel() {
-                Some(ch) => Ticket::Channel(node, ch),
-                None => return false,
-            },
+            (select::Form::Persistent, _) => {
+                // none left: the ranks agree on the channels every one has given back, an
+                // allgather (an initialization is non-local and ordered like a collective,
+                // MPI-4.0 §6.13); after the arguments were found valid, as the ranks whose
+                // call failed make it again
+                let ch = node.persistent_channel().or_else(|| {
+                    node.reclaim_channels(self.st.shadow(), self.size() as usize)
+                        .ok()
+                        .and_then(|()| node.persistent_channel())
+                });
+                match ch {
+                    Some(ch) => Ticket::Channel(node, ch),
+                    None => return false,
+                }
+            }
             _ => return false,
         };
         if let Ticket::Place(_, p) = &ticket {
