@@ -39,7 +39,7 @@ use crate::platform::api::Fid;
 pub struct Persistent {
     /// The communicator's shared-memory segment and the request's own channel there, for
     /// a shared-memory schedule.
-    pub shm: Option<(Arc<crate::core::transport::node::Node>, u32)>,
+    pub shm: Option<crate::core::transport::node::Lease>,
     pub sched: Arc<Schedule>,
     pub comm: Arc<CommState>,
     pub tag: c_int,
@@ -49,15 +49,6 @@ pub struct Persistent {
     /// The path each start counts under (`SHIM_STATS`): the schedule's algorithm, or its
     /// name as a forced `native`'s fallback.
     pub path: &'static str,
-}
-
-impl Drop for Persistent {
-    /// Freed (only an inactive one is, `MPI_Request_free`), it gives its channel back.
-    fn drop(&mut self) {
-        if let Some((node, ch)) = &self.shm {
-            node.give_back_channel(*ch);
-        }
-    }
 }
 
 pub(crate) enum Kind {
@@ -445,8 +436,8 @@ pub(crate) fn start(h: MPI_Request) -> c_int {
             p.send as *const _,
             p.recv as *mut _,
         );
-        if let Some((node, ch)) = &p.shm {
-            run = run.in_shm(Arc::clone(node), node.next_persistent(*ch));
+        if let Some(l) = &p.shm {
+            run = run.in_shm(Arc::clone(&l.node), l.next());
         }
         let cell = RunCell::new(run);
         p.active = Some(Arc::clone(&cell));

@@ -29,8 +29,8 @@
 //! of any rank at any moment leaves nothing in `/dev/shm`.
 
 use core::ffi::c_int;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::flag::{SeqFlag, reached};
 use crate::platform::abi::*;
@@ -192,6 +192,26 @@ pub struct Node {
 
 struct Driver {
     comm: MPI_Comm,
+}
+
+/// A persistent channel held by one persistent collective (from its initialization until
+/// it is freed); dropping it gives the channel back ([`Node::persistent_channel`]).
+pub struct Lease {
+    pub node: Arc<Node>,
+    pub ch: u32,
+}
+
+impl Lease {
+    /// The place of the channel's next instance.
+    pub fn next(&self) -> Place {
+        self.node.next_persistent(self.ch)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.node.give_back_channel(self.ch);
+    }
 }
 
 /// Where the persistent channels (`2..geo.channels`, at most 64) stand at this rank.
@@ -363,7 +383,7 @@ impl Node {
             seg,
             geo,
             rank: local as u32,
-            layout: layout.map(std::sync::Arc::new),
+            layout: layout.map(Arc::new),
             pids,
             cma: (0..size as usize).all(|r| at(r, 3) != 0),
             nb_from,
@@ -425,19 +445,26 @@ impl Node {
     /// A channel of its own for a persistent collective, if one is left: a fresh one, else
     /// one every rank gave back. Every rank initializes the communicator's persistent
     /// collectives in the same order and learns what was given back at the same
-    /// initializations ([`Node::reclaim_channels`]), so every rank hands out the same.
-    pub fn persistent_channel(&self) -> Option<u32> {
+    /// initializations ([`Node::reclaim_channels`]), so every rank hands out the same. The
+    /// channel is given back when the lease drops.
+    pub fn persistent_channel(self: &Arc<Self>) -> Option<Lease> {
         let mut c = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if c.fresh + 2 < self.geo.channels {
+        let ch = if c.fresh + 2 < self.geo.channels {
             c.fresh += 1;
-            return Some(c.fresh + 1);
-        }
-        c.free.pop_front()
+            c.fresh + 1
+        } else {
+            c.free.pop_front()?
+        };
+        Some(Lease {
+            node: Arc::clone(self),
+            ch,
+        })
     }
 
-    /// The channel of a persistent collective this rank freed (inactive: every instance it
-    /// started has ended here, MPI-4.0 §6.13), to be reused once every rank has.
-    pub fn give_back_channel(&self, ch: u32) {
+    /// The channel of a persistent collective this rank is done with (freed: inactive,
+    /// every instance it started has ended here, MPI-4.0 §6.13; or never run there), to be
+    /// reused once every rank has.
+    fn give_back_channel(&self, ch: u32) {
         if (2..self.geo.channels).contains(&ch) {
             let mut c = self.channels.lock().unwrap_or_else(|e| e.into_inner());
             c.given_back |= 1u64 << (ch - 2);
@@ -467,7 +494,7 @@ impl Node {
     }
 
     /// The place of the next instance of persistent channel `ch`.
-    pub fn next_persistent(&self, ch: u32) -> Place {
+    fn next_persistent(&self, ch: u32) -> Place {
         let i = self.starts[ch as usize].fetch_add(1, Ordering::Relaxed);
         self.place(ch, i)
     }
@@ -678,21 +705,20 @@ mod tests {
     #[test]
     fn persistent_channels_are_reused_once_every_rank_gave_them_back() {
         use crate::platform::mpi::fake;
-        let n = local(Geometry {
+        let n = Arc::new(local(Geometry {
             channels: 5,
             ..geo(2, 4)
-        });
-        assert_eq!(
-            [0; 4].map(|_| n.persistent_channel()),
-            [Some(2), Some(3), Some(4), None]
-        );
-        let first = n.next_persistent(3).instance;
-        n.next_persistent(3);
-        n.give_back_channel(2);
-        n.give_back_channel(3);
+        }));
+        let mut leases: Vec<Lease> = (0..3).filter_map(|_| n.persistent_channel()).collect();
+        assert_eq!(leases.iter().map(|l| l.ch).collect::<Vec<_>>(), [2, 3, 4]);
+        assert!(n.persistent_channel().is_none());
+        let first = leases[1].next().instance;
+        leases[1].next();
+        leases.truncate(1); // channels 3 and 4 given back
+        leases.pop(); // and 2
         n.give_back_channel(NONBLOCKING); // not a persistent channel: ignored
-        // the other rank has given back channel 3 only, then 2 as well
-        let mut answers = vec![vec![0b11, 0b10], vec![0b01, 0b01]].into_iter();
+        // the other rank has given back channel 3 only, then 2 as well (4 it holds)
+        let mut answers = vec![vec![0b111, 0b10], vec![0b101, 0b01]].into_iter();
         let _g = fake::install(move |c| match c.name {
             "allgather" => Ok(answers.next().unwrap()),
             _ => Ok(vec![]),
@@ -703,17 +729,17 @@ mod tests {
             [1, 2],
             "one word from each of 2 ranks"
         );
-        assert_eq!(n.persistent_channel(), Some(3));
-        assert_eq!(n.persistent_channel(), None);
-        assert_eq!(
-            n.next_persistent(3).instance,
-            first + 2,
-            "the count goes on"
-        );
+        let again = n.persistent_channel().expect("channel 3");
+        assert_eq!(again.ch, 3);
+        assert!(n.persistent_channel().is_none());
+        assert_eq!(again.next().instance, first + 2, "the count goes on");
         n.reclaim_channels(0x5e7 as MPI_Comm, 2).unwrap();
-        assert_eq!(n.channels.lock().unwrap().given_back, 0);
-        assert_eq!(n.persistent_channel(), Some(2));
-        assert_eq!(n.persistent_channel(), None);
+        assert_eq!(
+            n.channels.lock().unwrap().given_back,
+            0b100,
+            "4: not yet everywhere"
+        );
+        assert_eq!(n.persistent_channel().map(|l| l.ch), Some(2));
     }
 
     #[test]

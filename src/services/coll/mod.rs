@@ -171,8 +171,17 @@ enum Ticket {
     /// A blocking or non-blocking collective: its instance of the channel.
     Place(Arc<Node>, Place),
     /// A persistent collective: a channel it holds until it is freed (its starts are the
-    /// channel's next instances).
-    Channel(Arc<Node>, u32),
+    /// channel's next instances; a call that does not keep it gives it back).
+    Channel(node::Lease),
+}
+
+impl Ticket {
+    fn node(&self) -> &Arc<Node> {
+        match self {
+            Ticket::Place(n, _) => n,
+            Ticket::Channel(l) => &l.node,
+        }
+    }
 }
 
 /// A validated call on an intra-communicator, ready to launch.
@@ -205,13 +214,8 @@ impl Drop for Ctx<'_> {
     /// A call that took its instance of a shared-memory channel and then stopped (an error
     /// found after the decision) still passes through its region, claiming and releasing it,
     /// or the instance `depth` later would wait for its acknowledgement forever.
-    /// A persistent initialization that stopped there gives its channel back.
     fn drop(&mut self) {
-        let ticket = self.ticket.get_mut().take();
-        if let Some(Ticket::Channel(node, ch)) = &ticket {
-            node.give_back_channel(*ch);
-        }
-        if let Some(Ticket::Place(node, place)) = ticket {
+        if let Some(Ticket::Place(node, place)) = self.ticket.get_mut().take() {
             let mut b = crate::core::sched::Builder::new("shm:skip");
             let c = b.claim();
             b.release(&[c]);
@@ -553,12 +557,7 @@ impl<'a> Ctx<'a> {
                 // be), so the shadow's duplication starts here
                 self.st.ensure_shadow();
                 let shm = match self.ticket.borrow_mut().take() {
-                    Some(Ticket::Channel(node, ch)) if sched.shm => Some((node, ch)),
-                    Some(Ticket::Channel(node, ch)) => {
-                        // (a schedule without the segment)
-                        node.give_back_channel(ch);
-                        None
-                    }
+                    Some(Ticket::Channel(lease)) if sched.shm => Some(lease),
                     _ => None,
                 };
                 let p = Persistent {
@@ -581,10 +580,11 @@ impl<'a> Ctx<'a> {
     /// Where the ranks' slots lie in a region of the segment this call got
     /// ([`Self::shm_decide`]); only asked for shared-memory calls.
     pub fn slots(&self) -> algo::shm::Slots {
-        let cell = match &*self.ticket.borrow() {
-            Some(Ticket::Place(n, _)) | Some(Ticket::Channel(n, _)) => n.geo.cell() as i64,
-            None => 0,
-        };
+        let cell = self
+            .ticket
+            .borrow()
+            .as_ref()
+            .map_or(0, |t| t.node().geo.cell() as i64);
         algo::shm::Slots {
             cell,
             data: node::DATA as i64,
@@ -610,15 +610,12 @@ impl<'a> Ctx<'a> {
     /// This rank's place among the nodes when the call runs on the segment of a
     /// communicator that spans several (`algo::hier`).
     pub fn hier(&self) -> Option<algo::hier::Hier> {
-        match &*self.ticket.borrow() {
-            Some(Ticket::Place(n, _)) | Some(Ticket::Channel(n, _)) => {
-                n.layout.as_ref().map(|l| algo::hier::Hier {
-                    layout: Arc::clone(l),
-                    me: self.me(),
-                })
-            }
-            None => None,
-        }
+        let t = self.ticket.borrow();
+        let l = t.as_ref()?.node().layout.as_ref()?;
+        Some(algo::hier::Hier {
+            layout: Arc::clone(l),
+            me: self.me(),
+        })
     }
 
     /// The leaders' algorithm of a two-level collective: the automatic choice among the
@@ -900,7 +897,7 @@ impl<'a> Ctx<'a> {
                         .and_then(|()| node.persistent_channel())
                 });
                 match ch {
-                    Some(ch) => Ticket::Channel(node, ch),
+                    Some(lease) => Ticket::Channel(lease),
                     None => return false,
                 }
             }
