@@ -717,15 +717,15 @@ fn shm_wins_with(
 /// algorithm (`algo::hier`): where that beat both MPICH 5's own collective and the shim's
 /// flat schedules at 8 and 16 ranks on 2 and 4 emulated nodes (README, "An emulated cluster"): the
 /// non-blocking Barrier, the Allreduce from 64 B to 4 KiB blocking and up to 4 KiB
-/// non-blocking. Its Bcast and small Reduce lost there and are taken only where forced. Not
-/// in a job with an oversubscribed node (not measured there). Where each of the `p` ranks is
-/// alone on its node (`nodes == p`) the node phases have nothing to do and the leaders'
-/// phase is all there is: at 2 x 1 the blocking Allreduce won there up to 1 KiB and lost
-/// from 2 KiB (README, "An emulated cluster"), so it is taken up to
-/// [`HIER_ALONE_MAX_BYTES`]. Every input is the same on every rank.
+/// non-blocking. Its Bcast and small Reduce lost there and are taken only where forced.
+/// Where each of the `p` ranks is alone on its node (`nodes == p`) the node phases have
+/// nothing to do and the leaders' phase is all there is: at 2 x 1 the blocking Allreduce
+/// won there up to 1 KiB and lost from 2 KiB (README, "An emulated cluster"), so it is
+/// taken up to [`HIER_ALONE_MAX_BYTES`]. In a job with an oversubscribed node,
+/// [`hier_oversubscribed_wins`]. Every input is the same on every rank.
 pub fn hier_wins(coll: Coll, form: Form, p: i32, nodes: i32, footprint: i64) -> bool {
     if crate::platform::proc::any_oversubscribed() {
-        return false;
+        return hier_oversubscribed_wins(&tuning::get(), coll, form, footprint);
     }
     if nodes >= p && footprint > HIER_ALONE_MAX_BYTES {
         return false;
@@ -734,6 +734,29 @@ pub fn hier_wins(coll: Coll, form: Form, p: i32, nodes: i32, footprint: i64) -> 
         (Coll::Barrier, Form::Nonblocking | Form::Persistent) => true,
         (Coll::Allreduce, Form::Blocking) => (64..=HIER_MAX_BYTES).contains(&footprint),
         (Coll::Allreduce, _) => footprint <= HIER_MAX_BYTES,
+        _ => false,
+    }
+}
+
+/// [`hier_wins`] in a job with an oversubscribed node: where the library's waits spin
+/// (both MPICH, the tuning's `oversub_yield` 0) it is not handed the call
+/// ([`native_allowed`]) and the other choice is the shim's flat point-to-point schedules,
+/// whose ranks all wait on the network and share the cores. The two-level algorithm beat
+/// them in IMB-MPI1 at 2 nodes x 2 ranks on 2 cores under Debian's MPICH (README, "An
+/// emulated cluster"): Barrier (0.5 of its time), Bcast and Reduce at every size (0.26-0.97,
+/// 4 B to 4 MiB), Allreduce and Reduce_scatter_block up to 16 KiB (0.44-0.81; Allreduce lost
+/// from 64 KiB, 1.25-1.54), Gather up to 4 KiB blocks and Scatter up to 16 KiB in all
+/// (0.52-0.97; both lost at 16 KiB blocks); Allgather and Alltoall tied or lost. Blocking
+/// calls only (the others were not measured there); where the library's waits yield (Intel
+/// MPI, Open MPI) the library is the other choice there, and it was not measured either.
+fn hier_oversubscribed_wins(tun: &tuning::Tuning, coll: Coll, form: Form, footprint: i64) -> bool {
+    if tun.params.oversub_yield > 0.0 || form != Form::Blocking {
+        return false;
+    }
+    match coll {
+        Coll::Barrier | Coll::Bcast | Coll::Reduce => true,
+        Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scatter => footprint <= 16384,
+        Coll::Gather => footprint <= 4096,
         _ => false,
     }
 }
@@ -1756,6 +1779,44 @@ mod tests {
                 !shm_wins_with(&tun, false, Coll::Bcast, Form::Blocking, 3, 16384),
                 "{version}"
             );
+        }
+    }
+
+    #[test]
+    fn an_oversubscribed_job_takes_the_two_level_algorithms_where_the_library_spins() {
+        // (library version line, whether its waits spin on an oversubscribed node)
+        let libraries = [
+            ("MPICH Version:\t4.0.2\n", true),
+            ("MPICH Version:      5.0.2\n", true),
+            ("Intel(R) MPI Library 2021.19.0 for Linux* OS\n", false),
+            ("Open MPI v4.1.4, package: Debian OpenMPI", false),
+        ];
+        for (version, spins) in libraries {
+            let tun = tuning::for_library(version);
+            let cases = [
+                (Coll::Bcast, Form::Blocking, 4 << 20, true),
+                (Coll::Reduce, Form::Blocking, 4, true),
+                (Coll::Allreduce, Form::Blocking, 16384, true),
+                (Coll::Allreduce, Form::Blocking, 65536, false),
+                (Coll::ReduceScatterBlock, Form::Blocking, 16384, true),
+                (Coll::Scatter, Form::Blocking, 16384, true),
+                (Coll::Scatter, Form::Blocking, 65536, false),
+                (Coll::Gather, Form::Blocking, 4096, true),
+                (Coll::Gather, Form::Blocking, 16384, false),
+                (Coll::Allgather, Form::Blocking, 64, false),
+                (Coll::Alltoall, Form::Blocking, 64, false),
+                (Coll::Barrier, Form::Blocking, 0, true),
+                (Coll::Barrier, Form::Nonblocking, 0, false),
+                (Coll::Bcast, Form::Nonblocking, 64, false),
+                (Coll::Reduce, Form::Persistent, 64, false),
+            ];
+            for (c, f, bytes, want) in cases {
+                assert_eq!(
+                    hier_oversubscribed_wins(&tun, c, f, bytes),
+                    want && spins,
+                    "{c:?} {f:?} {bytes} B under {version}"
+                );
+            }
         }
     }
 
