@@ -100,6 +100,26 @@ pub fn free(win: &mut MPI_Win) -> MpiResult<()> {
     check(unsafe { pmpi::PMPI_Win_free(win) })
 }
 
+/// Whether the system MPI accepts `win` as a window (a null, garbage or freed handle is
+/// not: it then reports the error itself; the real world returns errors, `errors.rs`).
+pub fn valid(win: MPI_Win) -> bool {
+    #[cfg(test)]
+    if let Some(r) = super::fake::answer("win_valid", &[win as i64]) {
+        return r.is_ok();
+    }
+    if win == MPI_WIN_NULL() {
+        return false;
+    }
+    let mut eh: MPI_Errhandler = MPI_ERRHANDLER_NULL();
+    // SAFETY: a valid out-pointer; an invalid window yields an error code.
+    if unsafe { pmpi::PMPI_Win_get_errhandler(win, &mut eh) } != MPI_SUCCESS {
+        return false;
+    }
+    // SAFETY: the reference MPI_Win_get_errhandler returned.
+    unsafe { pmpi::PMPI_Errhandler_free(&mut eh) };
+    true
+}
+
 /// `MPI_Win_lock`.
 pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> MpiResult<()> {
     fake_first!("win_lock", [lock_type, rank, assert, win], |_v: Vec<

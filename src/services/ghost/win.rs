@@ -1164,9 +1164,29 @@ impl UserWin {
 }
 
 /// `MPI_Win_lock`: the target's lock word, unless NOCHECK; a self-lock is doubled on the
-/// user window (§4.8).
+/// user window (§4.8). On a window the ghosts do not serve, an invalid lock type is
+/// raised here with the class MPI-4.0 §12.5.3 and §9.4 give it, `MPI_ERR_LOCKTYPE`: MPICH
+/// (4.0.2, 5.0.2) and Intel MPI report it as `MPI_ERR_ARG` (README, "Problems of the
+/// system MPI"); everything else goes to the library.
 pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> Handled {
-    with(win, |w| result(win, w.lock_target(lock_type, rank, assert)))
+    match with(win, |w| result(win, w.lock_target(lock_type, rank, assert))) {
+        Handled::NotOurs if !lock_type_valid(lock_type) && rma::valid(win) => {
+            Handled::Served(raise(win, MPI_ERR_LOCKTYPE, &bad_lock_type(lock_type).1))
+        }
+        h => h,
+    }
+}
+
+/// `MPI_LOCK_EXCLUSIVE` or `MPI_LOCK_SHARED`, the only lock types (MPI-4.1 §12.5.3).
+fn lock_type_valid(lock_type: c_int) -> bool {
+    lock_type == MPI_LOCK_EXCLUSIVE || lock_type == MPI_LOCK_SHARED
+}
+
+fn bad_lock_type(lock_type: c_int) -> Fail {
+    (
+        MPI_ERR_LOCKTYPE,
+        format!("MPI_Win_lock: lock type {lock_type}"),
+    )
 }
 
 /// `MPI_Win_unlock`: the epoch's operations complete at the target, then the lock word is
@@ -1191,16 +1211,15 @@ pub fn unlock_all(win: MPI_Win) -> Handled {
 impl UserWin {
     fn lock_target(&mut self, lock_type: c_int, rank: c_int, assert: c_int) -> Result<(), Fail> {
         let w = self;
+        // the lock type first, as both library families check it (and a window the
+        // ghosts do not serve, `lock`): an invalid one is an error on MPI_PROC_NULL too
+        if !lock_type_valid(lock_type) {
+            return Err(bad_lock_type(lock_type));
+        }
         if rank == MPI_PROC_NULL {
             return Ok(());
         }
         w.check_target(rank, "MPI_Win_lock")?;
-        if lock_type != MPI_LOCK_EXCLUSIVE && lock_type != MPI_LOCK_SHARED {
-            return Err((
-                MPI_ERR_LOCKTYPE,
-                format!("MPI_Win_lock: lock type {lock_type}"),
-            ));
-        }
         if !w.locks_used {
             return Err(sync_err(
                 "MPI_Win_lock on a window whose info epochs_used excludes lock",
@@ -1606,9 +1625,11 @@ mod tests {
         let cases = [
             (bad, 1, Some(MPI_ERR_LOCKTYPE)),
             (-1, 2, Some(MPI_ERR_LOCKTYPE)),
-            (bad, 3, Some(MPI_ERR_RANK)),
+            (bad, 3, Some(MPI_ERR_LOCKTYPE)),
+            (MPI_LOCK_SHARED, 3, Some(MPI_ERR_RANK)),
             (MPI_LOCK_SHARED, -2, Some(MPI_ERR_RANK)),
-            (bad, MPI_PROC_NULL, None),
+            (bad, MPI_PROC_NULL, Some(MPI_ERR_LOCKTYPE)),
+            (MPI_LOCK_EXCLUSIVE, MPI_PROC_NULL, None),
         ];
         for (lt, rank, class) in cases {
             let _f = word_fake(vec![], vec![]);

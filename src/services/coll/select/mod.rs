@@ -680,7 +680,7 @@ fn shm_wins_with(
             || coll != Coll::Allreduce
             || footprint as f64 <= tun.params.shm_sched_allreduce_max;
     }
-    if oversubscribed && tun.params.oversub_yield > 0.0 {
+    if oversubscribed && tun.params.waits_yield() {
         // the library's own collectives give the core up as the segment's waits do, and
         // won there below `oversub_shm_min` (at 4 ranks on 2 cores: Intel MPI everywhere,
         // Open MPI below 1 KiB); from it up to the slot (the caller checks) the segment
@@ -750,13 +750,15 @@ pub fn hier_wins(coll: Coll, form: Form, p: i32, nodes: i32, footprint: i64) -> 
 /// calls only (the others were not measured there); where the library's waits yield (Intel
 /// MPI, Open MPI) the library is the other choice there, and it was not measured either.
 fn hier_oversubscribed_wins(tun: &tuning::Tuning, coll: Coll, form: Form, footprint: i64) -> bool {
-    if tun.params.oversub_yield > 0.0 || form != Form::Blocking {
+    if tun.params.waits_yield() || form != Form::Blocking {
         return false;
     }
     match coll {
         Coll::Barrier | Coll::Bcast | Coll::Reduce => true,
-        Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scatter => footprint <= 16384,
-        Coll::Gather => footprint <= 4096,
+        Coll::Allreduce | Coll::ReduceScatterBlock | Coll::Scatter => {
+            footprint <= HIER_OVERSUB_MAX_BYTES
+        }
+        Coll::Gather => footprint <= HIER_OVERSUB_GATHER_MAX_BYTES,
         _ => false,
     }
 }
@@ -856,7 +858,7 @@ fn single_copy_wins_with(
     }
     match coll {
         // (as in `shm_wins`: beyond the slot too)
-        _ if oversubscribed && tun.params.oversub_yield > 0.0 => {
+        _ if oversubscribed && tun.params.waits_yield() => {
             spec_of(coll).sized && !native_trusted(coll)
         }
         _ if oversubscribed => spec_of(coll).sized,
@@ -912,6 +914,14 @@ pub const HIER_MAX_BYTES: i64 = 4096;
 
 /// The largest footprint [`hier_wins`] takes where every rank is alone on its node.
 pub const HIER_ALONE_MAX_BYTES: i64 = 1024;
+
+/// The largest footprint of an Allreduce, Reduce_scatter_block or Scatter that
+/// [`hier_oversubscribed_wins`] takes: the largest size measured to win there.
+pub const HIER_OVERSUB_MAX_BYTES: i64 = 16384;
+
+/// The largest footprint of a Gather that [`hier_oversubscribed_wins`] takes (its 16 KiB
+/// point lost there).
+pub const HIER_OVERSUB_GATHER_MAX_BYTES: i64 = 4096;
 
 /// The parameters a forced or automatic choice runs with.
 fn params(coll: Coll, f: &Forced) -> (u32, i64) {
@@ -1323,7 +1333,7 @@ fn native_allowed_with(tun: &tuning::Tuning, oversubscribed: bool, form: Form, p
     form != Form::Persistent
         && !(cfg!(feature = "abi-ompi") && form == Form::Nonblocking)
         && p > 1
-        && (tun.params.oversub_yield > 0.0 || !oversubscribed)
+        && (tun.params.waits_yield() || !oversubscribed)
 }
 
 /// The decision table (what `auto` picks) for the given communicator sizes, as text.
@@ -1750,7 +1760,7 @@ mod tests {
         ];
         for (version, yields, from) in libraries {
             let tun = tuning::for_library(version);
-            assert_eq!(tun.params.oversub_yield > 0.0, yields, "{version}");
+            assert_eq!(tun.params.waits_yield(), yields, "{version}");
             for spec in COLLS.iter() {
                 let c = spec.coll;
                 if !spec.algos.contains(&Algo::Shm) {

@@ -136,6 +136,13 @@ pub const NAMES: &[&str] = &[
 ];
 
 impl Params {
+    /// Whether the library's own waits give the core up on an oversubscribed node
+    /// (`oversub_yield`): the one question `select` asks of it, in every rule that
+    /// depends on it.
+    pub fn waits_yield(&self) -> bool {
+        self.oversub_yield > 0.0
+    }
+
     pub fn get(&self, name: &str) -> Option<f64> {
         Some(match name {
             "L" => self.l,
