@@ -325,6 +325,7 @@ fn post_init(mut loaded: config::Loaded, forced: [Forced; Coll::COUNT], selectio
     proc::set_machine_size(census.machine_size(rank as usize) as i32);
     proc::set_node_keys(census.nodes.clone());
     proc::set_any_oversubscribed(census.any_oversubscribed());
+    proc::set_nodes_are_machines(census.nodes_are_machines());
     if rank == 0 {
         for w in &loaded.warnings {
             tracing::warn!(target: "shim::config", "{w}");

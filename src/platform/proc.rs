@@ -140,6 +140,19 @@ pub fn any_oversubscribed() -> bool {
     ANY_OVERSUBSCRIBED.load(Ordering::Relaxed)
 }
 
+static NODES_ARE_MACHINES: AtomicBool = AtomicBool::new(false);
+
+/// Whether every node of the job is a machine of its own ([`Census::nodes_are_machines`]),
+/// the same answer on every rank.
+pub fn nodes_are_machines() -> bool {
+    NODES_ARE_MACHINES.load(Ordering::Relaxed)
+}
+
+/// Records [`nodes_are_machines`] (from the census at init).
+pub fn set_nodes_are_machines(b: bool) {
+    NODES_ARE_MACHINES.store(b, Ordering::Relaxed);
+}
+
 /// Records [`any_oversubscribed`] (from the census at init).
 pub fn set_any_oversubscribed(b: bool) {
     ANY_OVERSUBSCRIBED.store(b, Ordering::Relaxed);
@@ -213,6 +226,18 @@ impl Census {
             e.1 = e.1.min(c);
         }
         per_machine.values().any(|&(n, c)| n > c)
+    }
+
+    /// Whether every node of the job is a machine of its own (no machine holds ranks of
+    /// two nodes): then the nodes talk through a real network, not through the memory
+    /// of one machine as the namespaces of an emulated cluster do.
+    pub fn nodes_are_machines(&self) -> bool {
+        let mut node_of_machine: std::collections::HashMap<u64, u64> =
+            std::collections::HashMap::new();
+        self.machines
+            .iter()
+            .zip(&self.nodes)
+            .all(|(&m, &n)| *node_of_machine.entry(m).or_insert(n) == n)
     }
 
     /// How many of the job's processes share `rank`'s machine.
@@ -298,6 +323,27 @@ mod tests {
                 "{nodes:?} {machines:?} {cpus:?}"
             );
             assert_eq!(c.machine_size(0), size0, "{nodes:?} {machines:?}");
+        }
+    }
+
+    #[test]
+    fn nodes_are_machines_only_where_no_machine_holds_two_nodes() {
+        // (node keys, machine keys) -> every node a machine of its own
+        let cases: [(&[u64], &[u64], bool); 5] = [
+            (&[1, 1, 2, 2], &[5, 5, 6, 6], true),
+            (&[1, 2, 3], &[5, 6, 7], true),
+            (&[7, 7], &[5, 5], true),
+            // namespaces of one machine (the emulated cluster): one network of memory
+            (&[1, 1, 2, 2], &[5, 5, 5, 5], false),
+            (&[1, 2, 3], &[5, 6, 6], false),
+        ];
+        for (nodes, machines, want) in cases {
+            let c = Census {
+                nodes: nodes.to_vec(),
+                machines: machines.to_vec(),
+                cpus: vec![2; nodes.len()],
+            };
+            assert_eq!(c.nodes_are_machines(), want, "{nodes:?} {machines:?}");
         }
     }
 }

@@ -722,11 +722,64 @@ fn shm_wins_with(
 /// nothing to do and the leaders' phase is all there is: at 2 x 1 the blocking Allreduce
 /// won there up to 1 KiB and lost from 2 KiB (README, "An emulated cluster"), so it is
 /// taken up to [`HIER_ALONE_MAX_BYTES`]. In a job with an oversubscribed node,
-/// [`hier_oversubscribed_wins`]. Every input is the same on every rank.
+/// [`hier_oversubscribed_wins`]. Where every node is a machine of its own (a real network
+/// between them, which none of those measurements had), also where the cost model
+/// predicts the two-level algorithm well ahead of the flat one ([`hier_model_wins`]).
+/// Every input is the same on every rank.
 pub fn hier_wins(coll: Coll, form: Form, p: i32, nodes: i32, footprint: i64) -> bool {
-    if crate::platform::proc::any_oversubscribed() {
-        return hier_oversubscribed_wins(&tuning::get(), coll, form, footprint);
+    use crate::platform::proc;
+    let tun = tuning::get();
+    if proc::any_oversubscribed() {
+        return hier_oversubscribed_wins(&tun, coll, form, footprint);
     }
+    hier_measured_wins(coll, form, p, nodes, footprint)
+        || (proc::nodes_are_machines() && hier_model_wins(&tun, coll, form, p, nodes, footprint))
+}
+
+/// The flat time the model must predict the two-level algorithm within for
+/// [`hier_model_wins`] to take it: its flat times were within 25% of the simulator's at
+/// 591 of 618 points, its two-level ones within 10% at all (`model::across`).
+pub const HIER_MODEL_MARGIN: f64 = 0.8;
+
+/// Whether the cost model (`model::across`, both levels' parameters: this node's and the
+/// tuning's `net_*`) predicts the two-level algorithm at most [`HIER_MODEL_MARGIN`] of the
+/// flat one's time, for `p` ranks on `nodes` nodes, where the flat one is the other
+/// choice: a non-blocking or persistent call, or one the library is not handed. A blocking
+/// call the library may take stays with the measured rules: the model does not know the
+/// library's own node-aware algorithms.
+fn hier_model_wins(
+    tun: &tuning::Tuning,
+    coll: Coll,
+    form: Form,
+    p: i32,
+    nodes: i32,
+    footprint: i64,
+) -> bool {
+    if nodes < 2
+        || (form == Form::Blocking
+            && native_trusted(coll)
+            && native_allowed_with(tun, false, form, p))
+    {
+        return false;
+    }
+    let ppn = (p + nodes - 1) / nodes;
+    let flat = choose(coll, form, p, nodes, footprint, true, false);
+    let lead = choose(coll, form, nodes, nodes, footprint, true, false);
+    let times = model::across(
+        &tun.params,
+        coll,
+        nodes,
+        ppn,
+        footprint,
+        (flat.algo, flat.k),
+        (lead.algo, lead.k),
+    );
+    tracing::debug!(target: "shim::coll", "{coll:?} {form:?} {footprint} B on {nodes} x {ppn}: model (flat {:?}, two-level with {:?}) {times:?}", flat.algo, lead.algo);
+    times.is_some_and(|(flat, two)| two <= HIER_MODEL_MARGIN * flat)
+}
+
+/// [`hier_wins`]'s measured rules, outside a job with an oversubscribed node.
+fn hier_measured_wins(coll: Coll, form: Form, p: i32, nodes: i32, footprint: i64) -> bool {
     if nodes >= p && footprint > HIER_ALONE_MAX_BYTES {
         return false;
     }
@@ -1825,6 +1878,42 @@ mod tests {
                     hier_oversubscribed_wins(&tun, c, f, bytes),
                     want && spins,
                     "{c:?} {f:?} {bytes} B under {version}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn on_machines_of_their_own_the_model_takes_two_levels_where_it_predicts_them_well_ahead() {
+        // (collective, form, ranks, nodes, bytes, taken): the tuning's default network is
+        // HDR InfiniBand's (model.rs), where the simulator has the two-level Barrier, Bcast,
+        // Reduce and Allreduce of 8 B at 2 x 16 at 0.25-0.27 of the flat ones' time
+        let cases = [
+            (Coll::Bcast, Form::Nonblocking, 32, 2, 8, true),
+            (Coll::Reduce, Form::Nonblocking, 32, 2, 8, true),
+            (Coll::Allreduce, Form::Persistent, 32, 2, 8, true),
+            (Coll::Barrier, Form::Persistent, 32, 2, 0, true),
+            (Coll::Bcast, Form::Nonblocking, 256, 2, 8, true),
+            // one rank per node: the leaders' schedule is the flat one, plus the copies
+            (Coll::Bcast, Form::Nonblocking, 2, 2, 8, false),
+            (Coll::Allreduce, Form::Nonblocking, 8, 8, 8, false),
+            // large vectors are not modelled (the two-level reductions lose there)
+            (Coll::Allreduce, Form::Nonblocking, 32, 2, 65536, false),
+            // nor collectives the simulation did not check
+            (Coll::Alltoall, Form::Nonblocking, 32, 2, 8, false),
+            // a blocking call the library may take: its node-aware algorithms are not modelled
+            (Coll::Bcast, Form::Blocking, 32, 2, 8, false),
+        ];
+        for version in [
+            "MPICH Version:\t4.0.2\n",
+            "Open MPI v4.1.4, package: Debian OpenMPI",
+        ] {
+            let tun = tuning::for_library(version);
+            for (c, f, p, nodes, bytes, want) in cases {
+                assert_eq!(
+                    hier_model_wins(&tun, c, f, p, nodes, bytes),
+                    want,
+                    "{c:?} {f:?} {p} ranks on {nodes} nodes, {bytes} B under {version}"
                 );
             }
         }
