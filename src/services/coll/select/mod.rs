@@ -743,10 +743,10 @@ pub const HIER_MODEL_MARGIN: f64 = 0.8;
 
 /// Whether the cost model (`model::across`, both levels' parameters: this node's and the
 /// tuning's `net_*`) predicts the two-level algorithm at most [`HIER_MODEL_MARGIN`] of the
-/// flat one's time, for `p` ranks on `nodes` nodes, where the flat one is the other
-/// choice: a non-blocking or persistent call, or one the library is not handed. A blocking
-/// call the library may take stays with the measured rules: the model does not know the
-/// library's own node-aware algorithms.
+/// flat one's time, for `p` ranks on `nodes` nodes, where the shim's flat schedule is the
+/// other choice: a non-blocking or persistent call `auto` does not hand the library, or a
+/// blocking one the library is not handed. A call the library would take stays with the
+/// measured rules: the model does not know the library's own node-aware algorithms.
 fn hier_model_wins(
     tun: &tuning::Tuning,
     coll: Coll,
@@ -755,15 +755,15 @@ fn hier_model_wins(
     nodes: i32,
     footprint: i64,
 ) -> bool {
-    if nodes < 2
-        || (form == Form::Blocking
-            && native_trusted(coll)
-            && native_allowed_with(tun, false, form, p))
-    {
+    let native_ok = native_trusted(coll) && native_allowed_with(tun, false, form, p);
+    if nodes < 2 || (form == Form::Blocking && native_ok) {
         return false;
     }
     let ppn = (p + nodes - 1) / nodes;
-    let flat = choose(coll, form, p, nodes, footprint, true, false);
+    let flat = choose(coll, form, p, nodes, footprint, true, native_ok);
+    if flat.algo == Algo::Native {
+        return false;
+    }
     let lead = choose(coll, form, nodes, nodes, footprint, true, false);
     let times = model::across(
         &tun.params,
