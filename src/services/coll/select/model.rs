@@ -82,6 +82,11 @@ pub struct Params {
     /// but where the library's point-to-point makes recursive doubling faster (Intel MPI:
     /// 1 KiB), measured per library with `scripts/bench/latency.c -f p`.
     pub shm_sched_allreduce_max: f64,
+    /// 1 where, across nodes in a job with an oversubscribed node, the shim's two-level
+    /// algorithms beat the library's own collectives although its waits yield
+    /// (`oversub_yield`): Intel MPI, measured at 2 x 2 on 2 cores with IMB
+    /// (`select::hier_oversubscribed_wins`); 0 where not measured (Open MPI).
+    pub oversub_hier: f64,
     /// Between nodes (machines of their own): L, o, g and G of one message through the
     /// network, for the model that weighs the two-level algorithms against the flat ones
     /// ([`across`]). The defaults are HDR InfiniBand's published figures, as in
@@ -119,6 +124,7 @@ impl Default for Params {
             oversub_shm_min: 1e18,
             shm_nb_max: 0.0,
             shm_sched_allreduce_max: 1e18,
+            oversub_hier: 0.0,
             net_l: 0.8,
             net_o: 0.2,
             net_g: 0.2,
@@ -149,6 +155,7 @@ pub const NAMES: &[&str] = &[
     "oversub_shm_min",
     "shm_nb_max",
     "shm_sched_allreduce_max",
+    "oversub_hier",
     "net_L",
     "net_o",
     "net_g",
@@ -185,6 +192,7 @@ impl Params {
             "oversub_shm_min" => self.oversub_shm_min,
             "shm_nb_max" => self.shm_nb_max,
             "shm_sched_allreduce_max" => self.shm_sched_allreduce_max,
+            "oversub_hier" => self.oversub_hier,
             "net_L" => self.net_l,
             "net_o" => self.net_o,
             "net_g" => self.net_g,
@@ -215,6 +223,7 @@ impl Params {
             "oversub_shm_min" => &mut self.oversub_shm_min,
             "shm_nb_max" => &mut self.shm_nb_max,
             "shm_sched_allreduce_max" => &mut self.shm_sched_allreduce_max,
+            "oversub_hier" => &mut self.oversub_hier,
             "net_L" => &mut self.net_l,
             "net_o" => &mut self.net_o,
             "net_g" => &mut self.net_g,
