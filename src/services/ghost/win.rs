@@ -1171,7 +1171,7 @@ impl UserWin {
 pub fn lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> Handled {
     match with(win, |w| result(win, w.lock_target(lock_type, rank, assert))) {
         Handled::NotOurs if !lock_type_valid(lock_type) && rma::valid(win) => {
-            Handled::Served(raise(win, MPI_ERR_LOCKTYPE, &bad_lock_type(lock_type).1))
+            Handled::Served(result(win, Err(bad_lock_type(lock_type))))
         }
         h => h,
     }

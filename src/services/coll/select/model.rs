@@ -391,14 +391,14 @@ pub const ACROSS_MAX_BYTES: i64 = 4096;
 /// (`core::sched::timing`, `algo::scaling`) runs message by message, checked against its
 /// predictions in the tests below:
 /// - flat: the rounds of the flat algorithm, each at the level its messages cross. A tree
-///   (Bcast, Reduce: binomial, k-nomial) sends across the network in its first
-///   `log(nodes)` rounds and inside the nodes in the rest, so it costs a tree on the nodes
-///   plus one on a node; recursive doubling and dissemination (Barrier, Allreduce) cross
-///   the network in every round whose distance reaches another node, where a node's ranks
-///   all send at once through its one link (`g` apart);
-/// - two-level: the leaders' fastest flat algorithm on `nodes` ranks over the network, and
-///   each node phase a flag's trip through the segment plus its copies (and, for a
-///   reduction, the leader's combining of the node's operands).
+///   (Bcast, Reduce: binomial, k-nomial) sends farthest first, across the network while a
+///   round's distance reaches past a node and inside the nodes after; a chain leaves each
+///   node once; recursive doubling and dissemination (Barrier, Allreduce) cross the
+///   network in every round whose distance reaches another node, where a node's ranks all
+///   send at once and their bytes share its one link;
+/// - two-level: the leaders' algorithm on `nodes` ranks over the network, and each node
+///   phase a flag's trip through the segment plus its copies (and, for a reduction, the
+///   leader's combining of the node's operands).
 ///
 /// `flat` and `lead` are the algorithms (and their k) `auto` picks for the whole
 /// communicator and for the leaders (`select::choose`). `None` for collectives and sizes
@@ -515,13 +515,10 @@ pub fn across(
             }
             let mut t = 0.0;
             while d >= 1 {
+                let level = if (k - 1) * d >= ppn as i64 { &net } else { q };
                 let x = M {
-                    q: if (k - 1) * d >= ppn as i64 { &net } else { q },
-                    o: if (k - 1) * d >= ppn as i64 {
-                        net.o
-                    } else {
-                        q.o
-                    },
+                    q: level,
+                    o: level.o,
                 };
                 let fan = (k - 1) as f64;
                 t += x.fanout(fan, m)
@@ -898,17 +895,17 @@ mod tests {
     ];
 
     /// The network of a parameter set as the simulation had it (the `inter.*` lines of
-    /// `scripts/bench/sim/*.params`; inside a node both use this model's defaults).
+    /// `scripts/bench/sim/SET.params`, read as the simulator reads them; inside a node both
+    /// sets use this model's defaults).
     fn with_net(set: &str) -> Params {
-        let (l, o, g, big_g) = match set {
-            "fabric" => (0.8, 0.2, 0.2, 4.8e-5),
-            _ => (6.2, 1.5, 1.5, 8.14e-4),
-        };
+        let net = crate::services::coll::algo::scaling::params(set)
+            .unwrap()
+            .inter;
         Params {
-            net_l: l,
-            net_o: o,
-            net_g: g,
-            net_big_g: big_g,
+            net_l: net.l,
+            net_o: net.o,
+            net_g: net.g,
+            net_big_g: net.big_g,
             ..Params::default()
         }
     }
