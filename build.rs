@@ -722,13 +722,28 @@ fn main() {
             writeln!(o, "        let obj__ = {};", error_object(f)).unwrap();
         }
         let body_at = o.len();
-        writeln!(
-            o,
-            "        // SAFETY: the arguments are the caller's, passed on unchanged to the system MPI.\n        let native = move || unsafe {{ pmpi::P{}({}) }};",
-            f.name,
-            names.join(", ")
-        )
-        .unwrap();
+        // a blocking collective the library carries out waits first for the rank's
+        // schedules on its communicator (`hooks::blocking::collective`)
+        let waits = f.hook == "coll"
+            && coll_variant(f) == Variant::Blocking
+            && f.params.iter().any(|p| p.name == "comm");
+        if waits {
+            writeln!(
+                o,
+                "        // SAFETY: the arguments are the caller's, passed on unchanged to the system MPI.\n        let native = move || crate::hooks::blocking::collective(comm, || unsafe {{ pmpi::P{}({}) }});",
+                f.name,
+                names.join(", ")
+            )
+            .unwrap();
+        } else {
+            writeln!(
+                o,
+                "        // SAFETY: the arguments are the caller's, passed on unchanged to the system MPI.\n        let native = move || unsafe {{ pmpi::P{}({}) }};",
+                f.name,
+                names.join(", ")
+            )
+            .unwrap();
+        }
         match f.hook.as_str() {
             "-" => {
                 writeln!(

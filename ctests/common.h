@@ -76,6 +76,16 @@ static void test_pass(const char *what) {
     }
 }
 
+/* Whether the paths SHIM_STATS recorded for `name` (shim_function_paths) include the
+ * node segment's ("schedule:shm..."). */
+static inline int on_segment(const char *name) {
+    int (*paths)(const char *, char *, size_t) =
+        (int (*)(const char *, char *, size_t))dlsym(RTLD_DEFAULT, "shim_function_paths");
+    char buf[512] = "";
+    if (!paths || paths(name, buf, sizeof buf) < 0) return 0;
+    return strstr(buf, "schedule:shm") != NULL;
+}
+
 /* How often each persistent collective is started (CTEST_PERSISTENT_STARTS, default 3).
  * Debian's MPICH 4.0.2 fails on the second MPI_Start of several persistent collectives
  * (Scatter_init at 3+ ranks, Gather/Bcast/Barrier_init at 5), so runs whose persistent

@@ -92,6 +92,10 @@ pub struct CommState {
     /// Non-blocking collectives started that could use shared memory (the instance
     /// numbers of the segment's non-blocking channel, from `Node::nb_from` on).
     pub nb_eligible: AtomicU32,
+    /// The segment's set-up started in a non-blocking collective ([`NodeState::Pending`]),
+    /// at the same call on every rank: its non-blocking calls that could take the segment
+    /// may have waited for it on some rank, so they are decided alike without it.
+    pub nb_setup: std::sync::atomic::AtomicBool,
     /// The verbs wire (`SHIM_TRANSPORT=verbs`), once set up.
     pub wire: Mutex<WireState>,
     /// On how many nodes its (local group's) processes are, once asked ([`Self::nodes`]).
@@ -111,6 +115,8 @@ pub enum WireState {
 pub enum NodeState {
     /// Blocking collectives that could have used it so far (set up at a configured count).
     Counting(u32),
+    /// Being set up without waiting, from a non-blocking collective (one node only).
+    Pending(Arc<crate::core::transport::node::Setup>),
     Ready(Arc<crate::core::transport::node::Node>),
     /// Not possible (ranks on several nodes, no shared memory) or not wanted.
     Off,
@@ -141,6 +147,7 @@ impl CommState {
             cache: Mutex::new(Cache::new(cache)),
             node: Mutex::new(NodeState::Counting(0)),
             nb_eligible: AtomicU32::new(0),
+            nb_setup: std::sync::atomic::AtomicBool::new(false),
             wire: Mutex::new(WireState::Unset),
             nodes: OnceLock::new(),
         }

@@ -20,6 +20,26 @@ fn code(r: MpiResult<()>) -> c_int {
     r.map_or_else(|e| e.code(), |()| MPI_SUCCESS)
 }
 
+/// A blocking collective the system MPI carries out (`blocking`, on `comm`): the rank's
+/// outstanding schedules on `comm` complete first, polled. A peer may wait for one of them
+/// (which may not even have started: a schedule starts once its communicator's private
+/// duplicate exists, which only the shim's progress finds) before it makes this
+/// collective, and inside the library's call this rank would not advance it (MPI-4.0
+/// §6.12: a non-blocking collective completes while its peers are in other MPI calls;
+/// Intel MPI's Allreduce waited there for the peers at 3 ranks). Every peer makes the
+/// earlier collectives on `comm` before this one, and advances them in its own MPI calls,
+/// so the wait ends wherever this collective may synchronize (a correct program cannot
+/// rely on it not to). The library's non-blocking form, polled, would not do: it does not
+/// match the blocking form the other ranks make (MPI-4.0 §6.12). Schedules on other
+/// communicators still wait inside the library's call (without the progress thread).
+#[inline]
+pub fn collective(comm: MPI_Comm, blocking: impl FnOnce() -> c_int) -> c_int {
+    if crate::core::progress::any_active() {
+        crate::core::progress::wait_until(|| !crate::core::progress::pending_on(comm));
+    }
+    blocking()
+}
+
 /// Completes `req` (a native request on `comm`) while advancing the shim's schedules. A
 /// failure is raised on `comm`, as the blocking call would raise it: the system MPI raises
 /// a request's errors on the world's handler, which is not the program's (src/errors.rs).

@@ -50,7 +50,11 @@ macro_rules! hook {
                 match memo::hit(fid, way, same) {
                     memo::Hit::Miss => {}
                     memo::Hit::Native => return $native(),
-                    memo::Hit::Counted => return crate::services::coll::count_again(comm, $native),
+                    memo::Hit::Counted => {
+                        if let Some(rc) = crate::services::coll::count_again(comm, $native) {
+                            return rc;
+                        }
+                    }
                 }
                 // a datatype the program freed: the calls that go native check only some
                 // types first, and MPICH 4.0.2 crashes on a freed one (`core::retain`)
@@ -97,7 +101,11 @@ macro_rules! hook {
                 match memo::hit_with(fid, way, same, same_arrays) {
                     memo::Hit::Miss => {}
                     memo::Hit::Native => return $native(),
-                    memo::Hit::Counted => return crate::services::coll::count_again(comm, $native),
+                    memo::Hit::Counted => {
+                        if let Some(rc) = crate::services::coll::count_again(comm, $native) {
+                            return rc;
+                        }
+                    }
                 }
                 match Ctx::begin($call, comm, $native) {
                     Err(rc) => rc,
@@ -118,10 +126,7 @@ macro_rules! hook {
                         let epoch = memo::epoch();
                         memo::arm();
                         crate::services::coll::lane::arm();
-                        let $c = &ctx;
-                        #[allow(clippy::redundant_closure_call)]
-                        let r: Result<Done, Raised> = (|| $body)();
-                        let rc = return_code(r);
+                        let rc = hook!(@passes ctx, $call, comm, $native, |$c| $body);
                         if let Some(arrays) = arrays {
                             // `types` may read the arrays too (Alltoallw's), with the same shape
                             #[allow(unused_variables)]
@@ -142,10 +147,32 @@ macro_rules! hook {
     (@ctx $call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
         match Ctx::begin($call, $comm, $native) {
             Err(rc) => rc,
-            Ok(ctx) => {
-                let $c = &ctx;
-                #[allow(clippy::redundant_closure_call)]
-                let r: Result<Done, Raised> = (|| $body)();
+            Ok(ctx) => hook!(@passes ctx, $call, $comm, $native, |$c| $body),
+        }
+    }};
+    // The body, run once; a non-blocking call deferred until its communicator's segment is
+    // set up (`Ctx::take_stash`) runs it again for its point-to-point schedule, which it
+    // launches (the first pass built the shared-memory one).
+    (@passes $ctx:ident, $call:expr, $comm:expr, $native:expr, |$c:ident| $body:block) => {{
+        let body = |$c: &Ctx<'_>| -> Result<Done, Raised> { $body };
+        let r = body(&$ctx);
+        match (r, $ctx.take_stash()) {
+            (Ok(_), Some(stash)) => match Ctx::begin($call, $comm, $native) {
+                Ok(again) => {
+                    again.adopt(stash);
+                    return_code(body(&again))
+                }
+                // (not reached: the first pass found the communicator; the instance
+                // still passes through the segment, `Ctx`'s drop)
+                Err(rc) => {
+                    $ctx.adopt(stash);
+                    rc
+                }
+            },
+            (r, stash) => {
+                if let Some(stash) = stash {
+                    $ctx.adopt(stash);
+                }
                 return_code(r)
             }
         }

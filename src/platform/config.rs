@@ -152,7 +152,7 @@ pub static VARS: &[VarSpec] = &[
         name: "SHIM_SHM_AFTER",
         default: "4",
         allowed: "0 to 1000000",
-        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (an `MPI_Comm_split_type` and two small allgathers at that call): short-lived communicators cost nothing. Until then collectives take the point-to-point path. A communicator whose ranks are on several nodes gets a segment per node, which its two-level Barrier, Bcast, Reduce, Allreduce, Reduce_scatter_block, Gather, Scatter, Allgather(v) and Alltoall use; its other collectives take the point-to-point path. Once the communicator has made a non-blocking collective that could run on it, a blocking call the library takes where its non-blocking form would take the segment counts too (and still goes to the library). Non-blocking and persistent collectives use the segment once it exists.",
+        doc: "Blocking collectives that could run on shared memory a communicator makes before its node segment is set up (an `MPI_Comm_split_type` and two small allgathers at that call): short-lived communicators cost nothing. Until then collectives take the point-to-point path. A communicator whose ranks are on several nodes gets a segment per node, which its two-level Barrier, Bcast, Reduce, Allreduce, Reduce_scatter_block, Gather, Scatter, Allgather(v) and Alltoall use; its other collectives take the point-to-point path. Once the communicator has made a non-blocking collective that could run on it, a blocking call the library takes where its non-blocking form would take the segment counts too (and still goes to the library). Non-blocking and persistent collectives use the segment once it exists. On a communicator whose ranks are all on this node, the non-blocking collectives that could run on it count too, and the one after this many sets it up without waiting for the other ranks (two `MPI_Iallgather`s; the non-blocking calls until it is there wait for it, then run on it), except under MPICH's emulated nodes (`MPIR_CVAR_NUM_CLIQUES`, `MPIR_CVAR_ODD_EVEN_CLIQUES`).",
     },
     VarSpec {
         name: "SHIM_SHM_CHANNELS",
@@ -332,6 +332,10 @@ pub struct ShmConfig {
     pub slot: u64,
     /// Footprints from this many bytes move with one copy (`None`: never).
     pub single_copy: Option<u64>,
+    /// Whether a non-blocking collective may set a communicator's segment up (where the
+    /// census's nodes are the library's: not under MPICH's emulated nodes,
+    /// `MPIR_CVAR_NUM_CLIQUES`/`MPIR_CVAR_ODD_EVEN_CLIQUES`).
+    pub nb_setup: bool,
 }
 
 impl Default for ShmConfig {
@@ -342,6 +346,7 @@ impl Default for ShmConfig {
             depth: 16,
             slot: 16 * 1024,
             single_copy: Some(16 * 1024 + 1),
+            nb_setup: true,
         }
     }
 }
@@ -537,6 +542,18 @@ pub fn load_from_secure<I: IntoIterator<Item = (String, String)>>(vars: I, secur
     let mut seen: Vec<(String, String)> = Vec::new();
     let mut ignored: Vec<String> = Vec::new();
     for (k, v) in vars {
+        if k == "MPIR_CVAR_NUM_CLIQUES" || k == "MPIR_CVAR_ODD_EVEN_CLIQUES" {
+            // MPICH splits the machine into nodes of its own: only its
+            // `MPI_Comm_split_type`, a blocking call, tells a communicator's nodes then
+            let odd_even = k.ends_with("ODD_EVEN_CLIQUES");
+            let split = match v.trim().parse::<i64>() {
+                Ok(n) => n > 1 || (odd_even && n == 1),
+                Err(_) => odd_even && parse_bool(&v) == Some(true),
+            };
+            if split {
+                l.config.shm.nb_setup = false;
+            }
+        }
         if !k.starts_with("SHIM_") {
             continue;
         }
@@ -838,6 +855,24 @@ pub(crate) mod tests {
 
     fn load(pairs: &[(&str, &str)]) -> Loaded {
         load_from(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn mpich_emulated_nodes_keep_the_segment_set_up_in_blocking_calls() {
+        let cases: &[(&[(&str, &str)], bool)] = &[
+            (&[], true),
+            (&[("MPIR_CVAR_NUM_CLIQUES", "1")], true),
+            (&[("MPIR_CVAR_NUM_CLIQUES", "2")], false),
+            (&[("MPIR_CVAR_ODD_EVEN_CLIQUES", "0")], true),
+            (&[("MPIR_CVAR_ODD_EVEN_CLIQUES", "1")], false),
+            (&[("MPIR_CVAR_ODD_EVEN_CLIQUES", "true")], false),
+            (&[("MPIR_CVAR_ODD_EVEN_CLIQUES", "no")], true),
+        ];
+        for (vars, nb) in cases {
+            let l = load(vars);
+            assert_eq!(l.config.shm.nb_setup, *nb, "{vars:?}");
+            assert!(l.warnings.is_empty() && l.errors.is_empty(), "{vars:?}");
+        }
     }
 
     #[test]

@@ -39,13 +39,19 @@ pub struct RunCell {
     for_thread: bool,
     /// Its schedule has messages (`Schedule::messages`).
     messages: bool,
+    /// The communicator it runs on (the program's handle, as the library knows it; a
+    /// handle is a pointer in some ABIs).
+    comm: usize,
 }
 
 impl RunCell {
     pub fn new(run: Run) -> Arc<RunCell> {
-        let for_thread = run.schedule().for_progress_thread();
-        let messages = run.schedule().messages;
+        // (a run waiting for its segment's set-up advances it through the library)
+        let for_thread = run.schedule().for_progress_thread() || run.is_deferred();
+        let messages = run.schedule().messages || run.is_deferred();
+        let comm = run.comm_handle() as usize;
         Arc::new(RunCell {
+            comm,
             run: Mutex::new(run),
             done: AtomicBool::new(false),
             error: AtomicI32::new(MPI_SUCCESS),
@@ -281,6 +287,16 @@ fn progress_active() -> bool {
         }
         progressed
     })
+}
+
+/// Whether a run on `comm` (the program's handle) is outstanding.
+pub fn pending_on(comm: crate::platform::abi::MPI_Comm) -> bool {
+    any_active()
+        && ACTIVE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|c| c.comm == comm as usize && !c.is_done())
 }
 
 /// After a wait or test found `cell` done: takes it off the outstanding runs at once, so

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::{ALL_PEERS, Action, ActionId, Addr, Data, Schedule};
 use crate::core::comm::CommState;
-use crate::core::transport::node::{Node, Place, phase_value};
+use crate::core::transport::node::{NONBLOCKING, Node, Place, Setup, phase_value};
 use crate::core::transport::verbs::{Outcome, Regs, Wire};
 use crate::platform::abi::*;
 use crate::platform::mpi::{comm as mpi_comm, p2p};
@@ -77,6 +77,9 @@ pub struct Run {
     seq: bool,
     /// The communicator's verbs wire, where its messages go instead of the library.
     wire: Option<Box<OnWire>>,
+    /// A non-blocking collective started while its segment was being set up: it runs
+    /// there once the set-up is done, else this run's own (point-to-point) schedule.
+    deferred: Option<Box<Deferred>>,
     remaining: Vec<u32>,
     state: Vec<u8>,
     ready: VecDeque<ActionId>,
@@ -96,6 +99,13 @@ pub struct Run {
     /// run that stopped at the first truncation left the collective's other messages
     /// unmatched, to be matched by a later one.
     truncated: c_int,
+}
+
+/// See [`Run::deferred`].
+struct Deferred {
+    setup: Arc<Setup>,
+    sched: Arc<Schedule>,
+    instance: u32,
 }
 
 // SAFETY: a Run only holds addresses of the application's buffers (which MPI requires to
@@ -137,6 +147,7 @@ impl Run {
         });
         Run {
             wire,
+            deferred: None,
             // (allocated at the start of a run that is not sequential)
             remaining: Vec::new(),
             state: Vec::new(),
@@ -171,6 +182,55 @@ impl Run {
         self
     }
 
+    /// Makes this (point-to-point) run wait for the communicator's segment, set up without
+    /// waiting for the other ranks (`node::Setup`), and then run `sched` there at non-blocking
+    /// instance `instance`; where the segment cannot be, it runs its own schedule (every
+    /// rank learns the same outcome, so their instances all go the same way).
+    pub fn deferred(mut self, setup: Arc<Setup>, sched: Arc<Schedule>, instance: u32) -> Run {
+        self.deferred = Some(Box::new(Deferred {
+            setup,
+            sched,
+            instance,
+        }));
+        self.finished = false;
+        self
+    }
+
+    /// Whether the run waits for its segment's set-up.
+    pub fn is_deferred(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// A deferred run once its segment's set-up is done: the run it becomes; false while
+    /// the set-up goes on.
+    fn resolve(&mut self) -> bool {
+        let Some(d) = &self.deferred else {
+            return true;
+        };
+        let comm = &self.comm;
+        let Some(outcome) = d.setup.poll(|| comm.shadow_ready().then(|| comm.shadow())) else {
+            return false;
+        };
+        let Some(d) = self.deferred.take() else {
+            return true;
+        };
+        match outcome {
+            Some(node) => {
+                let place = node.place(NONBLOCKING, d.instance.wrapping_sub(node.nb_from));
+                let (send, recv) = (self.bases[0] as *const c_void, self.bases[1] as *mut c_void);
+                *self = Run::new(d.sched, Arc::clone(&self.comm), self.tag, send, recv)
+                    .in_shm(node, place);
+            }
+            None => self.finished = self.sched.len() == 0,
+        }
+        true
+    }
+
+    /// The communicator it runs on, as the program and the library name it.
+    pub fn comm_handle(&self) -> MPI_Comm {
+        self.comm.user
+    }
+
     pub fn schedule(&self) -> &Arc<Schedule> {
         &self.sched
     }
@@ -190,6 +250,9 @@ impl Run {
 
     /// Advances as far as possible without waiting; returns true once finished.
     pub fn advance(&mut self) -> bool {
+        if self.deferred.is_some() && !self.resolve() {
+            return false;
+        }
         if self.finished {
             return true;
         }

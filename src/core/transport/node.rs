@@ -289,111 +289,15 @@ impl Node {
         let code = |what: &str, e: crate::platform::mpi::MpiError| format!("{what}: {}", e.code());
         let local_size = mpi_comm::size(node_comm).map_err(|e| code("MPI_Comm_size", e))?;
         let local = mpi_comm::rank(node_comm).map_err(|e| code("MPI_Comm_rank", e))?;
-        let geo = Geometry {
-            ranks: local_size as u32,
-            ..geo
-        };
-        let len = geo.bytes();
-        // the node's first rank creates the memory; the others learn where it is
-        let mut created: Option<Segment> = None;
-        let mut fd_kept: Option<std::os::fd::OwnedFd> = None;
-        // [comm rank, creator's pid, its descriptor, own pid, an address of its own for the
-        // single-copy probe]
-        let mut mine = [
-            rank as i64,
-            -1,
-            -1,
-            std::process::id() as i64,
-            core::ptr::addr_of!(CMA_PROBE) as i64,
-        ];
-        if local == 0 {
-            match Segment::create_anonymous("libshim-node", len) {
-                Ok((seg, fd)) => {
-                    use std::os::fd::AsRawFd;
-                    mine[1] = std::process::id() as i64;
-                    mine[2] = fd.as_raw_fd() as i64;
-                    created = Some(seg);
-                    fd_kept = Some(fd);
-                }
-                Err(e) => tracing::info!(target: "shim::shm", "no node segment: {e}"),
-            }
-        }
-        let mut here = vec![0i64; W * local_size as usize];
+        let mut j = Joining::new(rank, local, local_size, size, geo);
         // SAFETY: W words from every rank of the node.
-        unsafe { mpi_coll::allgather_i64(&mine, &mut here, node_comm) }
+        unsafe { mpi_coll::allgather_i64(&j.mine, &mut j.here, node_comm) }
             .map_err(|e| code("MPI_Allgather", e))?;
-        let (pid, fd) = (here[1], here[2]);
-        let pids: Vec<libc::pid_t> = here.chunks(W).map(|w| w[3] as libc::pid_t).collect();
-        // one copy between ranks needs the ptrace policy's consent (Yama, containers,
-        // seccomp): only a real read of a peer's byte tells
-        let next = (local as usize + 1) % local_size as usize;
-        let cma_ok = cma
-            && (next == local as usize
-                || crate::platform::shm::cma_probe(pids[next], here[W * next + 4] as usize)
-                .map_err(|e| tracing::info!(target: "shim::shm", "no single copy (CMA) from rank {next} of the node: {e}"))
-                    .is_ok());
-        if created.is_none() && pid >= 0 {
-            match Segment::open_peer(pid as libc::pid_t, fd as i32, len) {
-                Ok(s) => created = Some(s),
-                Err(e) => {
-                    tracing::info!(target: "shim::shm", "cannot map the node segment of the node's first rank: {e}")
-                }
-            }
-        }
-        // every rank learns every rank's node (by its leader), start and success
-        let mut all = vec![0i64; 4 * size as usize];
-        let word = [
-            here[0],
-            nb_seq as i64,
-            created.is_some() as i64,
-            cma_ok as i64,
-        ];
+        j.map(cma, nb_seq);
         // SAFETY: four words from every rank.
-        unsafe { mpi_coll::allgather_i64(&word, &mut all, comm) }
+        unsafe { mpi_coll::allgather_i64(&j.word, &mut j.all, comm) }
             .map_err(|e| code("MPI_Allgather", e))?;
-        // every rank of the node has mapped it (or given up): the creator's descriptor goes
-        drop(fd_kept);
-        let at = |r: usize, k: usize| all[4 * r + k];
-        let nb_from = (0..size as usize)
-            .map(|r| at(r, 1) as u32)
-            .max()
-            .unwrap_or(0);
-        let oks = (0..size as usize).filter(|&r| at(r, 2) != 0).count();
-        if oks == 0 {
-            return Ok(None);
-        }
-        let Some(seg) = created.filter(|_| oks == size as usize) else {
-            return Err("a rank could not map its node's segment (see SHIM_LOG=info)".into());
-        };
-        let leaders: Vec<i32> = (0..size as usize).map(|r| at(r, 0) as i32).collect();
-        let layout = Layout::of(&leaders);
-        if let Some(l) = &layout {
-            // the node communicator orders its ranks as the communicator does (MPI-4.0
-            // §7.4.2, MPI_Comm_split_type with equal keys): the layout's local indices agree
-            let node = &l.nodes[l.node_of[rank as usize] as usize];
-            let same = node.len() == local_size as usize
-                && (0..local_size as usize).all(|k| here[W * k] == node[k] as i64);
-            if !same {
-                return Err(
-                    "the node communicator's ranks are not in the communicator's order".into(),
-                );
-            }
-        }
-        Ok(Some(Node {
-            seg,
-            geo,
-            rank: local as u32,
-            layout: layout.map(Arc::new),
-            pids,
-            cma: (0..size as usize).all(|r| at(r, 3) != 0),
-            nb_from,
-            next: [AtomicU32::new(0), AtomicU32::new(0)],
-            channels: Mutex::new(Channels::default()),
-            starts: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
-            seen: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
-            nb_done: Mutex::new((0, 0)),
-            driver: std::sync::Mutex::new(Driver::new(comm)),
-        }))
+        j.finish(|| mpi_comm::dup(comm).ok())
     }
 
     /// Lets the system MPI's progress engine run once, for this communicator's peers. A
@@ -610,12 +514,314 @@ pub fn phase_value(i: u32, phase: u32) -> u32 {
     i.wrapping_mul(PHASES).wrapping_add(phase)
 }
 
+/// Where a rank stands in a segment's set-up, around its two exchanges: the first among
+/// the node's ranks (who created the memory and where, every rank's process), the second
+/// among the communicator's (who mapped it, and could read a peer's memory). The blocking
+/// set-up ([`Node::setup`]) makes them with `MPI_Allgather`, the non-blocking one
+/// ([`Setup`]) with `MPI_Iallgather`; the words live here, at fixed addresses while one is
+/// in flight (the joining is boxed there).
+struct Joining {
+    local: c_int,
+    local_size: c_int,
+    size: c_int,
+    geo: Geometry,
+    created: Option<Segment>,
+    fd_kept: Option<std::os::fd::OwnedFd>,
+    /// This rank's words of the first exchange: [communicator rank, creator's pid, its
+    /// descriptor, own pid, an address of its own for the single-copy probe].
+    mine: [i64; W],
+    /// Every node rank's `mine`.
+    here: Vec<i64>,
+    pids: Vec<libc::pid_t>,
+    /// This rank's words of the second exchange: [its node's first rank, non-blocking
+    /// instances started, mapped, single copy works].
+    word: [i64; 4],
+    /// Every rank's `word`.
+    all: Vec<i64>,
+}
+
+impl Joining {
+    /// Rank `local` of `local_size` on its node (`rank` of `size` in the communicator):
+    /// the node's first rank creates the memory (`geo` without its rank count, which is the
+    /// node's), the others learn where it is from the first exchange.
+    fn new(rank: c_int, local: c_int, local_size: c_int, size: c_int, geo: Geometry) -> Joining {
+        let geo = Geometry {
+            ranks: local_size as u32,
+            ..geo
+        };
+        let mut created = None;
+        let mut fd_kept = None;
+        let mut mine = [
+            rank as i64,
+            -1,
+            -1,
+            std::process::id() as i64,
+            core::ptr::addr_of!(CMA_PROBE) as i64,
+        ];
+        if local == 0 {
+            match Segment::create_anonymous("libshim-node", geo.bytes()) {
+                Ok((seg, fd)) => {
+                    use std::os::fd::AsRawFd;
+                    mine[1] = std::process::id() as i64;
+                    mine[2] = fd.as_raw_fd() as i64;
+                    created = Some(seg);
+                    fd_kept = Some(fd);
+                }
+                Err(e) => tracing::info!(target: "shim::shm", "no node segment: {e}"),
+            }
+        }
+        Joining {
+            local,
+            local_size,
+            size,
+            geo,
+            created,
+            fd_kept,
+            mine,
+            here: vec![0; W * local_size as usize],
+            pids: Vec::new(),
+            word: [0; 4],
+            all: vec![0; 4 * size as usize],
+        }
+    }
+
+    /// After the first exchange: maps the creator's memory, and reads a byte of the next
+    /// rank's (single copy needs the ptrace policy's consent: Yama, containers, seccomp;
+    /// only a real read tells). `cma`: whether single copy may be used at all
+    /// (`SHIM_SHM_SINGLE_COPY=off`: not even the probe reads a peer); `nb_seq`: the
+    /// non-blocking instances this rank started.
+    fn map(&mut self, cma: bool, nb_seq: u32) {
+        let here = &self.here;
+        let (pid, fd) = (here[1], here[2]);
+        self.pids = here.chunks(W).map(|w| w[3] as libc::pid_t).collect();
+        let (local, n) = (self.local as usize, self.local_size as usize);
+        let next = (local + 1) % n;
+        let cma_ok = cma
+            && (next == local
+                || crate::platform::shm::cma_probe(self.pids[next], here[W * next + 4] as usize)
+                .map_err(|e| tracing::info!(target: "shim::shm", "no single copy (CMA) from rank {next} of the node: {e}"))
+                    .is_ok());
+        if self.created.is_none() && pid >= 0 {
+            match Segment::open_peer(pid as libc::pid_t, fd as i32, self.geo.bytes()) {
+                Ok(s) => self.created = Some(s),
+                Err(e) => {
+                    tracing::info!(target: "shim::shm", "cannot map the node segment of the node's first rank: {e}")
+                }
+            }
+        }
+        self.word = [
+            here[0],
+            nb_seq as i64,
+            self.created.is_some() as i64,
+            cma_ok as i64,
+        ];
+    }
+
+    /// After the second exchange: every rank of the node has mapped the memory (or given
+    /// up), so the creator's descriptor goes; the node, the same answer on every rank
+    /// (`None`: shared memory works for no rank; `Err`: for some only). `driver`: a
+    /// duplicate of the communicator to drive the library with, asked for only when the
+    /// segment is there (on every rank alike).
+    fn finish(mut self, driver: impl FnOnce() -> Option<MPI_Comm>) -> Result<Option<Node>, String> {
+        drop(self.fd_kept.take());
+        let (size, all, here) = (self.size as usize, &self.all, &self.here);
+        let at = |r: usize, k: usize| all[4 * r + k];
+        // the first instance on the segment: the largest over the ranks, so that a program
+        // that (wrongly) starts them in a different order around a blocking set-up still
+        // matches
+        let nb_from = (0..size).map(|r| at(r, 1) as u32).max().unwrap_or(0);
+        let oks = (0..size).filter(|&r| at(r, 2) != 0).count();
+        if oks == 0 {
+            return Ok(None);
+        }
+        let Some(seg) = self.created.take().filter(|_| oks == size) else {
+            return Err("a rank could not map its node's segment (see SHIM_LOG=info)".into());
+        };
+        let rank = self.mine[0] as usize;
+        let leaders: Vec<i32> = (0..size).map(|r| at(r, 0) as i32).collect();
+        let layout = Layout::of(&leaders);
+        if let Some(l) = &layout {
+            // the node communicator orders its ranks as the communicator does (MPI-4.0
+            // §7.4.2, MPI_Comm_split_type with equal keys): the layout's local indices agree
+            let node = &l.nodes[l.node_of[rank] as usize];
+            let same = node.len() == self.local_size as usize
+                && (0..node.len()).all(|k| here[W * k] == node[k] as i64);
+            if !same {
+                return Err(
+                    "the node communicator's ranks are not in the communicator's order".into(),
+                );
+            }
+        }
+        let geo = self.geo;
+        Ok(Some(Node {
+            seg,
+            geo,
+            rank: self.local as u32,
+            layout: layout.map(Arc::new),
+            pids: std::mem::take(&mut self.pids),
+            cma: (0..size).all(|r| at(r, 3) != 0),
+            nb_from,
+            next: [AtomicU32::new(0), AtomicU32::new(0)],
+            channels: Mutex::new(Channels::default()),
+            starts: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
+            seen: (0..geo.channels).map(|_| AtomicU32::new(0)).collect(),
+            nb_done: Mutex::new((0, 0)),
+            driver: std::sync::Mutex::new(driver().map(Driver::of)),
+        }))
+    }
+}
+
+/// A segment set up without waiting for the other ranks, for a communicator whose ranks all
+/// share the node and that reached its set-up in a non-blocking collective (whose call is
+/// local, MPI-4.0 §6.12: it must not wait there). The two exchanges of [`Joining`] are
+/// `MPI_Iallgather`s on the communicator's private duplicate, advanced by [`Setup::poll`]
+/// from the runs that wait for it. Every rank starts it at the same call, and its
+/// non-blocking instances from that one on (`nb_from`) run on the segment once it is
+/// there, on every rank alike (where it cannot be, on point-to-point).
+pub struct Setup {
+    /// The segment's geometry (its ranks: the communicator's), known before it exists.
+    pub geo: Geometry,
+    /// The first non-blocking instance on the segment: the one that started the set-up.
+    pub nb_from: u32,
+    cma: bool,
+    step: Mutex<Step>,
+    result: std::sync::OnceLock<Option<Arc<Node>>>,
+}
+
+enum Step {
+    /// Waiting for the communicator's private duplicate.
+    Start(Box<Joining>),
+    /// An exchange in flight on the duplicate (`second`: the last one).
+    Exchange {
+        j: Box<Joining>,
+        req: MPI_Request,
+        comm: MPI_Comm,
+        second: bool,
+    },
+    Done,
+}
+
+// SAFETY: the joining's memory and MPI handles, used by one thread at a time (the mutex).
+unsafe impl Send for Step {}
+
+impl Setup {
+    /// Starts the set-up at rank `rank` of `size` (all on this node): the first rank
+    /// creates the memory now; the exchanges start once the duplicate exists.
+    pub fn start(rank: c_int, size: c_int, geo: Geometry, nb_from: u32, cma: bool) -> Setup {
+        let j = Joining::new(rank, rank, size, size, geo);
+        Setup {
+            geo: j.geo,
+            nb_from,
+            cma,
+            step: Mutex::new(Step::Start(Box::new(j))),
+            result: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The outcome once known: the segment, or `None` where shared memory cannot serve
+    /// (the same on every rank).
+    pub fn outcome(&self) -> Option<Option<Arc<Node>>> {
+        self.result.get().cloned()
+    }
+
+    /// Advances the set-up unless another thread is doing so (`shadow`: the private
+    /// duplicate once it exists); returns the outcome once known.
+    pub fn poll(&self, shadow: impl FnOnce() -> Option<MPI_Comm>) -> Option<Option<Arc<Node>>> {
+        if let Some(r) = self.outcome() {
+            return Some(r);
+        }
+        let Ok(mut g) = self.step.try_lock() else {
+            return None;
+        };
+        let mut shadow = Some(shadow);
+        loop {
+            match std::mem::replace(&mut *g, Step::Done) {
+                Step::Start(j) => {
+                    let Some(comm) = shadow.take().and_then(|f| f()) else {
+                        *g = Step::Start(j);
+                        return None;
+                    };
+                    match self.exchange(j, comm, false) {
+                        Some(step) => *g = step,
+                        None => return self.outcome(),
+                    }
+                }
+                Step::Exchange {
+                    mut j,
+                    mut req,
+                    comm,
+                    second,
+                } => match p2p::test(&mut req) {
+                    Ok(false) => {
+                        *g = Step::Exchange {
+                            j,
+                            req,
+                            comm,
+                            second,
+                        };
+                        return None;
+                    }
+                    Err(e) => {
+                        self.fail(format!("MPI_Test: {}", e.code()));
+                        return self.outcome();
+                    }
+                    Ok(true) if !second => {
+                        j.map(self.cma, self.nb_from);
+                        match self.exchange(j, comm, true) {
+                            Some(step) => *g = step,
+                            None => return self.outcome(),
+                        }
+                    }
+                    Ok(true) => {
+                        let node = j.finish(|| None).unwrap_or_else(|e| {
+                            tracing::warn!(target: "shim::shm", "no shared memory for collectives ({e}): point-to-point");
+                            None
+                        });
+                        let _ = self.result.set(node.map(Arc::new));
+                        return self.outcome();
+                    }
+                },
+                Step::Done => return self.outcome(),
+            }
+        }
+    }
+
+    /// Posts exchange one or two (`second`) of `j` on `comm`; `None` (the set-up failed,
+    /// its outcome set) when the library refused it.
+    fn exchange(&self, mut j: Box<Joining>, comm: MPI_Comm, second: bool) -> Option<Step> {
+        // SAFETY: the words stay in the box (a fixed address) until the request completes.
+        let r = unsafe {
+            if second {
+                mpi_coll::iallgather_i64(&j.word, &mut j.all, comm)
+            } else {
+                mpi_coll::iallgather_i64(&j.mine, &mut j.here, comm)
+            }
+        };
+        match r {
+            Ok(req) => Some(Step::Exchange {
+                j,
+                req,
+                comm,
+                second,
+            }),
+            Err(e) => {
+                self.fail(format!("MPI_Iallgather: {}", e.code()));
+                None
+            }
+        }
+    }
+
+    fn fail(&self, why: String) {
+        tracing::warn!(target: "shim::shm", "no shared memory for collectives ({why}): point-to-point");
+        let _ = self.result.set(None);
+    }
+}
+
 impl Driver {
-    /// Duplicates `comm` (all its ranks are in the setup).
-    fn new(comm: MPI_Comm) -> Option<Driver> {
-        let dup = mpi_comm::dup(comm).ok()?;
+    /// A duplicate of the communicator, made by every rank of it (its errors returned).
+    fn of(dup: MPI_Comm) -> Driver {
         let _ = mpi_comm::set_errhandler(dup, MPI_ERRORS_RETURN());
-        Some(Driver { comm: dup })
+        Driver { comm: dup }
     }
 }
 

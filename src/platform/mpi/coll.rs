@@ -138,3 +138,30 @@ pub unsafe fn allgather_i64(send: &[i64], recv: &mut [i64], comm: MPI_Comm) -> M
         )
     })
 }
+
+/// `MPI_Iallgather` of the shim's own int64 words, as [`allgather_i64`]: the request.
+///
+/// # Safety
+/// `send` and `recv` (which holds `send.len()` words for every process of `comm`) stay
+/// where they are, untouched, until the request completes.
+pub unsafe fn iallgather_i64(
+    send: &[i64],
+    recv: &mut [i64],
+    comm: MPI_Comm,
+) -> MpiResult<MPI_Request> {
+    let mut req = MPI_REQUEST_NULL();
+    // SAFETY: as for `allgather_i64`; the caller keeps the buffers until completion.
+    check(unsafe {
+        pmpi::PMPI_Iallgather(
+            send.as_ptr().cast(),
+            send.len() as c_int,
+            MPI_INT64_T(),
+            recv.as_mut_ptr().cast(),
+            send.len() as c_int,
+            MPI_INT64_T(),
+            comm,
+            &mut req,
+        )
+    })?;
+    Ok(req)
+}

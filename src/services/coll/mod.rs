@@ -34,7 +34,7 @@ use crate::core::request::{self, Persistent};
 use crate::core::sched::Schedule;
 use crate::core::sched::cache::Key;
 use crate::core::sched::run::Run;
-use crate::core::transport::node::{self, Node, Place};
+use crate::core::transport::node::{self, Node, Place, Setup};
 use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
 use crate::platform::config::{ShmConfig, Transport, VerbsConfig};
@@ -146,12 +146,25 @@ pub fn return_code(outcome: Result<Done, Raised>) -> c_int {
 /// on the segment (`Ctx::shm_decide`, `memo::Hit::Counted`) counts again and goes to the
 /// system MPI: every rank must number those calls alike, whichever of its calls the memo
 /// kept. The memo is emptied when the segment is set up, so the count is still open.
-pub fn count_again(comm: MPI_Comm, native: &dyn Fn() -> c_int) -> c_int {
+/// `None` from the count where a non-blocking call may start the set-up: the hook decides
+/// it in full.
+pub fn count_again(comm: MPI_Comm, native: &dyn Fn() -> c_int) -> Option<c_int> {
     if let Ok(st) = crate::core::comm::get(comm) {
+        // from the count that may start the segment's set-up without waiting on (the
+        // memo differs between ranks), the call is decided in full (`Ctx::shm_decide`)
+        let after = TRANSPORT.get().map_or(u32::MAX, |(_, cfg)| cfg.after);
+        let counting = matches!(
+            *st.node.lock().unwrap_or_else(|e| e.into_inner()),
+            NodeState::Counting(_)
+        );
+        let n = st.nb_eligible.load(std::sync::atomic::Ordering::Relaxed);
+        if counting && n >= after && st.nodes() == 1 {
+            return None;
+        }
         st.nb_eligible
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    native()
+    Some(native())
 }
 
 /// `SHIM_TRANSPORT` and `SHIM_SHM_*`, handed over at init.
@@ -173,15 +186,36 @@ enum Ticket {
     /// A persistent collective: a channel it holds until it is freed (its starts are the
     /// channel's next instances; a call that does not keep it gives it back).
     Channel(node::Lease),
+    /// A non-blocking collective's instance while the segment is being set up (`Setup`):
+    /// its run waits for it (`Run::deferred`).
+    Deferred(Arc<Setup>, u32),
 }
 
 impl Ticket {
-    fn node(&self) -> &Arc<Node> {
+    fn node(&self) -> Option<&Arc<Node>> {
         match self {
-            Ticket::Place(n, _) => n,
-            Ticket::Channel(l) => &l.node,
+            Ticket::Place(n, _) => Some(n),
+            Ticket::Channel(l) => Some(&l.node),
+            Ticket::Deferred(..) => None,
         }
     }
+
+    /// The slots' size, known before the segment exists.
+    fn cell(&self) -> usize {
+        match self {
+            Ticket::Deferred(s, _) => s.geo.cell(),
+            t => t.node().map_or(0, |n| n.geo.cell()),
+        }
+    }
+}
+
+/// A non-blocking collective deferred until its segment is set up (`Ticket::Deferred`),
+/// between the hook's two passes: the first builds its shared-memory schedule, the second
+/// its point-to-point one and the request (see `hooks::coll`).
+pub struct Stash {
+    setup: Arc<Setup>,
+    instance: u32,
+    sched: Arc<Schedule>,
 }
 
 /// A validated call on an intra-communicator, ready to launch.
@@ -208,6 +242,12 @@ pub struct Ctx<'a> {
     red: Cell<Option<(TypeInfo, i64)>>,
     /// Whether the reduction's operation is predefined (not the program's function).
     red_builtin: Cell<bool>,
+    /// The call must not go to the library: on some rank it may wait for the segment's
+    /// set-up and then run on point-to-point (`CommState::nb_setup`).
+    no_native: Cell<bool>,
+    /// A deferred call's shared-memory schedule: built by the first pass, launched by the
+    /// second.
+    stash: RefCell<Option<Stash>>,
 }
 
 impl Drop for Ctx<'_> {
@@ -215,6 +255,28 @@ impl Drop for Ctx<'_> {
     /// found after the decision) still passes through its region, claiming and releasing it,
     /// or the instance `depth` later would wait for its acknowledgement forever.
     fn drop(&mut self) {
+        let deferred = match self.ticket.get_mut().take() {
+            Some(Ticket::Deferred(setup, i)) => Some((setup, i)),
+            t => {
+                *self.ticket.get_mut() = t;
+                self.stash.get_mut().take().map(|s| (s.setup, s.instance))
+            }
+        };
+        if let Some((setup, instance)) = deferred {
+            let mut b = crate::core::sched::Builder::new("shm:skip");
+            let c = b.claim();
+            b.release(&[c]);
+            let none = Arc::new(crate::core::sched::Builder::new("none").finish());
+            let run = Run::new(
+                none,
+                Arc::clone(&self.st),
+                0,
+                core::ptr::null(),
+                core::ptr::null_mut(),
+            )
+            .deferred(setup, Arc::new(b.finish()), instance);
+            progress::submit(&RunCell::new(run));
+        }
         if let Some(Ticket::Place(node, place)) = self.ticket.get_mut().take() {
             let mut b = crate::core::sched::Builder::new("shm:skip");
             let c = b.claim();
@@ -279,7 +341,24 @@ impl<'a> Ctx<'a> {
             no_memo: Cell::new(false),
             red: Cell::new(None),
             red_builtin: Cell::new(false),
+            no_native: Cell::new(false),
+            stash: RefCell::new(None),
         })
+    }
+
+    /// After the hook's first pass: a call deferred until its segment is set up, whose
+    /// point-to-point alternative the second pass builds (with a fresh context given this).
+    pub fn take_stash(&self) -> Option<Stash> {
+        self.stash.borrow_mut().take()
+    }
+
+    /// The second pass of a deferred call: no segment now, no library, and the run it
+    /// launches waits for the segment first.
+    pub fn adopt(&self, stash: Stash) {
+        self.shm_decided.set(true);
+        self.no_native.set(true);
+        self.no_memo.set(true);
+        *self.stash.borrow_mut() = Some(stash);
     }
 
     pub fn name(&self) -> &'static str {
@@ -512,7 +591,23 @@ impl<'a> Ctx<'a> {
                 if req.is_null() {
                     return self.fail(MPI_ERR_ARG, "the request argument is NULL");
                 }
-                crate::platform::counters::note_path(self.call.fid, "schedule", path);
+                // (a deferred call counts under its shared-memory path, in its first pass)
+                if self.stash.borrow().is_none() {
+                    crate::platform::counters::note_path(self.call.fid, "schedule", path);
+                }
+                let deferred = matches!(&*self.ticket.borrow(), Some(Ticket::Deferred(..)));
+                if deferred {
+                    // the first pass: the shared-memory schedule, kept for the second
+                    if let Some(Ticket::Deferred(setup, instance)) = self.ticket.borrow_mut().take()
+                    {
+                        *self.stash.borrow_mut() = Some(Stash {
+                            setup,
+                            instance,
+                            sched,
+                        });
+                    }
+                    return Ok(Done::Scheduled);
+                }
                 let shm = sched.shm;
                 if shm && cacheable {
                     if let Some(Ticket::Place(node, _)) = &*self.ticket.borrow() {
@@ -535,6 +630,9 @@ impl<'a> Ctx<'a> {
                 );
                 if shm {
                     run = self.bind(run);
+                }
+                if let Some(d) = self.stash.borrow_mut().take() {
+                    run = run.deferred(d.setup, d.sched, d.instance);
                 }
                 let cell = RunCell::new(run);
                 progress::submit(&cell);
@@ -580,11 +678,7 @@ impl<'a> Ctx<'a> {
     /// Where the ranks' slots lie in a region of the segment this call got
     /// ([`Self::shm_decide`]); only asked for shared-memory calls.
     pub fn slots(&self) -> algo::shm::Slots {
-        let cell = self
-            .ticket
-            .borrow()
-            .as_ref()
-            .map_or(0, |t| t.node().geo.cell() as i64);
+        let cell = self.ticket.borrow().as_ref().map_or(0, |t| t.cell() as i64);
         algo::shm::Slots {
             cell,
             data: node::DATA as i64,
@@ -611,7 +705,7 @@ impl<'a> Ctx<'a> {
     /// communicator that spans several (`algo::hier`).
     pub fn hier(&self) -> Option<algo::hier::Hier> {
         let t = self.ticket.borrow();
-        let l = t.as_ref()?.node().layout.as_ref()?;
+        let l = t.as_ref()?.node()?.layout.as_ref()?;
         Some(algo::hier::Hier {
             layout: Arc::clone(l),
             me: self.me(),
@@ -690,6 +784,8 @@ impl<'a> Ctx<'a> {
         let Some(&(transport, cfg)) = TRANSPORT.get() else {
             return false;
         };
+        // (its set-up is a collective on the private duplicate, as the segment's would be)
+        let verbs = transport == Transport::Verbs;
         // under `verbs` the segment serves a node as under `auto`; the messages that are
         // left (between nodes, or where the segment does not win) take the queue pairs
         let transport = match transport {
@@ -718,7 +814,13 @@ impl<'a> Ctx<'a> {
         // (the v and w forms: each block its own way, through a slot or by address, so
         // from any size where single copy is on; `algo::single::Inline`)
         let mixed = select::mixed_serves(coll);
-        let mut single = select::single_copy_serves(coll)
+        // a non-blocking call on a communicator whose segment was set up without waiting:
+        // no single copy (the set-up's outcome does not change its decision, see
+        // `nb_deferrable` below)
+        let nb_rules = form == select::Form::Nonblocking
+            && self.st.nb_setup.load(std::sync::atomic::Ordering::Relaxed);
+        let mut single = !nb_rules
+            && select::single_copy_serves(coll)
             && cfg
                 .single_copy
                 .is_some_and(|t| mixed || footprint as u64 >= t)
@@ -755,6 +857,18 @@ impl<'a> Ctx<'a> {
             && nodes == 1
             && !big
             && select::shm_wins(coll, select::Form::Nonblocking, self.size(), footprint);
+        // a non-blocking call on one node that the segment takes, whatever the set-up
+        // found (its single copy aside): one that may start the set-up without waiting
+        // (`node::Setup`), and once it was started, one whose run waits for it on a rank
+        // where it is not done yet and runs on point-to-point where it failed, so that it
+        // must not go to the library on the ranks where it is done or failed either (the
+        // ranks' collectives on the communicator would then differ)
+        let nb_deferrable = form == select::Form::Nonblocking
+            && nodes == 1
+            && !verbs
+            && cfg.nb_setup
+            && !big
+            && (!auto || copy_wins);
         if transport == Transport::Pmpi
             || self.size() < 2
             || self.st.inter
@@ -769,7 +883,34 @@ impl<'a> Ctx<'a> {
             return false;
         }
         let mut g = self.st.node.lock().unwrap_or_else(|e| e.into_inner());
+        if let NodeState::Pending(setup) = &*g {
+            // a blocking or persistent call waits for the set-up (its call may), so that
+            // its decision is the one the ranks that are done make
+            if form != select::Form::Nonblocking {
+                let setup = Arc::clone(setup);
+                drop(g);
+                let st = &self.st;
+                progress::wait_until(|| {
+                    setup
+                        .poll(|| st.shadow_ready().then(|| st.shadow()))
+                        .is_some()
+                });
+                g = self.st.node.lock().unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        if let NodeState::Pending(setup) = &*g {
+            if let Some(outcome) = setup.outcome() {
+                *g = match outcome {
+                    Some(node) => NodeState::Ready(node),
+                    None => NodeState::Off,
+                };
+                memo::invalidate();
+            }
+        }
         if matches!(*g, NodeState::Off) {
+            if nb_rules && nb_deferrable {
+                self.no_native.set(true);
+            }
             return false;
         }
         let count_nb = || {
@@ -779,13 +920,35 @@ impl<'a> Ctx<'a> {
         };
         if let NodeState::Counting(n) = &mut *g {
             if form == select::Form::Nonblocking {
-                // remembered, a repeat counts again (`count_again`): a program whose
-                // non-blocking calls repeat pays the decision once, not on every call
-                if count_nb() == 0 {
+                let i = count_nb();
+                if i == 0 {
                     // the first: blocking calls that count for it (`for_nb`) may be
                     // remembered as the library's on some ranks (a memo hit never counts)
                     memo::invalidate();
                 }
+                if nb_deferrable && i >= cfg.after {
+                    // set up from here without waiting: this instance is the segment's first
+                    let geo = node::Geometry {
+                        ranks: 0,
+                        channels: 2 + cfg.channels,
+                        depth: cfg.depth,
+                        slot: cfg.slot as usize,
+                    };
+                    self.st.ensure_shadow();
+                    let cma = cfg.single_copy.is_some();
+                    let setup = Arc::new(Setup::start(self.rank(), self.size(), geo, i, cma));
+                    *g = NodeState::Pending(Arc::clone(&setup));
+                    self.st
+                        .nb_setup
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    // verdicts remembered before may now differ
+                    memo::invalidate();
+                    self.no_memo.set(true);
+                    *self.ticket.borrow_mut() = Some(Ticket::Deferred(setup, i));
+                    return true;
+                }
+                // remembered, a repeat counts again (`count_again`): a program whose
+                // non-blocking calls repeat pays the decision once, not on every call
                 memo::note_counted();
                 return false;
             }
@@ -812,6 +975,19 @@ impl<'a> Ctx<'a> {
             };
             // verdicts remembered before may now differ
             memo::invalidate();
+        }
+        if let NodeState::Pending(..) = &*g {
+            // (a non-blocking call: the others waited above)
+            if !nb_deferrable {
+                return false;
+            }
+            let i = count_nb();
+            let NodeState::Pending(setup) = &*g else {
+                return false;
+            };
+            self.no_memo.set(true);
+            *self.ticket.borrow_mut() = Some(Ticket::Deferred(Arc::clone(setup), i));
+            return true;
         }
         let NodeState::Ready(node) = &*g else {
             return false;
@@ -1022,7 +1198,8 @@ impl<'a> Ctx<'a> {
         commutative: bool,
         native_ok: bool,
     ) -> select::Choice {
-        let native_ok = native_ok && native_exists(self.call.fid, self.name());
+        let native_ok =
+            native_ok && !self.no_native.get() && native_exists(self.call.fid, self.name());
         let holey_user = self
             .red
             .get()
