@@ -13,8 +13,16 @@
  * 3. Iallreduce, Ibcast, Ireduce, Iallgather, Ialltoall, Igather, Iscatter, Iscan and
  *    Ibarrier of 1-64 longs on a fresh communicator, many outstanding at once, results
  *    checked.
+ * 4. A communicator that makes only persistent collectives: its first initialization starts
+ *    the set-up without waiting, the initializations while it goes on hold channels reserved
+ *    for them, more than SHIM_SHM_CHANNELS of them are initialized (some get a channel given
+ *    back, the rest point-to-point), one is freed before it ever starts and one half-way
+ *    through and initialized again; every start's results checked. Then, the segment there,
+ *    an initialization that fails at the root only and is made again there; the same on a
+ *    communicator whose segment its blocking calls set up.
  * With EXPECT_SEGMENT=1 (SHIM_STATS=1, the node transport on): Iallreduce and Ibcast on the
- * communicators that make no blocking collective before must have run on the segment.
+ * communicators that make no blocking collective before must have run on the segment, and
+ * so must Bcast_init and Reduce_init, made on the persistent-only communicator alone.
  * Usage: nb_setup [rounds] */
 #include "common.h"
 
@@ -129,6 +137,92 @@ static void every(MPI_Comm comm, int n, int r) {
     free(b);
 }
 
+enum { N = 4 };
+
+/* An initialization that fails at the root only (its send buffer NULL, MPI-4.0 §6.6),
+ * which the root makes again (the other ranks' calls were valid, MPI-4.0 §9.3): it must get
+ * the channel the others got, or their starts never meet (a hang with the build before, on
+ * a communicator whose segment a blocking call set up). */
+static void failed_init_repeated(MPI_Comm comm, int rounds) {
+    int p = g_size, root = p - 1;
+    long *sc_in = malloc(sizeof(long) * N * (size_t)p), sc[N];
+    CHECK(sc_in, "no memory");
+    MPI_OK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    MPI_Request s;
+    if (g_rank == root) {
+        int rc = MPI_Scatter_init(NULL, N, MPI_LONG, sc, N, MPI_LONG, root, comm, MPI_INFO_NULL, &s);
+        int cls = MPI_SUCCESS;
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_BUFFER, "Scatter_init with a NULL send buffer at the root returned class %d", cls);
+    }
+    MPI_OK(MPI_Scatter_init(sc_in, N, MPI_LONG, sc, N, MPI_LONG, root, comm, MPI_INFO_NULL, &s));
+    for (int r = 0; r < 3 && r < rounds; r++) {
+        for (int i = 0; i < N * p; i++) sc_in[i] = 7L * i + r;
+        MPI_OK(MPI_Start(&s));
+        MPI_OK(MPI_Wait(&s, MPI_STATUS_IGNORE));
+        for (int i = 0; i < N; i++)
+            CHECK(sc[i] == 7L * (g_rank * N + i) + r, "round %d: Scatter_init[%d] gave %ld", r, i, sc[i]);
+    }
+    MPI_OK(MPI_Request_free(&s));
+    free(sc_in);
+}
+
+/* Part 4: the persistent collectives of one round's inputs, checked. */
+static void persistent_only(int rounds) {
+    MPI_Comm comm;
+    MPI_OK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+    int p = g_size, root = p - 1;
+    long *b = malloc(sizeof(long) * N * (5 + 3 * (size_t)p));
+    CHECK(b, "no memory");
+    long *in = b, *sum = in + N, *red = sum + N, *bc = red + N, *scan = bc + N, *ag = scan + N,
+         *a2a_in = ag + (size_t)N * p, *a2a = a2a_in + (size_t)N * p;
+    enum { NP = 7 };
+    MPI_Request q[NP], gone;
+    /* the first initialization starts the set-up; freed before it ever starts */
+    MPI_OK(MPI_Allreduce_init(in, sum, N, MPI_LONG, MPI_SUM, comm, MPI_INFO_NULL, &gone));
+    MPI_OK(MPI_Request_free(&gone));
+    MPI_OK(MPI_Allreduce_init(in, sum, N, MPI_LONG, MPI_SUM, comm, MPI_INFO_NULL, &q[0]));
+    MPI_OK(MPI_Reduce_init(in, red, N, MPI_LONG, MPI_MAX, root, comm, MPI_INFO_NULL, &q[1]));
+    MPI_OK(MPI_Bcast_init(bc, N, MPI_LONG, 0, comm, MPI_INFO_NULL, &q[2]));
+    MPI_OK(MPI_Scan_init(in, scan, N, MPI_LONG, MPI_SUM, comm, MPI_INFO_NULL, &q[3]));
+    MPI_OK(MPI_Allgather_init(in, N, MPI_LONG, ag, N, MPI_LONG, comm, MPI_INFO_NULL, &q[4]));
+    MPI_OK(MPI_Alltoall_init(a2a_in, N, MPI_LONG, a2a, N, MPI_LONG, comm, MPI_INFO_NULL, &q[5]));
+    MPI_OK(MPI_Barrier_init(comm, MPI_INFO_NULL, &q[6]));
+    /* (CTEST_PERSISTENT_STARTS: the system MPI's may not restart, see common.h) */
+    if (getenv("CTEST_PERSISTENT_STARTS")) rounds = persistent_starts();
+    for (int r = 0; r < rounds; r++) {
+        if (r == rounds / 2) {
+            /* freed half-way (its channel given back) and initialized again */
+            MPI_OK(MPI_Request_free(&q[2]));
+            MPI_OK(MPI_Bcast_init(bc, N, MPI_LONG, 0, comm, MPI_INFO_NULL, &q[2]));
+        }
+        for (int i = 0; i < N; i++) in[i] = 100L * r + 10L * g_rank + i, bc[i] = g_rank == 0 ? 5L * r + i : -1;
+        for (int i = 0; i < N * p; i++) a2a_in[i] = 1000L * g_rank + i + r;
+        MPI_OK(MPI_Startall(NP, q));
+        MPI_OK(MPI_Waitall(NP, q, MPI_STATUSES_IGNORE));
+        for (int i = 0; i < N; i++) {
+            long s = 100L * r * p + 10L * p * (p - 1) / 2 + (long)i * p;
+            CHECK(sum[i] == s, "round %d: Allreduce_init[%d] gave %ld, not %ld", r, i, sum[i], s);
+            CHECK(g_rank != root || red[i] == 100L * r + 10L * (p - 1) + i, "round %d: Reduce_init[%d] gave %ld",
+                  r, i, red[i]);
+            CHECK(bc[i] == 5L * r + i, "round %d: Bcast_init[%d] gave %ld", r, i, bc[i]);
+            long sc = 100L * r * (g_rank + 1) + 10L * g_rank * (g_rank + 1) / 2 + (long)i * (g_rank + 1);
+            CHECK(scan[i] == sc, "round %d: Scan_init[%d] gave %ld, not %ld", r, i, scan[i], sc);
+        }
+        for (int k = 0; k < p; k++)
+            for (int i = 0; i < N; i++) {
+                CHECK(ag[k * N + i] == 100L * r + 10L * k + i, "round %d: Allgather_init[%d][%d] gave %ld", r, k, i,
+                      ag[k * N + i]);
+                CHECK(a2a[k * N + i] == 1000L * k + g_rank * N + i + r, "round %d: Alltoall_init[%d][%d] gave %ld",
+                      r, k, i, a2a[k * N + i]);
+            }
+    }
+    for (int i = 0; i < NP; i++) MPI_OK(MPI_Request_free(&q[i]));
+    failed_init_repeated(comm, rounds);
+    free(b);
+    MPI_OK(MPI_Comm_free(&comm));
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     int rounds = argc > 1 ? atoi(argv[1]) : 20;
@@ -139,10 +233,22 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++)
         for (int n = 1; n <= 64; n *= 4) every(comm, n, r);
     MPI_OK(MPI_Comm_free(&comm));
+    persistent_only(rounds);
+    /* the same failed initialization on a communicator whose blocking calls set its segment up */
+    MPI_OK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+    for (int i = 0; i < 8; i++) {
+        long one = 1, all = 0;
+        MPI_OK(MPI_Allreduce(&one, &all, 1, MPI_LONG, MPI_SUM, comm));
+        CHECK(all == g_size, "Allreduce gave %ld", all);
+    }
+    failed_init_repeated(comm, getenv("CTEST_PERSISTENT_STARTS") ? persistent_starts() : rounds);
+    MPI_OK(MPI_Comm_free(&comm));
     const char *e = getenv("EXPECT_SEGMENT");
     if (e && strcmp(e, "1") == 0 && g_size >= 2) {
         CHECK(on_segment("MPI_Iallreduce"), "no MPI_Iallreduce ran on the segment");
         CHECK(on_segment("MPI_Ibcast"), "no MPI_Ibcast ran on the segment");
+        CHECK(on_segment("MPI_Bcast_init"), "no MPI_Bcast_init ran on the segment");
+        CHECK(on_segment("MPI_Reduce_init"), "no MPI_Reduce_init ran on the segment");
     }
     test_pass("nb_setup");
     MPI_Finalize();

@@ -31,7 +31,7 @@ use crate::core::comm::CommState;
 use crate::core::dtype::p2p::PackedReq;
 use crate::core::progress::{self, RunCell};
 use crate::core::sched::Schedule;
-use crate::core::sched::run::Run;
+use crate::core::sched::run::{Awaits, Run};
 use crate::platform::abi::*;
 use crate::platform::api::Fid;
 
@@ -40,6 +40,10 @@ pub struct Persistent {
     /// The communicator's shared-memory segment and the request's own channel there, for
     /// a shared-memory schedule.
     pub shm: Option<crate::core::transport::node::Lease>,
+    /// Initialized while the segment was being set up: its channel there and its
+    /// shared-memory schedule, taken at the first start after the set-up is done (until
+    /// then, each start waits for it); `sched` is the point-to-point one.
+    pub pending: Option<PendingShm>,
     pub sched: Arc<Schedule>,
     pub comm: Arc<CommState>,
     pub tag: c_int,
@@ -49,6 +53,12 @@ pub struct Persistent {
     /// The path each start counts under (`SHIM_STATS`): the schedule's algorithm, or its
     /// name as a forced `native`'s fallback.
     pub path: &'static str,
+}
+
+/// See [`Persistent::pending`].
+pub struct PendingShm {
+    pub lease: crate::core::transport::node::PendingLease,
+    pub sched: Arc<Schedule>,
 }
 
 pub(crate) enum Kind {
@@ -429,6 +439,14 @@ pub(crate) fn start(h: MPI_Request) -> c_int {
         if p.active.is_some() {
             return MPI_ERR_REQUEST;
         }
+        if let Some(outcome) = p.pending.as_mut().and_then(|w| w.lease.resolve()) {
+            let w = p.pending.take();
+            if let (Some(lease), Some(w)) = (outcome, w) {
+                p.shm = Some(lease);
+                p.path = w.sched.algorithm;
+                p.sched = w.sched;
+            }
+        }
         let mut run = Run::new(
             Arc::clone(&p.sched),
             Arc::clone(&p.comm),
@@ -436,12 +454,17 @@ pub(crate) fn start(h: MPI_Request) -> c_int {
             p.send as *const _,
             p.recv as *mut _,
         );
+        let mut path = p.path;
         if let Some(l) = &p.shm {
             run = run.in_shm(Arc::clone(&l.node), l.next());
+        } else if let Some(w) = &p.pending {
+            let (setup, ch) = (Arc::clone(w.lease.setup()), w.lease.channel());
+            run = run.deferred(setup, Arc::clone(&w.sched), Awaits::Channel(ch));
+            path = w.sched.algorithm;
         }
         let cell = RunCell::new(run);
         p.active = Some(Arc::clone(&cell));
-        crate::platform::counters::note_path(fid, "schedule", p.path);
+        crate::platform::counters::note_path(fid, "schedule", path);
         cell
     };
     progress::submit(&cell);
@@ -692,6 +715,7 @@ pub(crate) mod tests {
         let st = crate::core::comm::get(0x5e6 as MPI_Comm).expect("a fake communicator's state");
         let persistent = |b: crate::core::sched::Builder| Persistent {
             shm: None,
+            pending: None,
             sched: Arc::new(b.finish()),
             comm: Arc::clone(&st),
             tag: 0,

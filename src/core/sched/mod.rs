@@ -171,6 +171,15 @@ pub enum Action {
         src: Addr,
         at: Addr,
     },
+    /// Shared memory: a rooted collective's size check (MPI-4.0 §6.1: the amount of data
+    /// sent must equal the amount received). The root writes its `bytes` at `at`, in its
+    /// own slot; a receiver (`check`) reads the root's there after its flag and reports
+    /// `MPI_ERR_TRUNCATE` where they exceed its own `bytes`, as the library does.
+    Length {
+        at: Addr,
+        bytes: i64,
+        check: bool,
+    },
     /// Single copy: `bytes` bytes from rank `peer`'s memory, `off` bytes after the address
     /// it exposed at `at` (in its slot), into `dst` here, with one `process_vm_readv`.
     Fetch {
@@ -444,6 +453,10 @@ impl Builder {
             },
             deps,
         )
+    }
+    /// See [`Action::Length`].
+    pub fn length(&mut self, at: Addr, bytes: i64, check: bool, deps: &[ActionId]) -> ActionId {
+        self.push(Action::Length { at, bytes, check }, deps)
     }
     pub fn nop(&mut self, deps: &[ActionId]) -> ActionId {
         self.push(Action::Nop, deps)
@@ -729,6 +742,7 @@ impl Builder {
                         | Action::Release
                         | Action::Expose { .. }
                         | Action::Fetch { .. }
+                        | Action::Length { .. }
                 )
             }),
             _retained: retained,
@@ -776,7 +790,8 @@ fn retain_objects(
             | Action::Claim
             | Action::Release
             | Action::Expose { .. }
-            | Action::Fetch { .. } => {}
+            | Action::Fetch { .. }
+            | Action::Length { .. } => {}
         }
     }
     types.sort_unstable();

@@ -105,7 +105,16 @@ pub struct Run {
 struct Deferred {
     setup: Arc<Setup>,
     sched: Arc<Schedule>,
-    instance: u32,
+    at: Awaits,
+}
+
+/// Where a deferred run goes on the segment once it is set up.
+#[derive(Clone, Copy, Debug)]
+pub enum Awaits {
+    /// A non-blocking collective: its instance of the non-blocking channel.
+    Instance(u32),
+    /// A start of a persistent collective: the next instance of its channel.
+    Channel(u32),
 }
 
 // SAFETY: a Run only holds addresses of the application's buffers (which MPI requires to
@@ -183,15 +192,11 @@ impl Run {
     }
 
     /// Makes this (point-to-point) run wait for the communicator's segment, set up without
-    /// waiting for the other ranks (`node::Setup`), and then run `sched` there at non-blocking
-    /// instance `instance`; where the segment cannot be, it runs its own schedule (every
-    /// rank learns the same outcome, so their instances all go the same way).
-    pub fn deferred(mut self, setup: Arc<Setup>, sched: Arc<Schedule>, instance: u32) -> Run {
-        self.deferred = Some(Box::new(Deferred {
-            setup,
-            sched,
-            instance,
-        }));
+    /// waiting for the other ranks (`node::Setup`), and then run `sched` there `at` its
+    /// place; where the segment cannot be, it runs its own schedule (every rank learns the
+    /// same outcome, so their instances all go the same way).
+    pub fn deferred(mut self, setup: Arc<Setup>, sched: Arc<Schedule>, at: Awaits) -> Run {
+        self.deferred = Some(Box::new(Deferred { setup, sched, at }));
         self.finished = false;
         self
     }
@@ -216,7 +221,10 @@ impl Run {
         };
         match outcome {
             Some(node) => {
-                let place = node.place(NONBLOCKING, d.instance.wrapping_sub(node.nb_from));
+                let place = match d.at {
+                    Awaits::Instance(i) => node.place(NONBLOCKING, i.wrapping_sub(node.nb_from)),
+                    Awaits::Channel(ch) => node.next_persistent(ch),
+                };
                 let (send, recv) = (self.bases[0] as *const c_void, self.bases[1] as *mut c_void);
                 *self = Run::new(d.sched, Arc::clone(&self.comm), self.tag, send, recv)
                     .in_shm(node, place);
@@ -949,6 +957,20 @@ fn step(a: &Action, shm: Option<(&Node, &Place)>, addr: impl Fn(Addr) -> *mut c_
         }
         (Action::Expose { .. } | Action::Fetch { .. }, Some((node, _))) => {
             single_copy(a, node, addr)
+        }
+        (Action::Length { at, bytes, check }, Some(_)) => {
+            // (sizes beyond 4 GiB read as 4 GiB - 1: a slot holds less)
+            let p = addr(at).cast::<u32>();
+            if !check {
+                // SAFETY: the size word of this rank's own cell (`node::LENGTH`).
+                unsafe { p.write_volatile(bytes.clamp(0, u32::MAX as i64) as u32) };
+                MPI_SUCCESS
+            // SAFETY: the root's size word, written before the flag this check waited for.
+            } else if unsafe { p.read_volatile() } as i64 > bytes {
+                MPI_ERR_TRUNCATE
+            } else {
+                MPI_SUCCESS
+            }
         }
         // a segment action without a segment, or a wait or message (the callers' own)
         _ => MPI_ERR_INTERN,

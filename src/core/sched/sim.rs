@@ -285,7 +285,8 @@ pub fn check_races(s: &Schedule) -> Result<(), String> {
             | Action::Claim
             | Action::Release
             | Action::Expose { .. }
-            | Action::Fetch { .. } => {}
+            | Action::Fetch { .. }
+            | Action::Length { .. } => {}
         }
     }
     // ancestors as bit sets: the builder only lets an action depend on earlier ones
@@ -514,6 +515,21 @@ fn simulate_on(
                             ));
                         }
                         seg[o..o + 8].copy_from_slice(&token);
+                        complete(&mut st, rank, v);
+                    }
+                    Action::Length {
+                        at,
+                        bytes,
+                        check: reads,
+                    } => {
+                        let o = check(seg.len(), at.off, 4, "length", rank)?;
+                        if !reads {
+                            seg[o..o + 4].copy_from_slice(&(bytes as u32).to_ne_bytes());
+                        } else if u32::from_ne_bytes(seg[o..o + 4].try_into().unwrap()) as i64
+                            > bytes
+                        {
+                            return Err(format!("rank {rank}: truncated"));
+                        }
                         complete(&mut st, rank, v);
                     }
                     Action::Fetch {

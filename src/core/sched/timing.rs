@@ -459,7 +459,7 @@ pub fn simulate(
                             cost = lv.expose;
                             push(&mut q, t + cost, Kind::Done, ev.rank, v);
                         }
-                        Action::Nop | Action::Claim | Action::Release => {
+                        Action::Nop | Action::Claim | Action::Release | Action::Length { .. } => {
                             push(&mut q, t, Kind::Done, ev.rank, v);
                         }
                         Action::Post { phase } => {

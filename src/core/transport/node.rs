@@ -53,6 +53,10 @@ const FLAG: usize = 0;
 /// (`transport::take_library_traffic`); a rank that sees it at an instance it watches lets
 /// its own library run once at the end of the collective.
 const TRAFFIC: usize = FLAG + 8;
+/// Offset of a cell's size word: in the flag's line, after the traffic mark; a rooted
+/// collective's root writes its bytes there for the receivers' truncation check
+/// (`sched::Action::Length`).
+pub const LENGTH: usize = TRAFFIC + 4;
 /// Offset of a cell's data slot: in the flag's line, 16 bytes in (the flag's 8 bytes, and
 /// the alignment of the widest predefined type).
 pub const DATA: usize = FLAG + 16;
@@ -199,12 +203,29 @@ struct Driver {
 pub struct Lease {
     pub node: Arc<Node>,
     pub ch: u32,
+    /// Whether it was a fresh channel (else one given back everywhere), for [`Lease::revert`].
+    fresh: bool,
 }
 
 impl Lease {
     /// The place of the channel's next instance.
     pub fn next(&self) -> Place {
         self.node.next_persistent(self.ch)
+    }
+
+    /// Undoes the hand-out of the channel just taken, for an initialization that failed
+    /// after it took it: the ranks whose call failed make it again (MPI-4.0 §9.3, the
+    /// program goes on), and must get the channel the others got.
+    pub fn revert(mut self) {
+        let mut c = self.node.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.fresh {
+            c.free.push_front(self.ch);
+        } else if c.fresh + 1 == self.ch {
+            c.fresh -= 1;
+        }
+        drop(c);
+        // (no channel to give back as the lease drops)
+        self.ch = 0;
     }
 }
 
@@ -353,7 +374,8 @@ impl Node {
     /// channel is given back when the lease drops.
     pub fn persistent_channel(self: &Arc<Self>) -> Option<Lease> {
         let mut c = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        let ch = if c.fresh + 2 < self.geo.channels {
+        let fresh = c.fresh + 2 < self.geo.channels;
+        let ch = if fresh {
             c.fresh += 1;
             c.fresh + 1
         } else {
@@ -362,6 +384,7 @@ impl Node {
         Some(Lease {
             node: Arc::clone(self),
             ch,
+            fresh,
         })
     }
 
@@ -398,7 +421,7 @@ impl Node {
     }
 
     /// The place of the next instance of persistent channel `ch`.
-    fn next_persistent(&self, ch: u32) -> Place {
+    pub fn next_persistent(&self, ch: u32) -> Place {
         let i = self.starts[ch as usize].fetch_add(1, Ordering::Relaxed);
         self.place(ch, i)
     }
@@ -677,15 +700,96 @@ impl Joining {
 /// `MPI_Iallgather`s on the communicator's private duplicate, advanced by [`Setup::poll`]
 /// from the runs that wait for it. Every rank starts it at the same call, and its
 /// non-blocking instances from that one on (`nb_from`) run on the segment once it is
-/// there, on every rank alike (where it cannot be, on point-to-point).
+/// there, on every rank alike (where it cannot be, on point-to-point). A persistent
+/// collective initialized meanwhile holds a channel reserved for it ([`Setup::reserve`]).
 pub struct Setup {
     /// The segment's geometry (its ranks: the communicator's), known before it exists.
     pub geo: Geometry,
-    /// The first non-blocking instance on the segment: the one that started the set-up.
+    /// The first non-blocking instance on the segment: the one that started the set-up,
+    /// or the next one where a persistent initialization started it.
     pub nb_from: u32,
     cma: bool,
     step: Mutex<Step>,
+    /// The persistent channels handed out before the segment exists; the outcome is set
+    /// under this lock, so that a reservation and a reserved channel's return both land
+    /// on the node.
+    reserved: Mutex<Reserved>,
     result: std::sync::OnceLock<Option<Arc<Node>>>,
+}
+
+/// See [`Setup::reserved`].
+#[derive(Default)]
+struct Reserved {
+    /// Fresh channels handed out so far (the node's [`Channels::fresh`] once it exists).
+    fresh: u32,
+    /// Reserved channels given back before the segment existed (bit `ch - 2`).
+    given_back: u64,
+}
+
+/// A persistent channel reserved while the segment is being set up (see [`Setup`]): the
+/// same channel on every rank (every rank initializes the communicator's persistent
+/// collectives in the same order, MPI-4.0 §6.13), a [`Lease`] once the segment exists.
+/// Dropped before that, it gives the channel back.
+pub struct PendingLease {
+    setup: Arc<Setup>,
+    ch: u32,
+    resolved: bool,
+}
+
+impl PendingLease {
+    pub fn setup(&self) -> &Arc<Setup> {
+        &self.setup
+    }
+
+    pub fn channel(&self) -> u32 {
+        self.ch
+    }
+
+    /// Once the set-up is done: the lease on the segment (`Some(None)` where it could not
+    /// be); `None` while it goes on.
+    pub fn resolve(&mut self) -> Option<Option<Lease>> {
+        if self.resolved {
+            return Some(None);
+        }
+        let outcome = self.setup.outcome()?;
+        self.resolved = true;
+        Some(outcome.map(|node| Lease {
+            node,
+            ch: self.ch,
+            fresh: true,
+        }))
+    }
+
+    /// Undoes the reservation just made, for an initialization that failed after it
+    /// (see [`Lease::revert`]).
+    pub fn revert(mut self) {
+        let mut r = self.setup.reservations();
+        match self.setup.result.get() {
+            None if r.fresh + 1 == self.ch => r.fresh -= 1,
+            Some(Some(node)) => {
+                let mut c = node.channels.lock().unwrap_or_else(|e| e.into_inner());
+                if c.fresh + 1 == self.ch {
+                    c.fresh -= 1;
+                }
+            }
+            _ => {}
+        }
+        self.resolved = true;
+    }
+}
+
+impl Drop for PendingLease {
+    fn drop(&mut self) {
+        if self.resolved {
+            return;
+        }
+        let mut r = self.setup.reservations();
+        match self.setup.result.get() {
+            Some(Some(node)) => node.give_back_channel(self.ch),
+            Some(None) => {}
+            None => r.given_back |= 1u64 << (self.ch - 2),
+        }
+    }
 }
 
 enum Step {
@@ -714,8 +818,55 @@ impl Setup {
             nb_from,
             cma,
             step: Mutex::new(Step::Start(Box::new(j))),
+            reserved: Mutex::new(Reserved::default()),
             result: std::sync::OnceLock::new(),
         }
+    }
+
+    fn reservations(&self) -> std::sync::MutexGuard<'_, Reserved> {
+        self.reserved.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A persistent channel for a persistent collective initialized while the set-up goes
+    /// on, as [`Node::persistent_channel`] would hand out: `None` once the set-up is done
+    /// (the node hands it out) or when no fresh channel is left (reclaiming needs the node).
+    pub fn reserve(self: &Arc<Self>) -> Option<PendingLease> {
+        let mut r = self.reservations();
+        if self.result.get().is_some() || r.fresh + 2 >= self.geo.channels {
+            return None;
+        }
+        r.fresh += 1;
+        Some(PendingLease {
+            setup: Arc::clone(self),
+            ch: r.fresh + 1,
+            resolved: false,
+        })
+    }
+
+    /// Whether the set-up can be dropped as if it had never started (for the call that
+    /// started it, which failed right after): no channel reserved, no exchange begun. It
+    /// cannot begin after this says yes: the caller holds its communicator's state, from
+    /// which alone the set-up is reached.
+    pub fn untouched(&self) -> bool {
+        let r = self.reservations();
+        r.fresh == 0
+            && r.given_back == 0
+            && self.result.get().is_none()
+            && self
+                .step
+                .try_lock()
+                .is_ok_and(|g| matches!(*g, Step::Start(_)))
+    }
+
+    /// Sets the outcome (once), with the channels reserved so far taken on the node.
+    fn conclude(&self, node: Option<Node>) {
+        let r = self.reservations();
+        if let Some(n) = &node {
+            let mut c = n.channels.lock().unwrap_or_else(|e| e.into_inner());
+            c.fresh = r.fresh;
+            c.given_back |= r.given_back;
+        }
+        let _ = self.result.set(node.map(Arc::new));
     }
 
     /// The outcome once known: the segment, or `None` where shared memory cannot serve
@@ -777,7 +928,7 @@ impl Setup {
                             tracing::warn!(target: "shim::shm", "no shared memory for collectives ({e}): point-to-point");
                             None
                         });
-                        let _ = self.result.set(node.map(Arc::new));
+                        self.conclude(node);
                         return self.outcome();
                     }
                 },
@@ -813,7 +964,7 @@ impl Setup {
 
     fn fail(&self, why: String) {
         tracing::warn!(target: "shim::shm", "no shared memory for collectives ({why}): point-to-point");
-        let _ = self.result.set(None);
+        self.conclude(None);
     }
 }
 
@@ -867,6 +1018,48 @@ mod tests {
             depth,
             slot: 256,
         }
+    }
+
+    /// A persistent collective initialized while the segment is set up holds the channel
+    /// the node would have handed out there: the node starts after the reserved ones, takes
+    /// back those given back meanwhile, and a reservation after the set-up (or beyond the
+    /// fresh channels) is refused, so that every rank hands out the same channels.
+    #[test]
+    fn channels_reserved_during_the_set_up_are_the_nodes_first_ones() {
+        let geo = Geometry {
+            channels: 5,
+            ..geo(1, 4)
+        };
+        let setup = Arc::new(Setup::start(0, 1, geo, 0, false));
+        let mut kept = setup.reserve().unwrap();
+        let dropped = setup.reserve().unwrap();
+        let last = setup.reserve().unwrap();
+        assert_eq!(
+            (kept.channel(), dropped.channel(), last.channel()),
+            (2, 3, 4)
+        );
+        assert!(setup.reserve().is_none(), "no fresh channel left");
+        assert!(kept.resolve().is_none(), "still pending");
+        drop(dropped);
+        setup.conclude(Some(local(geo)));
+        assert!(setup.reserve().is_none(), "the node hands channels out now");
+        let node = setup.outcome().flatten().unwrap();
+        {
+            let c = node.channels.lock().unwrap();
+            assert_eq!((c.fresh, c.given_back), (3, 1 << (3 - 2)));
+        }
+        let lease = kept.resolve().unwrap().unwrap();
+        assert_eq!(lease.ch, 2);
+        drop(kept);
+        drop(last);
+        assert_eq!(
+            node.channels.lock().unwrap().given_back,
+            1 << 1 | 1 << 2,
+            "a resolved reservation goes back through its lease, an unresolved one at once"
+        );
+        drop(lease);
+        assert_eq!(node.channels.lock().unwrap().given_back, 0b111);
+        assert!(node.persistent_channel().is_none(), "given back here only");
     }
 
     #[test]

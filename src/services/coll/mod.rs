@@ -30,10 +30,10 @@ use std::sync::Arc;
 use crate::core::comm::{CommState, NodeState, WireState};
 use crate::core::dtype::TypeInfo;
 use crate::core::progress::{self, RunCell};
-use crate::core::request::{self, Persistent};
+use crate::core::request::{self, PendingShm, Persistent};
 use crate::core::sched::Schedule;
 use crate::core::sched::cache::Key;
-use crate::core::sched::run::Run;
+use crate::core::sched::run::{Awaits, Run};
 use crate::core::transport::node::{self, Node, Place, Setup};
 use crate::platform::abi::*;
 use crate::platform::api::{Fid, NAMES};
@@ -152,13 +152,18 @@ pub fn count_again(comm: MPI_Comm, native: &dyn Fn() -> c_int) -> Option<c_int> 
     if let Ok(st) = crate::core::comm::get(comm) {
         // from the count that may start the segment's set-up without waiting on (the
         // memo differs between ranks), the call is decided in full (`Ctx::shm_decide`)
-        let after = TRANSPORT.get().map_or(u32::MAX, |(_, cfg)| cfg.after);
-        let counting = matches!(
-            *st.node.lock().unwrap_or_else(|e| e.into_inner()),
-            NodeState::Counting(_)
-        );
+        // (the cheap tests first: the lock only where the count may start the set-up)
+        let nb_setup_at = TRANSPORT
+            .get()
+            .and_then(|(_, cfg)| cfg.nb_setup.then_some(cfg.after));
         let n = st.nb_eligible.load(std::sync::atomic::Ordering::Relaxed);
-        if counting && n >= after && st.nodes() == 1 {
+        if nb_setup_at.is_some_and(|after| n >= after)
+            && st.nodes() == 1
+            && matches!(
+                *st.node.lock().unwrap_or_else(|e| e.into_inner()),
+                NodeState::Counting(_)
+            )
+        {
             return None;
         }
         st.nb_eligible
@@ -189,6 +194,9 @@ enum Ticket {
     /// A non-blocking collective's instance while the segment is being set up (`Setup`):
     /// its run waits for it (`Run::deferred`).
     Deferred(Arc<Setup>, u32),
+    /// A persistent collective's channel reserved while the segment is being set up: its
+    /// starts wait for it until it is there.
+    Reserved(node::PendingLease),
 }
 
 impl Ticket {
@@ -196,7 +204,7 @@ impl Ticket {
         match self {
             Ticket::Place(n, _) => Some(n),
             Ticket::Channel(l) => Some(&l.node),
-            Ticket::Deferred(..) => None,
+            Ticket::Deferred(..) | Ticket::Reserved(_) => None,
         }
     }
 
@@ -204,18 +212,31 @@ impl Ticket {
     fn cell(&self) -> usize {
         match self {
             Ticket::Deferred(s, _) => s.geo.cell(),
+            Ticket::Reserved(l) => l.setup().geo.cell(),
             t => t.node().map_or(0, |n| n.geo.cell()),
         }
     }
+
+    /// Whether the call waits for its segment's set-up (`Stash`).
+    fn deferred(&self) -> bool {
+        matches!(self, Ticket::Deferred(..) | Ticket::Reserved(_))
+    }
 }
 
-/// A non-blocking collective deferred until its segment is set up (`Ticket::Deferred`),
-/// between the hook's two passes: the first builds its shared-memory schedule, the second
-/// its point-to-point one and the request (see `hooks::coll`).
+/// A collective deferred until its segment is set up (`Ticket::Deferred`,
+/// `Ticket::Reserved`), between the hook's two passes: the first builds its shared-memory
+/// schedule, the second its point-to-point one and the request (see `hooks::coll`).
 pub struct Stash {
-    setup: Arc<Setup>,
-    instance: u32,
+    ticket: Ticket,
     sched: Arc<Schedule>,
+}
+
+/// A region's pass-through: claims it and releases it (see `Ctx`'s drop).
+fn skip() -> Arc<Schedule> {
+    let mut b = crate::core::sched::Builder::new("shm:skip");
+    let c = b.claim();
+    b.release(&[c]);
+    Arc::new(b.finish())
 }
 
 /// A validated call on an intra-communicator, ready to launch.
@@ -248,47 +269,63 @@ pub struct Ctx<'a> {
     /// A deferred call's shared-memory schedule: built by the first pass, launched by the
     /// second.
     stash: RefCell<Option<Stash>>,
+    /// The call started its communicator's set-up from `Counting` at this count.
+    started: Cell<Option<u32>>,
 }
 
 impl Drop for Ctx<'_> {
     /// A call that took its instance of a shared-memory channel and then stopped (an error
     /// found after the decision) still passes through its region, claiming and releasing it,
     /// or the instance `depth` later would wait for its acknowledgement forever.
+    /// (A reserved persistent channel just goes back: nothing started on it.)
     fn drop(&mut self) {
-        let deferred = match self.ticket.get_mut().take() {
-            Some(Ticket::Deferred(setup, i)) => Some((setup, i)),
-            t => {
-                *self.ticket.get_mut() = t;
-                self.stash.get_mut().take().map(|s| (s.setup, s.instance))
+        let stashed = self.stash.get_mut().take().map(|s| s.ticket);
+        for ticket in [self.ticket.get_mut().take(), stashed]
+            .into_iter()
+            .flatten()
+        {
+            match ticket {
+                Ticket::Deferred(setup, instance) => {
+                    let none = Arc::new(crate::core::sched::Builder::new("none").finish());
+                    let run = Run::new(
+                        none,
+                        Arc::clone(&self.st),
+                        0,
+                        core::ptr::null(),
+                        core::ptr::null_mut(),
+                    )
+                    .deferred(setup, skip(), Awaits::Instance(instance));
+                    progress::submit(&RunCell::new(run));
+                }
+                Ticket::Place(node, place) => {
+                    let _ = crate::core::sched::run::run_inline(
+                        &skip(),
+                        &node,
+                        place,
+                        core::ptr::null(),
+                        core::ptr::null_mut(),
+                        progress::poll_while_waiting,
+                    );
+                }
+                // a persistent initialization that failed on this rank is made again
+                // (the others may wait for it): it must take the channel the others took,
+                // and start the set-up where they did (MPI-4.0 §9.3, the program goes on)
+                Ticket::Channel(lease) => lease.revert(),
+                Ticket::Reserved(lease) => {
+                    let setup = Arc::clone(lease.setup());
+                    lease.revert();
+                    if let Some(n) = self.started.get() {
+                        let mut g = self.st.node.lock().unwrap_or_else(|e| e.into_inner());
+                        let ours = matches!(&*g, NodeState::Pending(s) if Arc::ptr_eq(s, &setup));
+                        if ours && setup.untouched() {
+                            *g = NodeState::Counting(n);
+                            self.st
+                                .nb_setup
+                                .store(false, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
             }
-        };
-        if let Some((setup, instance)) = deferred {
-            let mut b = crate::core::sched::Builder::new("shm:skip");
-            let c = b.claim();
-            b.release(&[c]);
-            let none = Arc::new(crate::core::sched::Builder::new("none").finish());
-            let run = Run::new(
-                none,
-                Arc::clone(&self.st),
-                0,
-                core::ptr::null(),
-                core::ptr::null_mut(),
-            )
-            .deferred(setup, Arc::new(b.finish()), instance);
-            progress::submit(&RunCell::new(run));
-        }
-        if let Some(Ticket::Place(node, place)) = self.ticket.get_mut().take() {
-            let mut b = crate::core::sched::Builder::new("shm:skip");
-            let c = b.claim();
-            b.release(&[c]);
-            let _ = crate::core::sched::run::run_inline(
-                &b.finish(),
-                &node,
-                place,
-                core::ptr::null(),
-                core::ptr::null_mut(),
-                progress::poll_while_waiting,
-            );
         }
     }
 }
@@ -343,6 +380,7 @@ impl<'a> Ctx<'a> {
             red_builtin: Cell::new(false),
             no_native: Cell::new(false),
             stash: RefCell::new(None),
+            started: Cell::new(None),
         })
     }
 
@@ -595,17 +633,7 @@ impl<'a> Ctx<'a> {
                 if self.stash.borrow().is_none() {
                     crate::platform::counters::note_path(self.call.fid, "schedule", path);
                 }
-                let deferred = matches!(&*self.ticket.borrow(), Some(Ticket::Deferred(..)));
-                if deferred {
-                    // the first pass: the shared-memory schedule, kept for the second
-                    if let Some(Ticket::Deferred(setup, instance)) = self.ticket.borrow_mut().take()
-                    {
-                        *self.stash.borrow_mut() = Some(Stash {
-                            setup,
-                            instance,
-                            sched,
-                        });
-                    }
+                if self.stash_deferred(&sched) {
                     return Ok(Done::Scheduled);
                 }
                 let shm = sched.shm;
@@ -631,8 +659,12 @@ impl<'a> Ctx<'a> {
                 if shm {
                     run = self.bind(run);
                 }
-                if let Some(d) = self.stash.borrow_mut().take() {
-                    run = run.deferred(d.setup, d.sched, d.instance);
+                if let Some(Stash {
+                    ticket: Ticket::Deferred(setup, instance),
+                    sched,
+                }) = self.stash.borrow_mut().take()
+                {
+                    run = run.deferred(setup, sched, Awaits::Instance(instance));
                 }
                 let cell = RunCell::new(run);
                 progress::submit(&cell);
@@ -654,12 +686,23 @@ impl<'a> Ctx<'a> {
                 // the initialization is ordered like a collective (its starts need not
                 // be), so the shadow's duplication starts here
                 self.st.ensure_shadow();
+                if self.stash_deferred(&sched) {
+                    return Ok(Done::Scheduled);
+                }
                 let shm = match self.ticket.borrow_mut().take() {
                     Some(Ticket::Channel(lease)) if sched.shm => Some(lease),
                     _ => None,
                 };
+                let pending = match self.stash.borrow_mut().take() {
+                    Some(Stash {
+                        ticket: Ticket::Reserved(lease),
+                        sched,
+                    }) => Some(PendingShm { lease, sched }),
+                    _ => None,
+                };
                 let p = Persistent {
                     shm,
+                    pending,
                     sched,
                     comm: Arc::clone(&self.st),
                     tag: self.st.next_persistent_tag(),
@@ -673,6 +716,24 @@ impl<'a> Ctx<'a> {
                 Ok(Done::Scheduled)
             }
         }
+    }
+
+    /// The hook's first pass of a call deferred until its segment is set up: its
+    /// shared-memory schedule is kept for the second pass (`Stash`).
+    fn stash_deferred(&self, sched: &Arc<Schedule>) -> bool {
+        if !self.ticket.borrow().as_ref().is_some_and(Ticket::deferred) {
+            return false;
+        }
+        // the set-up's exchanges run on the private duplicate (begun here on every rank
+        // alike: the call is valid)
+        self.st.ensure_shadow();
+        if let Some(ticket) = self.ticket.borrow_mut().take() {
+            *self.stash.borrow_mut() = Some(Stash {
+                ticket,
+                sched: Arc::clone(sched),
+            });
+        }
+        true
     }
 
     /// Where the ranks' slots lie in a region of the segment this call got
@@ -817,8 +878,8 @@ impl<'a> Ctx<'a> {
         // a non-blocking call on a communicator whose segment was set up without waiting:
         // no single copy (the set-up's outcome does not change its decision, see
         // `nb_deferrable` below)
-        let nb_rules = form == select::Form::Nonblocking
-            && self.st.nb_setup.load(std::sync::atomic::Ordering::Relaxed);
+        let nb_set_up = self.st.nb_setup.load(std::sync::atomic::Ordering::Relaxed);
+        let nb_rules = form == select::Form::Nonblocking && nb_set_up;
         let mut single = !nb_rules
             && select::single_copy_serves(coll)
             && cfg
@@ -869,6 +930,17 @@ impl<'a> Ctx<'a> {
             && cfg.nb_setup
             && !big
             && (!auto || copy_wins);
+        // the same for a persistent initialization, which reserves its channel while the
+        // set-up goes on (`Setup::reserve`); one with single copy waits for the set-up (the
+        // node's CMA decides it)
+        let p_deferrable = form == select::Form::Persistent
+            && cfg.channels > 0
+            && nodes == 1
+            && !verbs
+            && cfg.nb_setup
+            && !big
+            && !single
+            && (!auto || copy_wins);
         if transport == Transport::Pmpi
             || self.size() < 2
             || self.st.inter
@@ -884,6 +956,13 @@ impl<'a> Ctx<'a> {
         }
         let mut g = self.st.node.lock().unwrap_or_else(|e| e.into_inner());
         if let NodeState::Pending(setup) = &*g {
+            if p_deferrable {
+                if let Some(lease) = setup.reserve() {
+                    self.no_memo.set(true);
+                    *self.ticket.borrow_mut() = Some(Ticket::Reserved(lease));
+                    return true;
+                }
+            }
             // a blocking or persistent call waits for the set-up (its call may), so that
             // its decision is the one the ranks that are done make
             if form != select::Form::Nonblocking {
@@ -908,7 +987,7 @@ impl<'a> Ctx<'a> {
             }
         }
         if matches!(*g, NodeState::Off) {
-            if nb_rules && nb_deferrable {
+            if (nb_rules && nb_deferrable) || (nb_set_up && p_deferrable) {
                 self.no_native.set(true);
             }
             return false;
@@ -928,22 +1007,7 @@ impl<'a> Ctx<'a> {
                 }
                 if nb_deferrable && i >= cfg.after {
                     // set up from here without waiting: this instance is the segment's first
-                    let geo = node::Geometry {
-                        ranks: 0,
-                        channels: 2 + cfg.channels,
-                        depth: cfg.depth,
-                        slot: cfg.slot as usize,
-                    };
-                    self.st.ensure_shadow();
-                    let cma = cfg.single_copy.is_some();
-                    let setup = Arc::new(Setup::start(self.rank(), self.size(), geo, i, cma));
-                    *g = NodeState::Pending(Arc::clone(&setup));
-                    self.st
-                        .nb_setup
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                    // verdicts remembered before may now differ
-                    memo::invalidate();
-                    self.no_memo.set(true);
+                    let setup = self.start_setup(&mut g, &cfg, i);
                     *self.ticket.borrow_mut() = Some(Ticket::Deferred(setup, i));
                     return true;
                 }
@@ -951,6 +1015,22 @@ impl<'a> Ctx<'a> {
                 // non-blocking calls repeat pays the decision once, not on every call
                 memo::note_counted();
                 return false;
+            }
+            if p_deferrable {
+                // a persistent collective is made to be started many times (MPI-4.0
+                // §6.13): its first initialization sets the segment up, without waiting,
+                // and the next non-blocking instance is the segment's first
+                let nb_from = self
+                    .st
+                    .nb_eligible
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                self.started.set(Some(*n));
+                let setup = self.start_setup(&mut g, &cfg, nb_from);
+                let Some(lease) = setup.reserve() else {
+                    return false;
+                };
+                *self.ticket.borrow_mut() = Some(Ticket::Reserved(lease));
+                return true;
             }
             if for_nb
                 && self
@@ -1085,6 +1165,31 @@ impl<'a> Ctx<'a> {
         *self.ticket.borrow_mut() = Some(ticket);
         self.single.set(single || pipelined);
         true
+    }
+
+    /// Starts the segment's set-up without waiting for the other ranks (`node::Setup`;
+    /// every rank starts it at the same call): `nb_from` is the segment's first non-blocking
+    /// instance. From here the communicator's non-blocking calls follow the rules that
+    /// keep every rank's decision alike while the set-up goes on (`CommState::nb_setup`).
+    fn start_setup(&self, g: &mut NodeState, cfg: &ShmConfig, nb_from: u32) -> Arc<Setup> {
+        let geo = node::Geometry {
+            ranks: 0,
+            channels: 2 + cfg.channels,
+            depth: cfg.depth,
+            slot: cfg.slot as usize,
+        };
+        // (the private duplicate, on which the exchanges run, is begun where the call is
+        // known to be valid: `launch`; a duplication begun on some ranks only would hang)
+        let cma = cfg.single_copy.is_some();
+        let setup = Arc::new(Setup::start(self.rank(), self.size(), geo, nb_from, cma));
+        *g = NodeState::Pending(Arc::clone(&setup));
+        self.st
+            .nb_setup
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // verdicts remembered before may now differ
+        memo::invalidate();
+        self.no_memo.set(true);
+        setup
     }
 
     /// Whether this call, on the segment, moves its data with one copy (`algo::single`;

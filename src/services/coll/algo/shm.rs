@@ -31,6 +31,11 @@ impl Slots {
         self.cell - self.data
     }
 
+    /// Rank `r`'s size word (`node::LENGTH`, in its flag's line).
+    pub(super) fn length(&self, r: i32) -> Addr {
+        Addr::shm(r as i64 * self.cell + crate::core::transport::node::LENGTH as i64)
+    }
+
     /// Rank `r`'s slot, `off` bytes in.
     pub(super) fn at(&self, r: i32, off: i64) -> Addr {
         Addr::shm(r as i64 * self.cell + self.data + off)
@@ -86,12 +91,19 @@ pub fn bcast(sl: Slots, me: Rank, data: Data, ti: &TypeInfo, root: i32) -> Sched
             }
         }
     };
+    // the root's size, in its flag's line: a receiver whose count is smaller reports the
+    // truncation (written right before the first flag: the line the receivers watch is
+    // taken from them once, not twice)
+    let length = sl.length(root);
     if me.rank == root {
         let c = b.claim();
         let mut last = c;
         for i in 0..pieces {
             let (mine, slot) = piece(i);
-            let cp = b.copy(mine, slot, &[c]);
+            let mut cp = b.copy(mine, slot, &[c]);
+            if i == 0 {
+                cp = b.length(length, bytes, false, &[cp]);
+            }
             last = b.post(PUT + i as u8, &[cp, last]);
         }
         b.release(&[last]);
@@ -103,6 +115,9 @@ pub fn bcast(sl: Slots, me: Rank, data: Data, ti: &TypeInfo, root: i32) -> Sched
             let (mine, slot) = piece(i);
             let wi = b.watch(root, PUT + i as u8, w.as_slice());
             copies.push(b.copy(slot, mine, &[wi]));
+            if i == 0 {
+                copies.push(b.length(length, bytes, true, &[wi]));
+            }
             w = Some(wi);
         }
         b.release(&copies);
@@ -566,6 +581,56 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A receiver whose count is smaller than the root's learns it from the root's size
+    /// word and reports the truncation (the library does; before, the segment's Bcast
+    /// quietly delivered the first bytes), through the slots and with single copy; one
+    /// whose count is larger reports nothing, as a receive longer than its message does not
+    /// (through the slots: single copy would read past the root's buffer).
+    #[test]
+    fn bcast_reports_a_receive_shorter_than_the_roots_data() {
+        use crate::platform::abi::MPI_BYTE;
+        let sl = Slots {
+            cell: 64 + 40 * 1024,
+            data: 64,
+        };
+        let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
+        for (root_bytes, other_bytes, truncated, single) in [
+            (100i64, 60i64, true, false),
+            (9000, 8999, true, false),
+            (60, 100, false, false),
+            (0, 0, false, false),
+            (100, 60, true, true),
+            (9000, 9000, false, true),
+        ] {
+            let p = 3;
+            let mut bufs: Vec<Bufs> = (0..p)
+                .map(|r| Bufs {
+                    send: Vec::new(),
+                    recv: vec![1u8; if r == 0 { root_bytes } else { other_bytes } as usize],
+                })
+                .collect();
+            let scheds: Vec<Schedule> = (0..p)
+                .map(|r| {
+                    let n = if r == 0 { root_bytes } else { other_bytes };
+                    let me = Rank { rank: r, size: p };
+                    if single {
+                        let block = super::super::Block::new(Addr::recv(0), n, MPI_BYTE(), &ti);
+                        super::super::single::bcast(sl, me, block, 0)
+                    } else {
+                        bcast(sl, me, Data::new(Addr::recv(0), n, MPI_BYTE()), &ti, 0)
+                    }
+                })
+                .collect();
+            let r = sim::run_shm(&scheds, &mut bufs, (sl.cell * p as i64) as usize, 1);
+            let what =
+                format!("root {root_bytes} bytes, the others {other_bytes}, single {single}");
+            match r {
+                Err(e) => assert!(truncated && e.contains("truncated"), "{what}: {e}"),
+                Ok(()) => assert!(!truncated, "{what}: no truncation reported"),
             }
         }
     }

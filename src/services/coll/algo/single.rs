@@ -201,15 +201,19 @@ fn done_reading(b: &mut Builder, reads: &[ActionId], rest: &[ActionId]) -> Actio
 /// Bcast of `data` from `root`: every other rank reads the root's buffer.
 pub fn bcast(sl: Slots, me: Rank, data: Block, root: i32) -> Schedule {
     let mut b = Builder::new(NAME);
+    // the root's size beside its address: a receiver whose count is smaller reports the
+    // truncation (`shm::bcast`)
     if me.rank == root {
         let c = b.claim();
         let (src, ds) = source(&mut b, &[data], false, &[c]);
-        let p = expose(&mut b, sl, me, src, &ds);
+        let l = b.length(sl.length(root), data.bytes, false, &ds);
+        let p = expose(&mut b, sl, me, src, &[l]);
         wait_readers(&mut b, ALL_PEERS, READ, &[p]);
     } else {
         let w = b.watch(root, PUT, &[]);
+        let l = b.length(sl.length(root), data.bytes, true, &[w]);
         let (f, last) = fetch_into(&mut b, sl, root, 0, &data, &[w]);
-        done_reading(&mut b, &[f], &[last]);
+        done_reading(&mut b, &[f, l], &[last]);
     }
     b.finish()
 }
