@@ -459,7 +459,7 @@ pub fn scan(sl: Slots, me: Rank, red: &Reduction, inplace: bool, exclusive: bool
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::core::sched::sim::{self, Bufs};
     use crate::services::coll::algo::reduce::tests::{expect, input, reduction};
@@ -585,53 +585,57 @@ mod tests {
         }
     }
 
-    /// A receiver whose count is smaller than the root's learns it from the root's size
-    /// word and reports the truncation (the library does; before, the segment's Bcast
-    /// quietly delivered the first bytes), through the slots and with single copy; one
-    /// whose count is larger reports nothing, as a receive longer than its message does not
-    /// (through the slots: single copy would read past the root's buffer).
-    #[test]
-    fn bcast_reports_a_receive_shorter_than_the_roots_data() {
-        use crate::platform::abi::MPI_BYTE;
+    /// Runs a Bcast of `root_bytes` at root 0 and `other_bytes` elsewhere, 3 ranks, built by
+    /// `build` (slots, rank, its bytes): whether a truncation was reported.
+    pub(in crate::services::coll::algo) fn bcast_truncated(
+        build: &dyn Fn(Slots, Rank, i64) -> Schedule,
+        root_bytes: i64,
+        other_bytes: i64,
+    ) -> bool {
         let sl = Slots {
             cell: 64 + 40 * 1024,
             data: 64,
         };
+        let p = 3;
+        let bytes = |r: i32| if r == 0 { root_bytes } else { other_bytes };
+        let mut bufs: Vec<Bufs> = (0..p)
+            .map(|r| Bufs {
+                send: Vec::new(),
+                recv: vec![1u8; bytes(r) as usize],
+            })
+            .collect();
+        let scheds: Vec<Schedule> = (0..p)
+            .map(|r| build(sl, Rank { rank: r, size: p }, bytes(r)))
+            .collect();
+        match sim::run_shm(&scheds, &mut bufs, (sl.cell * p as i64) as usize, 1) {
+            Ok(()) => false,
+            Err(e) if e.contains("truncated") => true,
+            Err(e) => panic!("root {root_bytes} bytes, the others {other_bytes}: {e}"),
+        }
+    }
+
+    /// A receiver whose count is smaller than the root's learns it from the root's size
+    /// word and reports the truncation (the library does; before, the segment's Bcast
+    /// quietly delivered the first bytes); one whose count is larger reports nothing, as a
+    /// receive longer than its message does not. (Single copy: `single`'s tests.)
+    #[test]
+    fn bcast_reports_a_receive_shorter_than_the_roots_data() {
+        use crate::platform::abi::MPI_BYTE;
         let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
-        for (root_bytes, other_bytes, truncated, single) in [
-            (100i64, 60i64, true, false),
-            (9000, 8999, true, false),
-            (60, 100, false, false),
-            (0, 0, false, false),
-            (100, 60, true, true),
-            (9000, 9000, false, true),
+        let build = |sl: Slots, me: Rank, n: i64| {
+            bcast(sl, me, Data::new(Addr::recv(0), n, MPI_BYTE()), &ti, 0)
+        };
+        for (root_bytes, other_bytes, truncated) in [
+            (100i64, 60i64, true),
+            (9000, 8999, true),
+            (60, 100, false),
+            (0, 0, false),
         ] {
-            let p = 3;
-            let mut bufs: Vec<Bufs> = (0..p)
-                .map(|r| Bufs {
-                    send: Vec::new(),
-                    recv: vec![1u8; if r == 0 { root_bytes } else { other_bytes } as usize],
-                })
-                .collect();
-            let scheds: Vec<Schedule> = (0..p)
-                .map(|r| {
-                    let n = if r == 0 { root_bytes } else { other_bytes };
-                    let me = Rank { rank: r, size: p };
-                    if single {
-                        let block = super::super::Block::new(Addr::recv(0), n, MPI_BYTE(), &ti);
-                        super::super::single::bcast(sl, me, block, 0)
-                    } else {
-                        bcast(sl, me, Data::new(Addr::recv(0), n, MPI_BYTE()), &ti, 0)
-                    }
-                })
-                .collect();
-            let r = sim::run_shm(&scheds, &mut bufs, (sl.cell * p as i64) as usize, 1);
-            let what =
-                format!("root {root_bytes} bytes, the others {other_bytes}, single {single}");
-            match r {
-                Err(e) => assert!(truncated && e.contains("truncated"), "{what}: {e}"),
-                Ok(()) => assert!(!truncated, "{what}: no truncation reported"),
-            }
+            assert_eq!(
+                bcast_truncated(&build, root_bytes, other_bytes),
+                truncated,
+                "root {root_bytes} bytes, the others {other_bytes}"
+            );
         }
     }
 

@@ -930,6 +930,22 @@ mod tests {
     use crate::core::sched::sim::{self, Bufs};
     use crate::platform::abi::MPI_BYTE;
 
+    /// Single copy's Bcast reports a receive shorter than the root's data from the root's
+    /// size word, as the copy through the slots does (`shm`'s test).
+    #[test]
+    fn bcast_reports_a_receive_shorter_than_the_roots_data() {
+        let ti = crate::core::dtype::info(MPI_BYTE()).expect("MPI_BYTE");
+        let build = |sl: Slots, me: Rank, n: i64| {
+            bcast(sl, me, Block::new(Addr::recv(0), n, MPI_BYTE(), &ti), 0)
+        };
+        let truncated = super::super::shm::tests::bcast_truncated;
+        assert!(
+            truncated(&build, 100, 60),
+            "100 bytes at the root, 60 elsewhere"
+        );
+        assert!(!truncated(&build, 9000, 9000), "9000 bytes everywhere");
+    }
+
     /// Byte blocks of the given sizes, one after another from `from` bytes into a buffer
     /// (`at`: send or receive).
     fn blocks_at(at: fn(i64) -> Addr, from: i64, sizes: &[i64]) -> Vec<Block> {
