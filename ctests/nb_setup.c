@@ -144,6 +144,9 @@ enum { N = 4 };
  * the channel the others got, or their starts never meet (a hang with the build before, on
  * a communicator whose segment a blocking call set up). */
 static void failed_init_repeated(MPI_Comm comm, int rounds) {
+    /* (the shim's part: without it, whether the library checks the buffer is its own
+     * business; Open MPI 5.0.11 returns MPI_SUCCESS there, the standard names no class) */
+    if (!expect_shim()) return;
     int p = g_size, root = p - 1;
     long *sc_in = malloc(sizeof(long) * N * (size_t)p), sc[N];
     CHECK(sc_in, "no memory");
