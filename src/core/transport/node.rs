@@ -205,6 +205,8 @@ pub struct Lease {
     pub ch: u32,
     /// Whether it was a fresh channel (else one given back everywhere), for [`Lease::revert`].
     fresh: bool,
+    /// Whether the channel goes back to the node as the lease drops (not after a revert).
+    held: bool,
 }
 
 impl Lease {
@@ -217,21 +219,16 @@ impl Lease {
     /// after it took it: the ranks whose call failed make it again (MPI-4.0 §9.3, the
     /// program goes on), and must get the channel the others got.
     pub fn revert(mut self) {
-        let mut c = self.node.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.fresh {
-            c.free.push_front(self.ch);
-        } else if c.fresh + 1 == self.ch {
-            c.fresh -= 1;
-        }
-        drop(c);
-        // (no channel to give back as the lease drops)
-        self.ch = 0;
+        self.node.take_back(self.ch, self.fresh);
+        self.held = false;
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.node.give_back_channel(self.ch);
+        if self.held {
+            self.node.give_back_channel(self.ch);
+        }
     }
 }
 
@@ -385,7 +382,19 @@ impl Node {
             node: Arc::clone(self),
             ch,
             fresh,
+            held: true,
         })
+    }
+
+    /// Puts channel `ch`, just handed out, back where it was taken from (a fresh one, the
+    /// last handed out, or the head of the agreed free list), as if never handed out.
+    fn take_back(&self, ch: u32, fresh: bool) {
+        let mut c = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if !fresh {
+            c.free.push_front(ch);
+        } else if c.fresh + 1 == ch {
+            c.fresh -= 1;
+        }
     }
 
     /// The channel of a persistent collective this rank is done with (freed: inactive,
@@ -757,6 +766,7 @@ impl PendingLease {
             node,
             ch: self.ch,
             fresh: true,
+            held: true,
         }))
     }
 
@@ -766,12 +776,8 @@ impl PendingLease {
         let mut r = self.setup.reservations();
         match self.setup.result.get() {
             None if r.fresh + 1 == self.ch => r.fresh -= 1,
-            Some(Some(node)) => {
-                let mut c = node.channels.lock().unwrap_or_else(|e| e.into_inner());
-                if c.fresh + 1 == self.ch {
-                    c.fresh -= 1;
-                }
-            }
+            // Reserved channels are the node's first fresh ones (`Setup::conclude`).
+            Some(Some(node)) => node.take_back(self.ch, true),
             _ => {}
         }
         self.resolved = true;
