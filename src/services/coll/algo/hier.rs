@@ -113,7 +113,9 @@ pub fn barrier(h: &Hier, lead: &Choice) -> Schedule {
 
 /// Bcast of `data` (`bytes` bytes of signature) from `root`: the root's node reads the
 /// root's slot, the root's leader sends to the other leaders, each of them hands it to
-/// its node through its slot.
+/// its node through its slot. Whoever fills a slot writes its size beside its flag, and a
+/// reader whose count is smaller reports the truncation (MPI-4.0 §6.1; `shm::bcast`); the
+/// leaders' messages report theirs as messages do.
 pub fn bcast(sl: Slots, h: &Hier, lead: &Choice, data: Data, ti: &TypeInfo, root: i32) -> Schedule {
     let bytes = data.count * ti.size;
     let mut b = Builder::new("shm:two-level");
@@ -124,6 +126,7 @@ pub fn bcast(sl: Slots, h: &Hier, lead: &Choice, data: Data, ti: &TypeInfo, root
     if h.me.rank == root {
         let c = b.claim();
         let cp = b.copy(data, sl.packed(me.rank, 0, bytes), &[c]);
+        let cp = b.length(sl.length(me.rank), bytes, false, &[cp]);
         if me.rank == LEADER {
             let p = b.post(DONE, &[cp]);
             let x = leaders_part(&mut b, h, &sub(), &[], Addr::send(0), Addr::recv(0));
@@ -137,22 +140,25 @@ pub fn bcast(sl: Slots, h: &Hier, lead: &Choice, data: Data, ti: &TypeInfo, root
         let phase = if root_local == LEADER { DONE } else { PUT };
         let w = b.watch(root_local, phase, &[]);
         let cp = b.copy(sl.packed(root_local, 0, bytes), data, &[w]);
+        let l = b.length(sl.length(root_local), bytes, true, &[w]);
         if me.rank == LEADER {
             let x = leaders_part(&mut b, h, &sub(), &[cp], Addr::send(0), Addr::recv(0));
-            b.release(&[x]);
+            b.release(&[x, l]);
         } else {
-            b.release(&[cp]);
+            b.release(&[cp, l]);
         }
     } else if me.rank == LEADER {
         let c = b.claim();
         let x = leaders_part(&mut b, h, &sub(), &[], Addr::send(0), Addr::recv(0));
         let cp = b.copy(data, sl.packed(me.rank, 0, bytes), &[c, x]);
-        let p = b.post(DONE, &[cp]);
+        let l = b.length(sl.length(me.rank), bytes, false, &[cp]);
+        let p = b.post(DONE, &[l]);
         b.release(&[p]);
     } else {
         let w = b.watch(LEADER, DONE, &[]);
         let cp = b.copy(sl.packed(LEADER, 0, bytes), data, &[w]);
-        b.release(&[cp]);
+        let l = b.length(sl.length(LEADER), bytes, true, &[w]);
+        b.release(&[cp, l]);
     }
     b.finish()
 }
@@ -191,7 +197,7 @@ pub fn bcast_chunk_bytes(sl: Slots, bytes: i64) -> i64 {
 /// root exposes its buffer, and the ranks of its node read it from there (its leader chunk
 /// by chunk, so the first chunk leaves the node early). A rank whose memory is read
 /// returns once every reader is done ([`READ_ALL`]; MPI-4.0 §6.1: the buffer is the
-/// caller's again).
+/// caller's again). The sizes are checked as in [`bcast`].
 pub fn bcast_pipelined(
     sl: Slots,
     h: &Hier,
@@ -229,7 +235,8 @@ pub fn bcast_pipelined(
     if h.me.rank == root {
         let packed = pk.pack(&mut b, &[c]);
         let e = b.expose(pk.at, sl.at(me.rank, 0), &packed);
-        let p = b.post(PUT, &[e]);
+        let l = b.length(sl.length(me.rank), pk.bytes, false, &[e]);
+        let p = b.post(PUT, &[l]);
         let mut rest = vec![p];
         if me.rank == LEADER {
             for i in 0..k {
@@ -242,7 +249,7 @@ pub fn bcast_pipelined(
         // read from the root; its node's leader chunk by chunk, each sent on as it comes
         let w = b.watch(root_local, PUT, &[]);
         let mut reads = Vec::new();
-        let mut rest = Vec::new();
+        let mut rest = vec![b.length(sl.length(root_local), pk.bytes, true, &[w])];
         let pieces = if me.rank == LEADER { k } else { 1 };
         for i in 0..pieces {
             let (off, n) = if pieces == 1 { (0, pk.bytes) } else { chunk(i) };
@@ -266,7 +273,7 @@ pub fn bcast_pipelined(
     } else if me.rank == LEADER {
         // each chunk announced as it arrives, in order (a flag only moves forward)
         let e = b.expose(pk.at, sl.at(LEADER, 0), &[c]);
-        let mut last = e;
+        let mut last = b.length(sl.length(LEADER), pk.bytes, false, &[e]);
         let mut got = Vec::new();
         for i in 0..k {
             let x = leaders(&mut b, i, &[c]);
@@ -278,12 +285,17 @@ pub fn bcast_pipelined(
         b.release(&rest);
     } else {
         let mut reads = Vec::new();
+        let mut checks = Vec::new();
         for i in 0..k {
             let (off, n) = chunk(i);
             let w = b.watch(LEADER, CHUNK + i as u8, &[]);
+            if i == 0 {
+                checks.push(b.length(sl.length(LEADER), pk.bytes, true, &[w]));
+            }
             reads.push(b.fetch(LEADER, sl.at(LEADER, 0), off, pk.at.add(off), n, &[w]));
         }
         let mut rest = pk.unpack(&mut b, &reads);
+        rest.extend(checks);
         reads.push(c);
         rest.push(b.post(READ_ALL, &reads));
         b.release(&rest);
