@@ -20,9 +20,15 @@
  *    through and initialized again; every start's results checked. Then, the segment there,
  *    an initialization that fails at the root only and is made again there; the same on a
  *    communicator whose segment its blocking calls set up.
+ * 5. Beyond the slot on a communicator that makes only non-blocking collectives: part 3's
+ *    collectives of BIG longs a block, and Iallgatherv, Ialltoallv, Igatherv and Iscatterv
+ *    of blocks of different sizes, results checked (the segment with one copy where the
+ *    node allows it, else point-to-point beside the instance the call took).
  * With EXPECT_SEGMENT=1 (SHIM_STATS=1, the node transport on): Iallreduce and Ibcast on the
  * communicators that make no blocking collective before must have run on the segment, and
- * so must Bcast_init and Reduce_init, made on the persistent-only communicator alone.
+ * so must Bcast_init and Reduce_init, made on the persistent-only communicator alone, and
+ * Iallgatherv and Ialltoallv and some Iallreduce with one copy (EXPECT_SINGLE=1: where the
+ * kernel allows it).
  * Usage: nb_setup [rounds] */
 #include "common.h"
 
@@ -226,6 +232,55 @@ static void persistent_only(int rounds) {
     MPI_OK(MPI_Comm_free(&comm));
 }
 
+enum { BIG = 4096 };
+
+/* The v forms, blocks of (k + 1) * m longs from or to rank k, round r, all outstanding. */
+static void every_v(MPI_Comm comm, int m, int r) {
+    int p = g_size, root = r % p;
+    int *cnt = malloc(sizeof(int) * 4 * p), *dsp = cnt + p, *mine = dsp + p, *mdsp = mine + p;
+    CHECK(cnt, "no memory");
+    int tot = 0;
+    for (int k = 0; k < p; k++) cnt[k] = (k + 1) * m, dsp[k] = tot, tot += cnt[k];
+    /* Ialltoallv: rank g sends (g + 1) * m longs to every rank, so each receives cnt[] */
+    int own = (g_rank + 1) * m;
+    for (int k = 0; k < p; k++) mine[k] = own, mdsp[k] = k * own;
+    long *b = malloc(sizeof(long) * ((size_t)tot * 4 + (size_t)own * p * 2 + own));
+    CHECK(b, "no memory");
+    long *ag = b, *a2a = ag + tot, *ga = a2a + tot, *sc_in = ga + tot, *a2a_in = sc_in + tot,
+         *in = a2a_in + (size_t)own * p, *sc = in + own;
+    for (int i = 0; i < own; i++) in[i] = 1000L * g_rank + i + r;
+    for (int k = 0; k < p; k++)
+        for (int i = 0; i < own; i++) a2a_in[k * own + i] = 100000L * g_rank + 100L * k + i + r;
+    for (int i = 0; i < tot; i++) sc_in[i] = 3L * i + r;
+    MPI_Request q[4];
+    MPI_OK(MPI_Iallgatherv(in, own, MPI_LONG, ag, cnt, dsp, MPI_LONG, comm, &q[0]));
+    MPI_OK(MPI_Ialltoallv(a2a_in, mine, mdsp, MPI_LONG, a2a, cnt, dsp, MPI_LONG, comm, &q[1]));
+    MPI_OK(MPI_Igatherv(in, own, MPI_LONG, ga, cnt, dsp, MPI_LONG, root, comm, &q[2]));
+    MPI_OK(MPI_Iscatterv(sc_in, cnt, dsp, MPI_LONG, sc, own, MPI_LONG, root, comm, &q[3]));
+    MPI_OK(MPI_Waitall(4, q, MPI_STATUSES_IGNORE));
+    for (int k = 0; k < p; k++)
+        for (int i = 0; i < cnt[k]; i++) {
+            CHECK(ag[dsp[k] + i] == 1000L * k + i + r, "m=%d round %d: Iallgatherv[%d][%d] gave %ld", m, r, k, i,
+                  ag[dsp[k] + i]);
+            CHECK(a2a[dsp[k] + i] == 100000L * k + 100L * g_rank + i + r, "m=%d round %d: Ialltoallv[%d][%d] gave %ld",
+                  m, r, k, i, a2a[dsp[k] + i]);
+            CHECK(g_rank != root || ga[dsp[k] + i] == 1000L * k + i + r, "m=%d round %d: Igatherv[%d][%d]", m, r, k,
+                  i);
+        }
+    for (int i = 0; i < own; i++)
+        CHECK(sc[i] == 3L * (dsp[g_rank] + i) + r, "m=%d round %d: Iscatterv[%d] gave %ld", m, r, i, sc[i]);
+    free(b), free(cnt);
+}
+
+/* Whether `name` ran with one copy on the segment (SHIM_STATS). */
+static int single_copy(const char *name) {
+    int (*paths)(const char *, char *, size_t) =
+        (int (*)(const char *, char *, size_t))dlsym(RTLD_DEFAULT, "shim_function_paths");
+    char buf[512] = "";
+    if (!paths || paths(name, buf, sizeof buf) < 0) return 0;
+    return strstr(buf, "shm:single-copy") != NULL;
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     int rounds = argc > 1 ? atoi(argv[1]) : 20;
@@ -246,7 +301,21 @@ int main(int argc, char **argv) {
     }
     failed_init_repeated(comm, getenv("CTEST_PERSISTENT_STARTS") ? persistent_starts() : rounds);
     MPI_OK(MPI_Comm_free(&comm));
+    /* 5: beyond the slot, non-blocking calls only */
+    MPI_OK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+    for (int r = 0; r < 6; r++) {
+        every(comm, r % 2 ? 1 : BIG, r);
+        every_v(comm, r % 2 ? 1 : BIG / 2, r);
+    }
+    MPI_OK(MPI_Comm_free(&comm));
     const char *e = getenv("EXPECT_SEGMENT");
+    const char *es = getenv("EXPECT_SINGLE");
+    if (es && strcmp(es, "1") == 0 && g_size >= 2) {
+        CHECK(on_segment("MPI_Iallgatherv"), "no MPI_Iallgatherv ran on the segment");
+        CHECK(on_segment("MPI_Ialltoallv"), "no MPI_Ialltoallv ran on the segment");
+        CHECK(single_copy("MPI_Iallreduce"), "no MPI_Iallreduce ran with one copy");
+        CHECK(single_copy("MPI_Ibcast"), "no MPI_Ibcast ran with one copy");
+    }
     if (e && strcmp(e, "1") == 0 && g_size >= 2) {
         CHECK(on_segment("MPI_Iallreduce"), "no MPI_Iallreduce ran on the segment");
         CHECK(on_segment("MPI_Ibcast"), "no MPI_Ibcast ran on the segment");

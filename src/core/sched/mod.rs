@@ -805,6 +805,21 @@ fn retain_objects(
         .collect()
 }
 
+/// `sub`, a point-to-point schedule of the whole communicator (`size` ranks), beside a pass
+/// through the region of the shared-memory instance the call took (claimed and released
+/// at once, as `Ctx`'s drop does for a call that stopped): a non-blocking instance every
+/// rank counted for the segment, where the segment cannot serve it after all (its node
+/// refused single copy), runs on point-to-point and the instances after it still find
+/// theirs acknowledged.
+pub fn with_pass_through(sub: &Schedule, size: c_int) -> Schedule {
+    let mut b = Builder::new(sub.algorithm);
+    let c = b.claim();
+    b.release(&[c]);
+    let peers: Vec<c_int> = (0..size).collect();
+    b.embed(sub, &[], &peers, Addr::send(0), Addr::recv(0));
+    b.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,6 +113,11 @@ struct Deferred {
 pub enum Awaits {
     /// A non-blocking collective: its instance of the non-blocking channel.
     Instance(u32),
+    /// The same, with one copy: where the node refuses it (`Node::cma`, the same on every
+    /// rank) the run passes through the instance and runs its own schedule
+    /// (`with_pass_through`). The call's path (`SHIM_STATS`) is noted once it is known
+    /// (the point-to-point schedule's under this name).
+    SingleCopy(u32, crate::platform::api::Fid, &'static str),
     /// A start of a persistent collective: the next instance of its channel.
     Channel(u32),
 }
@@ -222,14 +227,32 @@ impl Run {
         match outcome {
             Some(node) => {
                 let place = match d.at {
-                    Awaits::Instance(i) => node.place(NONBLOCKING, i.wrapping_sub(node.nb_from)),
+                    Awaits::Instance(i) | Awaits::SingleCopy(i, ..) => {
+                        node.place(NONBLOCKING, i.wrapping_sub(node.nb_from))
+                    }
                     Awaits::Channel(ch) => node.next_persistent(ch),
                 };
+                let sched = match d.at {
+                    Awaits::SingleCopy(_, fid, path) if !node.cma => {
+                        crate::platform::counters::note_path(fid, "schedule", path);
+                        Arc::new(super::with_pass_through(&self.sched, self.comm.size))
+                    }
+                    Awaits::SingleCopy(_, fid, _) => {
+                        crate::platform::counters::note_path(fid, "schedule", d.sched.algorithm);
+                        d.sched
+                    }
+                    _ => d.sched,
+                };
                 let (send, recv) = (self.bases[0] as *const c_void, self.bases[1] as *mut c_void);
-                *self = Run::new(d.sched, Arc::clone(&self.comm), self.tag, send, recv)
+                *self = Run::new(sched, Arc::clone(&self.comm), self.tag, send, recv)
                     .in_shm(node, place);
             }
-            None => self.finished = self.sched.len() == 0,
+            None => {
+                if let Awaits::SingleCopy(_, fid, path) = d.at {
+                    crate::platform::counters::note_path(fid, "schedule", path);
+                }
+                self.finished = self.sched.len() == 0;
+            }
         }
         true
     }

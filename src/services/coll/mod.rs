@@ -192,8 +192,13 @@ enum Ticket {
     /// channel's next instances; a call that does not keep it gives it back).
     Channel(node::Lease),
     /// A non-blocking collective's instance while the segment is being set up (`Setup`):
-    /// its run waits for it (`Run::deferred`).
-    Deferred(Arc<Setup>, u32),
+    /// its run waits for it (`Run::deferred`); `true`: with one copy, which the node may
+    /// refuse (`Awaits::SingleCopy`).
+    Deferred(Arc<Setup>, u32, bool),
+    /// A non-blocking collective's instance that the segment cannot serve after all (one
+    /// copy where the node refuses it): the call runs on point-to-point and passes through
+    /// the instance (`sched::with_pass_through`).
+    PassThrough(Arc<Node>, Place),
     /// A persistent collective's channel reserved while the segment is being set up: its
     /// starts wait for it until it is there.
     Reserved(node::PendingLease),
@@ -202,7 +207,7 @@ enum Ticket {
 impl Ticket {
     fn node(&self) -> Option<&Arc<Node>> {
         match self {
-            Ticket::Place(n, _) => Some(n),
+            Ticket::Place(n, _) | Ticket::PassThrough(n, _) => Some(n),
             Ticket::Channel(l) => Some(&l.node),
             Ticket::Deferred(..) | Ticket::Reserved(_) => None,
         }
@@ -211,7 +216,7 @@ impl Ticket {
     /// The slots' size, known before the segment exists.
     fn cell(&self) -> usize {
         match self {
-            Ticket::Deferred(s, _) => s.geo.cell(),
+            Ticket::Deferred(s, ..) => s.geo.cell(),
             Ticket::Reserved(l) => l.setup().geo.cell(),
             t => t.node().map_or(0, |n| n.geo.cell()),
         }
@@ -285,7 +290,7 @@ impl Drop for Ctx<'_> {
             .flatten()
         {
             match ticket {
-                Ticket::Deferred(setup, instance) => {
+                Ticket::Deferred(setup, instance, _) => {
                     let none = Arc::new(crate::core::sched::Builder::new("none").finish());
                     let run = Run::new(
                         none,
@@ -297,7 +302,7 @@ impl Drop for Ctx<'_> {
                     .deferred(setup, skip(), Awaits::Instance(instance));
                     progress::submit(&RunCell::new(run));
                 }
-                Ticket::Place(node, place) => {
+                Ticket::Place(node, place) | Ticket::PassThrough(node, place) => {
                     let _ = crate::core::sched::run::run_inline(
                         &skip(),
                         &node,
@@ -629,8 +634,11 @@ impl<'a> Ctx<'a> {
                 if req.is_null() {
                     return self.fail(MPI_ERR_ARG, "the request argument is NULL");
                 }
-                // (a deferred call counts under its shared-memory path, in its first pass)
-                if self.stash.borrow().is_none() {
+                // (a deferred call counts under its shared-memory path, in its first pass;
+                // one with single copy where it runs, `Awaits::SingleCopy`)
+                let single_deferred =
+                    matches!(*self.ticket.borrow(), Some(Ticket::Deferred(_, _, true)));
+                if self.stash.borrow().is_none() && !single_deferred {
                     crate::platform::counters::note_path(self.call.fid, "schedule", path);
                 }
                 if self.stash_deferred(&sched) {
@@ -649,6 +657,16 @@ impl<'a> Ctx<'a> {
                         });
                     }
                 }
+                // (one copy that the node refuses: point-to-point beside the instance)
+                let pass = if matches!(*self.ticket.borrow(), Some(Ticket::PassThrough(..))) {
+                    self.ticket.borrow_mut().take()
+                } else {
+                    None
+                };
+                let sched = match pass {
+                    Some(_) => Arc::new(crate::core::sched::with_pass_through(&sched, self.size())),
+                    None => sched,
+                };
                 let mut run = Run::new(
                     sched,
                     Arc::clone(&self.st),
@@ -659,12 +677,20 @@ impl<'a> Ctx<'a> {
                 if shm {
                     run = self.bind(run);
                 }
+                if let Some(Ticket::PassThrough(node, place)) = pass {
+                    run = run.in_shm(node, place);
+                }
                 if let Some(Stash {
-                    ticket: Ticket::Deferred(setup, instance),
+                    ticket: Ticket::Deferred(setup, instance, single),
                     sched,
                 }) = self.stash.borrow_mut().take()
                 {
-                    run = run.deferred(setup, sched, Awaits::Instance(instance));
+                    let at = if single {
+                        Awaits::SingleCopy(instance, self.call.fid, path)
+                    } else {
+                        Awaits::Instance(instance)
+                    };
+                    run = run.deferred(setup, sched, at);
                 }
                 let cell = RunCell::new(run);
                 progress::submit(&cell);
@@ -840,7 +866,11 @@ impl<'a> Ctx<'a> {
     fn shm_decide(&self, coll: Coll, bytes: i64, commutative: bool) -> bool {
         let footprint = self.footprint(coll, bytes);
         if self.shm_decided.replace(true) {
-            return self.ticket.borrow().is_some();
+            return self
+                .ticket
+                .borrow()
+                .as_ref()
+                .is_some_and(|t| !matches!(t, Ticket::PassThrough(..)));
         }
         let Some(&(transport, cfg)) = TRANSPORT.get() else {
             return false;
@@ -876,17 +906,17 @@ impl<'a> Ctx<'a> {
         // from any size where single copy is on; `algo::single::Inline`)
         let mixed = select::mixed_serves(coll);
         // a non-blocking call on a communicator whose segment was set up without waiting:
-        // no single copy (the set-up's outcome does not change its decision, see
-        // `nb_deferrable` below)
+        // single copy by `nb_single` below (the set-up's outcome does not change its
+        // decision, see `nb_deferrable`)
         let nb_set_up = self.st.nb_setup.load(std::sync::atomic::Ordering::Relaxed);
         let nb_rules = form == select::Form::Nonblocking && nb_set_up;
-        let mut single = !nb_rules
-            && select::single_copy_serves(coll)
+        let single_ok = select::single_copy_serves(coll)
             && cfg
                 .single_copy
                 .is_some_and(|t| mixed || footprint as u64 >= t)
             && (dense || staged)
             && (!select::single_copy_addresses(coll) || 8 * self.size() as u64 <= cfg.slot);
+        let mut single = !nb_rules && single_ok;
         // this machine's measured rows (across nodes: measured across as many), where there
         // are any, else the rules
         let nodes = self.st.nodes();
@@ -894,14 +924,16 @@ impl<'a> Ctx<'a> {
             .then(|| select::segment_measured(coll, self.size(), nodes, bytes))
             .flatten();
         let copy_wins = row.unwrap_or_else(|| select::shm_wins(coll, form, self.size(), footprint));
-        let single_wins = single
-            && row.unwrap_or_else(|| {
+        let single_rule = || {
+            row.unwrap_or_else(|| {
                 if mixed {
                     select::mixed_wins(coll, form, self.size(), footprint, cfg.slot as i64)
                 } else {
-                    select::single_copy_wins(coll, self.size(), footprint)
+                    select::single_copy_wins(coll, form, self.size(), footprint)
                 }
-            });
+            })
+        };
+        let single_wins = single && single_rule();
         let one_node = copy_wins || single_wins;
         let across = (nodes > 1)
             .then_some(row)
@@ -918,8 +950,19 @@ impl<'a> Ctx<'a> {
             && nodes == 1
             && !big
             && select::shm_wins(coll, select::Form::Nonblocking, self.size(), footprint);
+        // beyond the slot (and the v and w forms) with one copy, decided without the node's
+        // CMA, which a rank whose set-up is not done does not know yet: where the node
+        // refuses it, every rank passes through the call's instance and runs it on
+        // point-to-point (`Ticket::PassThrough`, `Awaits::SingleCopy`)
+        let nb_single = form == select::Form::Nonblocking
+            && nodes == 1
+            && !verbs
+            && cfg.nb_setup
+            && big
+            && single_ok
+            && (!auto || single_rule());
         // a non-blocking call on one node that the segment takes, whatever the set-up
-        // found (its single copy aside): one that may start the set-up without waiting
+        // found (through the slots, or `nb_single`): one that may start the set-up without waiting
         // (`node::Setup`), and once it was started, one whose run waits for it on a rank
         // where it is not done yet and runs on point-to-point where it failed, so that it
         // must not go to the library on the ranks where it is done or failed either (the
@@ -928,8 +971,7 @@ impl<'a> Ctx<'a> {
             && nodes == 1
             && !verbs
             && cfg.nb_setup
-            && !big
-            && (!auto || copy_wins);
+            && if big { nb_single } else { !auto || copy_wins };
         // the same for a persistent initialization, which reserves its channel while the
         // set-up goes on (`Setup::reserve`); one with single copy waits for the set-up (the
         // node's CMA decides it)
@@ -945,8 +987,8 @@ impl<'a> Ctx<'a> {
             || self.size() < 2
             || self.st.inter
             || allowed.is_none()
-            || (auto && !one_node && !across && !for_nb)
-            || (big && !single)
+            || (auto && !one_node && !across && !for_nb && !nb_single)
+            || (big && !single && !nb_single)
             // no data: nothing to move, and nothing to wait for (MPI-4.0 §6.1: a collective
             // may complete as soon as the caller's part is done); the point-to-point path's
             // schedules are empty there (0.6 µs against 0.03 for MPICH's 0-byte Bcast)
@@ -1008,7 +1050,8 @@ impl<'a> Ctx<'a> {
                 if nb_deferrable && i >= cfg.after {
                     // set up from here without waiting: this instance is the segment's first
                     let setup = self.start_setup(&mut g, &cfg, i);
-                    *self.ticket.borrow_mut() = Some(Ticket::Deferred(setup, i));
+                    *self.ticket.borrow_mut() = Some(Ticket::Deferred(setup, i, nb_single));
+                    self.single.set(nb_single);
                     return true;
                 }
                 // remembered, a repeat counts again (`count_again`): a program whose
@@ -1066,13 +1109,33 @@ impl<'a> Ctx<'a> {
                 return false;
             };
             self.no_memo.set(true);
-            *self.ticket.borrow_mut() = Some(Ticket::Deferred(Arc::clone(setup), i));
+            *self.ticket.borrow_mut() = Some(Ticket::Deferred(Arc::clone(setup), i, nb_single));
+            self.single.set(nb_single);
             return true;
         }
         let NodeState::Ready(node) = &*g else {
             return false;
         };
         if for_nb {
+            return false;
+        }
+        if nb_rules && nb_single {
+            // as a rank whose set-up is not done decides it (`Run::resolve`)
+            let i = count_nb();
+            let node = Arc::clone(node);
+            drop(g);
+            if (i.wrapping_sub(node.nb_from) as i32) < 0 {
+                return false;
+            }
+            let place = node.place(node::NONBLOCKING, i.wrapping_sub(node.nb_from));
+            self.no_memo.set(true);
+            if node.cma {
+                *self.ticket.borrow_mut() = Some(Ticket::Place(node, place));
+                self.single.set(true);
+                return true;
+            }
+            self.no_native.set(true);
+            *self.ticket.borrow_mut() = Some(Ticket::PassThrough(node, place));
             return false;
         }
         // across nodes, the collectives with a two-level algorithm (`algo::hier`); decided

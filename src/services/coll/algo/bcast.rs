@@ -242,6 +242,54 @@ mod tests {
         }
     }
 
+    /// A non-blocking call every rank counted for the segment that runs on point-to-point
+    /// after all (its node refused single copy) passes through its instance beside its
+    /// messages (`sched::with_pass_through`): the same data arrives, through scratch too
+    /// (the pipeline packs), and the region is claimed and released once.
+    #[test]
+    fn a_schedule_beside_a_pass_through_its_instance_delivers() {
+        use crate::core::sched::{Action, with_pass_through};
+        for algo in [Algo::Binomial, Algo::Pipeline, Algo::ScatterAllgather] {
+            for p in [2, 3, 5] {
+                let ch = Choice {
+                    algo,
+                    k: 2,
+                    seg: 16,
+                    fallback: false,
+                };
+                let count = 37usize;
+                let data = Data::new(Addr::recv(0), count as i64, MPI_UINT64_T());
+                let scheds: Vec<Schedule> = (0..p)
+                    .map(|r| {
+                        let sub = build(&ch, Rank { rank: r, size: p }, data, &ti8(), 1);
+                        with_pass_through(&sub, p)
+                    })
+                    .collect();
+                for s in &scheds {
+                    let n = |f: fn(&Action) -> bool| s.actions.iter().filter(|a| f(a)).count();
+                    assert_eq!(n(|a| matches!(a, Action::Claim)), 1);
+                    assert_eq!(n(|a| matches!(a, Action::Release)), 1);
+                }
+                let want: Vec<u64> = (0..count).map(|i| sim::val(7, i)).collect();
+                let mut bufs: Vec<Bufs> = (0..p)
+                    .map(|r| Bufs {
+                        send: vec![],
+                        recv: if r == 1 {
+                            sim::to_bytes(&want)
+                        } else {
+                            vec![0; count * 8]
+                        },
+                    })
+                    .collect();
+                sim::run_shm(&scheds, &mut bufs, 4096, p as u64)
+                    .unwrap_or_else(|e| panic!("{algo:?} p={p}: {e}"));
+                for (r, bf) in bufs.iter().enumerate() {
+                    assert_eq!(sim::from_bytes(&bf.recv), want, "{algo:?} p={p} rank {r}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_bcast_algorithm_delivers() {
         let algos = [

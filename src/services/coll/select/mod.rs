@@ -888,7 +888,7 @@ pub fn mixed_serves(coll: Coll) -> bool {
 pub fn mixed_wins(coll: Coll, form: Form, p: i32, footprint: i64, slot: i64) -> bool {
     match coll {
         Coll::Gatherv => false,
-        Coll::Allgatherv if footprint > slot => single_copy_wins(coll, p, footprint),
+        Coll::Allgatherv if footprint > slot => single_copy_wins(coll, form, p, footprint),
         Coll::Allgatherv => shm_wins(coll, form, p, footprint),
         _ => shm_wins(coll, form, p, slot),
     }
@@ -908,12 +908,13 @@ pub fn single_copy_addresses(coll: Coll) -> bool {
 /// never there), Reduce from its `single_root` (Open MPI 4.1's own won at every size).
 /// In a job with an oversubscribed node every collective with a size all ranks know where
 /// the library's own waits spin, only those it is never handed where they yield (see
-/// [`shm_wins`]).
-pub fn single_copy_wins(coll: Coll, _p: i32, footprint: i64) -> bool {
+/// [`shm_wins`]). An `I*` data mover from the library's `single_nb_move`.
+pub fn single_copy_wins(coll: Coll, form: Form, _p: i32, footprint: i64) -> bool {
     single_copy_wins_with(
         &tuning::get(),
         crate::platform::proc::any_oversubscribed(),
         coll,
+        form,
         footprint,
     )
 }
@@ -924,6 +925,7 @@ fn single_copy_wins_with(
     tun: &tuning::Tuning,
     oversubscribed: bool,
     coll: Coll,
+    form: Form,
     footprint: i64,
 ) -> bool {
     if !single_copy_serves(coll) {
@@ -937,6 +939,17 @@ fn single_copy_wins_with(
         _ if oversubscribed => spec_of(coll).sized,
         Coll::Allreduce => footprint as f64 >= tun.params.single_reduce,
         Coll::Reduce => footprint as f64 >= tun.params.single_root,
+        // (measured against the library's own `I*` calls: set where they won)
+        Coll::Bcast
+        | Coll::Gather
+        | Coll::Scatter
+        | Coll::Allgather
+        | Coll::Allgatherv
+        | Coll::Alltoall
+            if form == Form::Nonblocking && (footprint as f64) < tun.params.single_nb_move =>
+        {
+            false
+        }
         // no size every rank knows (only the root, or each pair, knows the blocks): taken
         // where forced
         _ if !spec_of(coll).sized => false,
@@ -1646,7 +1659,11 @@ mod tests {
             }
             if shm && !spec.sized {
                 assert!(!super::copy_in_out_serves(c), "{}", spec.mpi);
-                assert!(!super::single_copy_wins(c, 2, i64::MAX), "{}", spec.mpi);
+                assert!(
+                    !super::single_copy_wins(c, Form::Blocking, 2, i64::MAX),
+                    "{}",
+                    spec.mpi
+                );
             }
         }
     }
@@ -1855,7 +1872,7 @@ mod tests {
                     }
                 }
                 assert_eq!(
-                    single_copy_wins_with(&tun, true, c, 1 << 20),
+                    single_copy_wins_with(&tun, true, c, Form::Blocking, 1 << 20),
                     always && single_copy_serves(c) && spec.sized,
                     "{} under {version}",
                     spec.mpi

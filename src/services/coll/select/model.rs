@@ -48,6 +48,11 @@ pub struct Params {
     /// The same for Reduce (`algo::single::reduce`: the root waits for every slice, the
     /// others for the root), where some libraries' own Reduce is faster than their Allreduce.
     pub single_root: f64,
+    /// Bytes from which `auto` takes an `I*` data mover (Bcast, Gather, Scatter, Allgather(v),
+    /// Alltoall) beyond the slot to single copy, where the library's own `I*` is the other
+    /// choice: 0 (the default) but where its own was faster (Intel MPI: never), measured
+    /// per library with `scripts/bench/latency.c -f n`.
+    pub single_nb_move: f64,
     /// The most slot bytes a reduction may need for `auto` to take it to the segment's
     /// copy-in-copy-out (`select::shm_wins`): measured per library with IMB.
     pub shm_reduce_max: f64,
@@ -117,6 +122,7 @@ impl Default for Params {
             eager: 65536.0,
             single_reduce: 0.0,
             single_root: 0.0,
+            single_nb_move: 0.0,
             shm_reduce_max: super::AUTO_SHM_MAX_BYTES as f64,
             shm_move_max: super::AUTO_SHM_MAX_BYTES as f64,
             shm_rows: 0.0,
@@ -148,6 +154,7 @@ pub const NAMES: &[&str] = &[
     "eager",
     "single_reduce",
     "single_root",
+    "single_nb_move",
     "shm_reduce_max",
     "shm_move_max",
     "shm_rows",
@@ -185,6 +192,7 @@ impl Params {
             "eager" => self.eager,
             "single_reduce" => self.single_reduce,
             "single_root" => self.single_root,
+            "single_nb_move" => self.single_nb_move,
             "shm_reduce_max" => self.shm_reduce_max,
             "shm_move_max" => self.shm_move_max,
             "shm_rows" => self.shm_rows,
@@ -216,6 +224,7 @@ impl Params {
             "eager" => &mut self.eager,
             "single_reduce" => &mut self.single_reduce,
             "single_root" => &mut self.single_root,
+            "single_nb_move" => &mut self.single_nb_move,
             "shm_reduce_max" => &mut self.shm_reduce_max,
             "shm_move_max" => &mut self.shm_move_max,
             "shm_rows" => &mut self.shm_rows,
