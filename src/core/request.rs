@@ -454,17 +454,20 @@ pub(crate) fn start(h: MPI_Request) -> c_int {
             p.send as *const _,
             p.recv as *mut _,
         );
-        let mut path = p.path;
         if let Some(l) = &p.shm {
             run = run.in_shm(Arc::clone(&l.node), l.next());
-        } else if let Some(w) = &p.pending {
-            let (setup, ch) = (Arc::clone(w.lease.setup()), w.lease.channel());
-            run = run.deferred(setup, Arc::clone(&w.sched), Awaits::Channel(ch));
-            path = w.sched.algorithm;
+        }
+        match &p.pending {
+            // (its path is noted where the run knows it, `Run::resolve`)
+            Some(w) if p.shm.is_none() => {
+                let (setup, ch) = (Arc::clone(w.lease.setup()), w.lease.channel());
+                let note = Some((fid, p.path));
+                run = run.deferred(setup, Arc::clone(&w.sched), Awaits::Channel(ch), note);
+            }
+            _ => crate::platform::counters::note_path(fid, "schedule", p.path),
         }
         let cell = RunCell::new(run);
         p.active = Some(Arc::clone(&cell));
-        crate::platform::counters::note_path(fid, "schedule", path);
         cell
     };
     progress::submit(&cell);

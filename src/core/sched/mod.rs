@@ -815,8 +815,10 @@ pub fn with_pass_through(sub: &Schedule, size: c_int) -> Schedule {
     let mut b = Builder::new(sub.algorithm);
     let c = b.claim();
     b.release(&[c]);
-    let peers: Vec<c_int> = (0..size).collect();
-    b.embed(sub, &[], &peers, Addr::send(0), Addr::recv(0));
+    if !sub.is_empty() {
+        let peers: Vec<c_int> = (0..size).collect();
+        b.embed(sub, &[], &peers, Addr::send(0), Addr::recv(0));
+    }
     b.finish()
 }
 

@@ -106,6 +106,9 @@ struct Deferred {
     setup: Arc<Setup>,
     sched: Arc<Schedule>,
     at: Awaits,
+    /// The call and its own (point-to-point) path, noted (`SHIM_STATS`) once the run knows
+    /// which it takes.
+    note: Option<(crate::platform::api::Fid, &'static str)>,
 }
 
 /// Where a deferred run goes on the segment once it is set up.
@@ -115,9 +118,8 @@ pub enum Awaits {
     Instance(u32),
     /// The same, with one copy: where the node refuses it (`Node::cma`, the same on every
     /// rank) the run passes through the instance and runs its own schedule
-    /// (`with_pass_through`). The call's path (`SHIM_STATS`) is noted once it is known
-    /// (the point-to-point schedule's under this name).
-    SingleCopy(u32, crate::platform::api::Fid, &'static str),
+    /// (`with_pass_through`).
+    SingleCopy(u32),
     /// A start of a persistent collective: the next instance of its channel.
     Channel(u32),
 }
@@ -199,9 +201,21 @@ impl Run {
     /// Makes this (point-to-point) run wait for the communicator's segment, set up without
     /// waiting for the other ranks (`node::Setup`), and then run `sched` there `at` its
     /// place; where the segment cannot be, it runs its own schedule (every rank learns the
-    /// same outcome, so their instances all go the same way).
-    pub fn deferred(mut self, setup: Arc<Setup>, sched: Arc<Schedule>, at: Awaits) -> Run {
-        self.deferred = Some(Box::new(Deferred { setup, sched, at }));
+    /// same outcome, so their instances all go the same way). `note`: the call and its own
+    /// path, for `SHIM_STATS`, which notes the path the run takes.
+    pub fn deferred(
+        mut self,
+        setup: Arc<Setup>,
+        sched: Arc<Schedule>,
+        at: Awaits,
+        note: Option<(crate::platform::api::Fid, &'static str)>,
+    ) -> Run {
+        self.deferred = Some(Box::new(Deferred {
+            setup,
+            sched,
+            at,
+            note,
+        }));
         self.finished = false;
         self
     }
@@ -224,35 +238,31 @@ impl Run {
         let Some(d) = self.deferred.take() else {
             return true;
         };
+        let segment = outcome
+            .as_ref()
+            .is_some_and(|node| node.cma || !matches!(d.at, Awaits::SingleCopy(_)));
+        if let Some((fid, own)) = d.note {
+            let path = if segment { d.sched.algorithm } else { own };
+            crate::platform::counters::note_path(fid, "schedule", path);
+        }
         match outcome {
             Some(node) => {
                 let place = match d.at {
-                    Awaits::Instance(i) | Awaits::SingleCopy(i, ..) => {
+                    Awaits::Instance(i) | Awaits::SingleCopy(i) => {
                         node.place(NONBLOCKING, i.wrapping_sub(node.nb_from))
                     }
                     Awaits::Channel(ch) => node.next_persistent(ch),
                 };
-                let sched = match d.at {
-                    Awaits::SingleCopy(_, fid, path) if !node.cma => {
-                        crate::platform::counters::note_path(fid, "schedule", path);
-                        Arc::new(super::with_pass_through(&self.sched, self.comm.size))
-                    }
-                    Awaits::SingleCopy(_, fid, _) => {
-                        crate::platform::counters::note_path(fid, "schedule", d.sched.algorithm);
-                        d.sched
-                    }
-                    _ => d.sched,
+                let sched = if segment {
+                    d.sched
+                } else {
+                    Arc::new(super::with_pass_through(&self.sched, self.comm.size))
                 };
                 let (send, recv) = (self.bases[0] as *const c_void, self.bases[1] as *mut c_void);
                 *self = Run::new(sched, Arc::clone(&self.comm), self.tag, send, recv)
                     .in_shm(node, place);
             }
-            None => {
-                if let Awaits::SingleCopy(_, fid, path) = d.at {
-                    crate::platform::counters::note_path(fid, "schedule", path);
-                }
-                self.finished = self.sched.len() == 0;
-            }
+            None => self.finished = self.sched.len() == 0,
         }
         true
     }

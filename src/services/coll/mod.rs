@@ -238,10 +238,8 @@ pub struct Stash {
 
 /// A region's pass-through: claims it and releases it (see `Ctx`'s drop).
 fn skip() -> Arc<Schedule> {
-    let mut b = crate::core::sched::Builder::new("shm:skip");
-    let c = b.claim();
-    b.release(&[c]);
-    Arc::new(b.finish())
+    let none = crate::core::sched::Builder::new("shm:skip").finish();
+    Arc::new(crate::core::sched::with_pass_through(&none, 0))
 }
 
 /// A validated call on an intra-communicator, ready to launch.
@@ -299,7 +297,7 @@ impl Drop for Ctx<'_> {
                         core::ptr::null(),
                         core::ptr::null_mut(),
                     )
-                    .deferred(setup, skip(), Awaits::Instance(instance));
+                    .deferred(setup, skip(), Awaits::Instance(instance), None);
                     progress::submit(&RunCell::new(run));
                 }
                 Ticket::Place(node, place) | Ticket::PassThrough(node, place) => {
@@ -634,13 +632,6 @@ impl<'a> Ctx<'a> {
                 if req.is_null() {
                     return self.fail(MPI_ERR_ARG, "the request argument is NULL");
                 }
-                // (a deferred call counts under its shared-memory path, in its first pass;
-                // one with single copy where it runs, `Awaits::SingleCopy`)
-                let single_deferred =
-                    matches!(*self.ticket.borrow(), Some(Ticket::Deferred(_, _, true)));
-                if self.stash.borrow().is_none() && !single_deferred {
-                    crate::platform::counters::note_path(self.call.fid, "schedule", path);
-                }
                 if self.stash_deferred(&sched) {
                     return Ok(Done::Scheduled);
                 }
@@ -680,17 +671,20 @@ impl<'a> Ctx<'a> {
                 if let Some(Ticket::PassThrough(node, place)) = pass {
                     run = run.in_shm(node, place);
                 }
-                if let Some(Stash {
-                    ticket: Ticket::Deferred(setup, instance, single),
-                    sched,
-                }) = self.stash.borrow_mut().take()
-                {
-                    let at = if single {
-                        Awaits::SingleCopy(instance, self.call.fid, path)
-                    } else {
-                        Awaits::Instance(instance)
-                    };
-                    run = run.deferred(setup, sched, at);
+                // (a deferred call's path is noted where its run knows it, `Run::resolve`)
+                match self.stash.borrow_mut().take() {
+                    Some(Stash {
+                        ticket: Ticket::Deferred(setup, instance, single),
+                        sched,
+                    }) => {
+                        let at = if single {
+                            Awaits::SingleCopy(instance)
+                        } else {
+                            Awaits::Instance(instance)
+                        };
+                        run = run.deferred(setup, sched, at, Some((self.call.fid, path)));
+                    }
+                    _ => crate::platform::counters::note_path(self.call.fid, "schedule", path),
                 }
                 let cell = RunCell::new(run);
                 progress::submit(&cell);
@@ -1119,25 +1113,10 @@ impl<'a> Ctx<'a> {
         if for_nb {
             return false;
         }
-        if nb_rules && nb_single {
-            // as a rank whose set-up is not done decides it (`Run::resolve`)
-            let i = count_nb();
-            let node = Arc::clone(node);
-            drop(g);
-            if (i.wrapping_sub(node.nb_from) as i32) < 0 {
-                return false;
-            }
-            let place = node.place(node::NONBLOCKING, i.wrapping_sub(node.nb_from));
-            self.no_memo.set(true);
-            if node.cma {
-                *self.ticket.borrow_mut() = Some(Ticket::Place(node, place));
-                self.single.set(true);
-                return true;
-            }
-            self.no_native.set(true);
-            *self.ticket.borrow_mut() = Some(Ticket::PassThrough(node, place));
-            return false;
-        }
+        // a non-blocking call with one copy on a communicator set up without waiting:
+        // decided as a rank whose set-up is not done decides it (`Run::resolve`), whatever
+        // the node's CMA (where it refuses single copy, a pass-through below)
+        let nb_one = nb_rules && nb_single;
         // across nodes, the collectives with a two-level algorithm (`algo::hier`); decided
         // before the non-blocking instance is counted: a counted instance must run on the
         // segment, or the ones after it would wait for its acknowledgement
@@ -1173,19 +1152,22 @@ impl<'a> Ctx<'a> {
             // what fits
             single = false;
         }
-        let wins = match &node.layout {
-            // Allgather's and Alltoall's node phase reads the ranks' memory (one copy): any
-            // size (Allgatherv, which has no copy-in-copy-out form: from the single-copy size)
-            Some(_) if matches!(coll, Coll::Allgather | Coll::Allgatherv | Coll::Alltoall) => {
-                node.cma && (!auto || across)
-            }
-            Some(l) if pipelined => {
-                hier_serves(coll, commutative || l.blocks()) && (!auto || across)
-            }
-            Some(l) => !big && hier_serves(coll, commutative || l.blocks()) && (!auto || across),
-            None if big && !single => false,
-            None => !auto || if single { single_wins } else { copy_wins },
-        };
+        let wins = nb_one
+            || match &node.layout {
+                // Allgather's and Alltoall's node phase reads the ranks' memory (one copy): any
+                // size (Allgatherv, which has no copy-in-copy-out form: from the single-copy size)
+                Some(_) if matches!(coll, Coll::Allgather | Coll::Allgatherv | Coll::Alltoall) => {
+                    node.cma && (!auto || across)
+                }
+                Some(l) if pipelined => {
+                    hier_serves(coll, commutative || l.blocks()) && (!auto || across)
+                }
+                Some(l) => {
+                    !big && hier_serves(coll, commutative || l.blocks()) && (!auto || across)
+                }
+                None if big && !single => false,
+                None => !auto || if single { single_wins } else { copy_wins },
+            };
         if !wins {
             return false;
         }
@@ -1200,6 +1182,12 @@ impl<'a> Ctx<'a> {
             (select::Form::Nonblocking, Some(i)) => {
                 if i.wrapping_sub(node.nb_from) as i32 >= 0 {
                     let place = node.place(node::NONBLOCKING, i.wrapping_sub(node.nb_from));
+                    if nb_one && !node.cma {
+                        self.no_memo.set(true);
+                        self.no_native.set(true);
+                        *self.ticket.borrow_mut() = Some(Ticket::PassThrough(node, place));
+                        return false;
+                    }
                     Ticket::Place(node, place)
                 } else {
                     return false;
@@ -1225,8 +1213,9 @@ impl<'a> Ctx<'a> {
         if let Ticket::Place(_, p) = &ticket {
             tracing::trace!(target: "shim::shm", "{} instance {} ({:?})", self.name(), p.instance, form);
         }
+        self.no_memo.set(self.no_memo.get() || nb_one);
         *self.ticket.borrow_mut() = Some(ticket);
-        self.single.set(single || pipelined);
+        self.single.set(single || pipelined || nb_one);
         true
     }
 

@@ -285,17 +285,17 @@ pub fn bcast_pipelined(
         b.release(&rest);
     } else {
         let mut reads = Vec::new();
-        let mut checks = Vec::new();
+        let mut check = None;
         for i in 0..k {
             let (off, n) = chunk(i);
             let w = b.watch(LEADER, CHUNK + i as u8, &[]);
             if i == 0 {
-                checks.push(b.length(sl.length(LEADER), pk.bytes, true, &[w]));
+                check = Some(b.length(sl.length(LEADER), pk.bytes, true, &[w]));
             }
             reads.push(b.fetch(LEADER, sl.at(LEADER, 0), off, pk.at.add(off), n, &[w]));
         }
         let mut rest = pk.unpack(&mut b, &reads);
-        rest.extend(checks);
+        rest.extend(check);
         reads.push(c);
         rest.push(b.post(READ_ALL, &reads));
         b.release(&rest);
