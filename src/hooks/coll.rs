@@ -319,7 +319,7 @@ pub unsafe fn barrier(call: Call, comm: MPI_Comm, native: &(impl Fn() -> c_int +
             return Ok(c.native());
         }
         let me = c.me();
-        let k = key(Coll::Barrier, &ch, 0, 0, MPI_OP_NULL(), &[], Vec::new());
+        let k = key(Coll::Barrier, &ch, 0, 0, MPI_OP_NULL(), Vec::new(), Vec::new());
         c.launch(k, core::ptr::null(), core::ptr::null_mut(), || {
             Ok(match ch.algo {
                 Algo::Shm => match c.hier() {
@@ -363,7 +363,7 @@ pub unsafe fn bcast(
             root,
             0,
             MPI_OP_NULL(),
-            &[datatype],
+            vec![datatype],
             vec![count],
         );
         c.launch(k, core::ptr::null(), buffer, || {
@@ -413,8 +413,10 @@ fn gather_common(
     if inplace && !is_root {
         return c.fail(MPI_ERR_BUFFER, "MPI_IN_PLACE is only allowed at the root");
     }
-    let mut types = Vec::new();
-    let mut kc = Vec::new();
+    // (sized once: they become the schedule cache's key, made on every call)
+    let blocks_known = recv.as_ref().map_or(0, |r| 2 * r.0.len());
+    let mut types = Vec::with_capacity(2);
+    let mut kc = Vec::with_capacity(1 + blocks_known);
     let send = if inplace {
         None
     } else {
@@ -462,7 +464,7 @@ fn gather_common(
         return Ok(c.native());
     }
     let me = c.me();
-    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
+    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         if ch.algo == Algo::Shm {
             return Ok(match c.hier() {
@@ -600,8 +602,9 @@ fn scatter_common(
     if inplace && !is_root {
         return c.fail(MPI_ERR_BUFFER, "MPI_IN_PLACE is only allowed at the root");
     }
-    let mut types = Vec::new();
-    let mut kc = Vec::new();
+    let blocks_known = send.as_ref().map_or(0, |s| 2 * s.0.len());
+    let mut types = Vec::with_capacity(2);
+    let mut kc = Vec::with_capacity(1 + blocks_known);
     let recv = if inplace {
         None
     } else {
@@ -648,7 +651,7 @@ fn scatter_common(
         return Ok(c.native());
     }
     let me = c.me();
-    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), &types, kc);
+    let k = key(coll, &ch, root, inplace as u8, MPI_OP_NULL(), types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         if ch.algo == Algo::Shm {
             return Ok(match c.hier() {
@@ -785,8 +788,8 @@ fn allgather_common(
     recvtype: MPI_Datatype,
 ) -> Result<Done, Raised> {
     let inplace = in_place(sendbuf);
-    let mut types = Vec::new();
-    let mut kc = Vec::new();
+    let mut types = Vec::with_capacity(2);
+    let mut kc = Vec::with_capacity(1 + counts.len() + displs.len());
     let send = if inplace {
         None
     } else {
@@ -828,7 +831,7 @@ fn allgather_common(
         return Ok(c.native());
     }
     let me = c.me();
-    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
+    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
             Algo::Shm => match c.hier() {
@@ -952,9 +955,9 @@ fn alltoall_common(
     recv: Vec<(i64, i64, MPI_Datatype)>,
 ) -> Result<Done, Raised> {
     let inplace = in_place(sendbuf);
-    let mut kc = Vec::new();
-    let mut types = Vec::new();
-    let mut sblocks = Vec::new();
+    let mut kc = Vec::with_capacity(2 * (send.len() + recv.len()));
+    let mut types = Vec::with_capacity(send.len() + recv.len());
+    let mut sblocks = Vec::with_capacity(send.len());
     if !inplace {
         for &(d, n, t) in &send {
             let ti = c.type_info(t, "sendtype")?;
@@ -999,7 +1002,7 @@ fn alltoall_common(
         return Ok(c.native());
     }
     let me = c.me();
-    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), &types, kc);
+    let k = key(coll, &ch, 0, inplace as u8, MPI_OP_NULL(), types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
             Algo::Shm => match c.hier() {
@@ -1259,7 +1262,7 @@ pub unsafe fn reduce(
             root,
             inplace as u8,
             op,
-            &[datatype],
+            vec![datatype],
             vec![count],
         );
         c.launch(k, sendbuf, recvbuf, || {
@@ -1316,7 +1319,7 @@ pub unsafe fn allreduce(
             0,
             inplace as u8,
             op,
-            &[datatype],
+            vec![datatype],
             vec![count],
         );
         c.launch(k, sendbuf, recvbuf, || {
@@ -1372,7 +1375,15 @@ fn reduce_scatter_common(
         return Ok(c.native());
     }
     let me = c.me();
-    let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], counts.clone());
+    let k = key(
+        coll,
+        &ch,
+        0,
+        inplace as u8,
+        op,
+        vec![datatype],
+        counts.clone(),
+    );
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
             Algo::Shm => match c.hier() {
@@ -1490,7 +1501,7 @@ fn scan_common(
     }
     let me = c.me();
     let exclusive = coll == Coll::Exscan;
-    let k = key(coll, &ch, 0, inplace as u8, op, &[datatype], vec![count]);
+    let k = key(coll, &ch, 0, inplace as u8, op, vec![datatype], vec![count]);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(match ch.algo {
             Algo::Shm if c.single_copy() => {
@@ -1589,7 +1600,7 @@ fn neighbor_common(
     }
     let me = c.me();
     let cart = nb.cart;
-    let k = key(coll, &ch, 0, 0, MPI_OP_NULL(), &types, kc);
+    let k = key(coll, &ch, 0, 0, MPI_OP_NULL(), types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(algo::neighbor::single_round(me, &sends, &recvs, cart))
     })

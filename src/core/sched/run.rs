@@ -59,6 +59,71 @@ struct OnWire {
     out: Vec<(usize, Outcome)>,
 }
 
+/// A run's bookkeeping: per action, the dependencies left and the state; the ready
+/// actions; per outstanding request, its action and packed message; `Testsome`'s output;
+/// the shared-memory waits. Kept between runs (`BOOKS`), emptied: they were nine
+/// allocations of every point-to-point run.
+#[derive(Default)]
+struct Book {
+    remaining: Vec<u32>,
+    state: Vec<u8>,
+    ready: VecDeque<ActionId>,
+    reqs: Vec<MPI_Request>,
+    req_action: Vec<ActionId>,
+    /// Per outstanding request: the packed message it moves, if the shim packs it.
+    req_packed: Vec<Option<Packed>>,
+    indices: Vec<c_int>,
+    statuses: Vec<MPI_Status>,
+    /// Shared-memory waits (`Watch`, `Claim`) not yet satisfied.
+    watches: Vec<ActionId>,
+}
+
+// SAFETY: a book in `BOOKS` is empty (no request, no packed buffer); one in a run moves
+// with its run, which is `Send` itself.
+unsafe impl Send for Book {}
+
+/// Emptied books, for the next runs (at most `BOOKS_KEPT`, of schedules up to
+/// `BOOK_ACTIONS` actions: a large one's arrays are not worth keeping).
+static BOOKS: std::sync::Mutex<Vec<Book>> = std::sync::Mutex::new(Vec::new());
+const BOOKS_KEPT: usize = 32;
+const BOOK_ACTIONS: usize = 1024;
+
+impl Book {
+    fn take() -> Book {
+        BOOKS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Empties the book and keeps it for a later run (or frees it).
+    fn give_back(mut self) {
+        if self.state.capacity() == 0 || self.state.capacity() > BOOK_ACTIONS {
+            return;
+        }
+        self.remaining.clear();
+        self.state.clear();
+        self.ready.clear();
+        self.reqs.clear();
+        self.req_action.clear();
+        self.req_packed.clear();
+        self.indices.clear();
+        self.statuses.clear();
+        self.watches.clear();
+        let mut kept = BOOKS.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < BOOKS_KEPT {
+            kept.push(self);
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        std::mem::take(&mut self.book).give_back();
+    }
+}
+
 /// The running state of one collective instance.
 pub struct Run {
     sched: Arc<Schedule>,
@@ -69,26 +134,17 @@ pub struct Run {
     /// The communicator's shared-memory segment and this instance's place in it, for a
     /// schedule with shared-memory actions.
     shm: Option<(Arc<Node>, Place)>,
-    /// Shared-memory waits (`Watch`, `Claim`) not yet satisfied.
-    watches: Vec<ActionId>,
     /// The actions run one after another in the order built, as [`run_inline`] runs them
     /// (a schedule it accepts, [`inline_ok`]): `done` is the next one, and the dependency
-    /// bookkeeping below is never allocated (four allocations of a non-blocking call).
+    /// bookkeeping (`book`) is never taken.
     seq: bool,
     /// The communicator's verbs wire, where its messages go instead of the library.
     wire: Option<Box<OnWire>>,
     /// A non-blocking collective started while its segment was being set up: it runs
     /// there once the set-up is done, else this run's own (point-to-point) schedule.
     deferred: Option<Box<Deferred>>,
-    remaining: Vec<u32>,
-    state: Vec<u8>,
-    ready: VecDeque<ActionId>,
-    reqs: Vec<MPI_Request>,
-    req_action: Vec<ActionId>,
-    /// Per outstanding request: the packed message it moves, if the shim packs it.
-    req_packed: Vec<Option<Packed>>,
-    indices: Vec<c_int>,
-    statuses: Vec<MPI_Status>,
+    /// The dependency and request bookkeeping (`Book`), taken at the start.
+    book: Book,
     done: u32,
     started: bool,
     finished: bool,
@@ -164,15 +220,8 @@ impl Run {
         Run {
             wire,
             deferred: None,
-            // (allocated at the start of a run that is not sequential)
-            remaining: Vec::new(),
-            state: Vec::new(),
-            ready: VecDeque::new(),
-            reqs: Vec::new(),
-            req_action: Vec::new(),
-            req_packed: Vec::new(),
-            indices: Vec::new(),
-            statuses: Vec::new(),
+            // (taken at the start of a run that is not sequential)
+            book: Book::default(),
             done: 0,
             started: false,
             finished: n == 0,
@@ -184,7 +233,6 @@ impl Run {
             bases,
             _scratch: scratch,
             shm: None,
-            watches: Vec::new(),
             seq: false,
         }
     }
@@ -304,12 +352,13 @@ impl Run {
             }
             self.started = true;
             if !self.seq {
-                self.remaining = self.sched.indeg.clone();
-                self.state = vec![WAITING; self.sched.len()];
+                self.book = Book::take();
+                self.book.remaining.extend_from_slice(&self.sched.indeg);
+                self.book.state.resize(self.sched.len(), WAITING);
                 for v in 0..self.sched.len() as ActionId {
-                    if self.remaining[v as usize] == 0 {
-                        self.state[v as usize] = READY;
-                        self.ready.push_back(v);
+                    if self.book.remaining[v as usize] == 0 {
+                        self.book.state[v as usize] = READY;
+                        self.book.ready.push_back(v);
                     }
                 }
             }
@@ -318,15 +367,15 @@ impl Run {
             return self.advance_seq();
         }
         loop {
-            while let Some(v) = self.ready.pop_front() {
+            while let Some(v) = self.book.ready.pop_front() {
                 self.execute(v);
                 if self.error != MPI_SUCCESS {
                     self.fail();
                     return true;
                 }
             }
-            let watched = !self.watches.is_empty() && self.check_watches();
-            let tested = !self.reqs.is_empty() && self.test();
+            let watched = !self.book.watches.is_empty() && self.check_watches();
+            let tested = !self.book.reqs.is_empty() && self.test();
             let wired = self.wire.as_ref().is_some_and(|w| !w.ids.is_empty()) && self.test_wire();
             if !watched && !tested && !wired {
                 break;
@@ -430,8 +479,8 @@ impl Run {
             } => {
                 let sched = Arc::clone(&self.sched);
                 if let Some(p) = sched.has_prev_on_channel(v) {
-                    if self.state[p as usize] < POSTED {
-                        self.state[v as usize] = BLOCKED;
+                    if self.book.state[p as usize] < POSTED {
+                        self.book.state[v as usize] = BLOCKED;
                         return;
                     }
                 }
@@ -443,9 +492,9 @@ impl Run {
                     let mut req = MPI_REQUEST_NULL();
                     let (rc, packed) = self.post(send, data, peer, tag, &mut req);
                     if rc == MPI_SUCCESS {
-                        self.reqs.push(req);
-                        self.req_action.push(v);
-                        self.req_packed.push(packed);
+                        self.book.reqs.push(req);
+                        self.book.req_action.push(v);
+                        self.book.req_packed.push(packed);
                     }
                     rc
                 };
@@ -453,11 +502,11 @@ impl Run {
                     self.error = rc;
                     return;
                 }
-                self.state[v as usize] = POSTED;
+                self.book.state[v as usize] = POSTED;
                 if let Some(n) = sched.next_on_channel(v) {
-                    if self.state[n as usize] == BLOCKED {
-                        self.state[n as usize] = READY;
-                        self.ready.push_front(n);
+                    if self.book.state[n as usize] == BLOCKED {
+                        self.book.state[n as usize] = READY;
+                        self.book.ready.push_front(n);
                     }
                 }
             }
@@ -468,8 +517,8 @@ impl Run {
                 if self.satisfied(v) {
                     self.complete(v);
                 } else {
-                    self.state[v as usize] = POSTED;
-                    self.watches.push(v);
+                    self.book.state[v as usize] = POSTED;
+                    self.book.watches.push(v);
                 }
             }
             ref a => {
@@ -497,10 +546,10 @@ impl Run {
     fn check_watches(&mut self) -> bool {
         let mut any = false;
         let mut i = 0;
-        while i < self.watches.len() {
-            let v = self.watches[i];
+        while i < self.book.watches.len() {
+            let v = self.book.watches[i];
             if self.satisfied(v) {
-                self.watches.swap_remove(i);
+                self.book.watches.swap_remove(i);
                 self.complete(v);
                 any = true;
             } else {
@@ -683,80 +732,83 @@ impl Run {
     }
 
     fn complete(&mut self, v: ActionId) {
-        self.state[v as usize] = DONE;
+        self.book.state[v as usize] = DONE;
         self.done += 1;
         // (the fields apart: no reference count taken per action)
         for &s in self.sched.successors(v) {
-            let r = &mut self.remaining[s as usize];
+            let r = &mut self.book.remaining[s as usize];
             *r -= 1;
             if *r == 0 {
-                self.state[s as usize] = READY;
-                self.ready.push_back(s);
+                self.book.state[s as usize] = READY;
+                self.book.ready.push_back(s);
             }
         }
     }
 
     /// Tests the outstanding requests once; true if any completed.
     fn test(&mut self) -> bool {
-        let n = self.reqs.len();
-        self.indices.resize(n, 0);
-        self.statuses.resize(n, MPI_Status::default());
+        let n = self.book.reqs.len();
+        self.book.indices.resize(n, 0);
+        self.book.statuses.resize(n, MPI_Status::default());
         // arrays of n requests, n indices and n statuses
-        let (outcount, in_status) =
-            match p2p::testsome(&mut self.reqs, &mut self.indices, &mut self.statuses) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.error = e.code();
-                    return true;
-                }
-            };
+        let (outcount, in_status) = match p2p::testsome(
+            &mut self.book.reqs,
+            &mut self.book.indices,
+            &mut self.book.statuses,
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                self.error = e.code();
+                return true;
+            }
+        };
         if outcount == MPI_UNDEFINED || outcount <= 0 {
             return false;
         }
         for k in 0..outcount as usize {
-            let i = self.indices[k] as usize;
-            let e = self.statuses[k].MPI_ERROR;
+            let i = self.book.indices[k] as usize;
+            let e = self.book.statuses[k].MPI_ERROR;
             if in_status && e != MPI_SUCCESS && !self.truncation(e) {
                 self.error = e;
             }
-            if let Some(Packed::In(inc, user)) = &self.req_packed[i] {
+            if let Some(Packed::In(inc, user)) = &self.book.req_packed[i] {
                 // SAFETY: the completed receive's status; the schedule's destination.
-                unsafe { inc.finish(*user, &self.statuses[k]) };
+                unsafe { inc.finish(*user, &self.book.statuses[k]) };
             }
-            self.req_packed[i] = None;
-            let v = self.req_action[i];
+            self.book.req_packed[i] = None;
+            let v = self.book.req_action[i];
             self.complete(v);
         }
         // drop completed requests (Testsome set them to MPI_REQUEST_NULL)
         let mut j = 0;
         for i in 0..n {
-            if self.reqs[i] != MPI_REQUEST_NULL() {
-                self.reqs[j] = self.reqs[i];
-                self.req_action[j] = self.req_action[i];
-                self.req_packed.swap(i, j);
+            if self.book.reqs[i] != MPI_REQUEST_NULL() {
+                self.book.reqs[j] = self.book.reqs[i];
+                self.book.req_action[j] = self.book.req_action[i];
+                self.book.req_packed.swap(i, j);
                 j += 1;
             }
         }
-        self.reqs.truncate(j);
-        self.req_action.truncate(j);
-        self.req_packed.truncate(j);
+        self.book.reqs.truncate(j);
+        self.book.req_action.truncate(j);
+        self.book.req_packed.truncate(j);
         true
     }
 
     /// Stops after an error: outstanding requests are released (they complete in the
     /// background) and the run counts as finished, carrying the error.
     fn fail(&mut self) {
-        for r in self.reqs.iter_mut() {
+        for r in self.book.reqs.iter_mut() {
             // A receive left posted would match a message of a later collective (the
             // system MPI may give the shadow's context to a new communicator once it is
             // freed): it is cancelled first. A valid outstanding request of this run.
             let _ = p2p::cancel(r);
             let _ = p2p::request_free(r);
         }
-        self.reqs.clear();
-        self.req_action.clear();
+        self.book.reqs.clear();
+        self.book.req_action.clear();
         // the freed requests may still use the packed buffers: they are leaked
-        for p in self.req_packed.drain(..).flatten() {
+        for p in self.book.req_packed.drain(..).flatten() {
             std::mem::forget(p);
         }
         if let Some(w) = self.wire.take() {
@@ -777,8 +829,8 @@ impl Run {
             wire.release(&mut regs);
             std::mem::forget((staged, kept));
         }
-        self.ready.clear();
-        self.watches.clear();
+        self.book.ready.clear();
+        self.book.watches.clear();
         if let Some((node, place)) = &self.shm {
             // the other ranks must not wait for this one forever
             node.abandon(place);

@@ -89,7 +89,7 @@ pub fn barrier(c: &Ctx<'_>) -> Result<Done, Raised> {
         0,
         0,
         MPI_OP_NULL(),
-        &[],
+        Vec::new(),
         Vec::new(),
     );
     c.launch(k, core::ptr::null(), core::ptr::null_mut(), || {
@@ -125,7 +125,7 @@ pub fn bcast(
         root,
         0,
         MPI_OP_NULL(),
-        &[datatype],
+        vec![datatype],
         vec![count],
     );
     c.launch(k, core::ptr::null(), buffer, || {
@@ -221,7 +221,7 @@ pub fn gather(
     };
     let (role, rblocks, send, kc) = rooted_parts(c, root, root_side, recv, own, sendcount)?;
     let types = [sendtype, recvtype];
-    let k = key(coll, &choice(), root, 0, MPI_OP_NULL(), &types, kc);
+    let k = key(coll, &choice(), root, 0, MPI_OP_NULL(), types.to_vec(), kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(inter::gather(role, send, &rblocks))
     })
@@ -253,7 +253,7 @@ pub fn scatter(
     };
     let (role, sblocks, recv, kc) = rooted_parts(c, root, root_side, send, own, recvcount)?;
     let types = [sendtype, recvtype];
-    let k = key(coll, &choice(), root, 0, MPI_OP_NULL(), &types, kc);
+    let k = key(coll, &choice(), root, 0, MPI_OP_NULL(), types.to_vec(), kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(inter::scatter(role, &sblocks, recv))
     })
@@ -283,7 +283,7 @@ pub fn exchange(
         };
     let sblocks = side(Addr::send, sendbuf, &send, ("sendcount", "sendtype"))?;
     let rblocks = side(Addr::recv, recvbuf, &recv, ("recvcount", "recvtype"))?;
-    let k = key(coll, &choice(), 0, 0, MPI_OP_NULL(), &types, kc);
+    let k = key(coll, &choice(), 0, 0, MPI_OP_NULL(), types, kc);
     c.launch(k, sendbuf, recvbuf, || {
         Ok(inter::exchange(&sblocks, &rblocks))
     })
@@ -318,7 +318,7 @@ pub fn reduce(
         root,
         0,
         op,
-        &[datatype],
+        vec![datatype],
         vec![count],
     );
     c.launch(k, sendbuf, recvbuf, || Ok(inter::reduce(role, &r, q)))
@@ -343,7 +343,7 @@ pub fn allreduce(
         0,
         0,
         op,
-        &[datatype],
+        vec![datatype],
         vec![count],
     );
     c.launch(k, sendbuf, recvbuf, || Ok(inter::allreduce(&r, q)))
@@ -386,7 +386,7 @@ pub fn reduce_scatter(
         let at = counts[..me].iter().sum();
         (n, at, (0..q).map(|_| (0, n)).collect())
     };
-    let k = key(coll, &choice(), 0, 0, op, &[datatype], counts.clone());
+    let k = key(coll, &choice(), 0, 0, op, vec![datatype], counts.clone());
     c.launch(k, sendbuf, recvbuf, || {
         Ok(inter::reduce_scatter(&r, len, at, &sends))
     })

@@ -878,6 +878,10 @@ impl<'a> Ctx<'a> {
             t => t,
         };
         let allowed = select::shm_allowed(coll);
+        if transport == Transport::Pmpi || self.size() < 2 || self.st.inter || allowed.is_none() {
+            // (before the rules below, which every call that is decided would ask)
+            return false;
+        }
         let form = self.form();
         // `auto` takes the segment where it was measured to win: one rule on one node,
         // another across nodes (known once the segment exists, below)
@@ -977,11 +981,7 @@ impl<'a> Ctx<'a> {
             && !big
             && !single
             && (!auto || copy_wins);
-        if transport == Transport::Pmpi
-            || self.size() < 2
-            || self.st.inter
-            || allowed.is_none()
-            || (auto && !one_node && !across && !for_nb && !nb_single)
+        if (auto && !one_node && !across && !for_nb && !nb_single)
             || (big && !single && !nb_single)
             // no data: nothing to move, and nothing to wait for (MPI-4.0 §6.1: a collective
             // may complete as soon as the caller's part is done); the point-to-point path's
@@ -1426,7 +1426,7 @@ pub fn key(
     root: c_int,
     flags: u8,
     op: MPI_Op,
-    types: &[MPI_Datatype],
+    types: Vec<MPI_Datatype>,
     counts: Vec<i64>,
 ) -> Option<Key> {
     if !types.iter().all(|&t| is_predefined_datatype(t))
@@ -1440,7 +1440,7 @@ pub fn key(
         root,
         flags,
         op,
-        types: types.to_vec(),
+        types,
         counts,
     })
 }

@@ -57,13 +57,19 @@ impl Tuning {
             // process count alone, or files written before they were sized)
             return Some(a);
         }
-        let lg = |b: i64| (b.max(1) as f64).log2();
-        let x = lg(bytes);
-        let (d, a) = rows
+        // the row nearest on a logarithmic scale, within a factor of 2: compared by the
+        // ratio of the sizes, which orders them as the distance of their logarithms does
+        // (asked on every call that is decided: no logarithm per row)
+        let x = bytes.max(1) as f64;
+        let ratio = |b: i64| {
+            let b = b.max(1) as f64;
+            (b / x).max(x / b)
+        };
+        let (r, a) = rows
             .iter()
-            .map(|&(b, a)| ((lg(b) - x).abs(), a))
+            .map(|&(b, a)| (ratio(b), a))
             .min_by(|u, v| u.0.partial_cmp(&v.0).unwrap_or(std::cmp::Ordering::Equal))?;
-        (d <= 1.0 + 1e-9).then_some(a)
+        (r <= 2.0 * (1.0 + 1e-9)).then_some(a)
     }
 
     /// Whether any row was measured for this collective at this communicator size and
@@ -483,6 +489,41 @@ mod tests {
         let again = Tuning::parse(&t.to_text(), "t2", &Tuning::default()).unwrap();
         assert_eq!(again.params, t.params);
         assert_eq!(again.rows(), 2);
+    }
+
+    #[test]
+    fn the_nearest_row_is_the_one_nearest_on_a_log_scale() {
+        // the definition: the least distance of the sizes' logarithms, at most 1 (the
+        // first row of several as near)
+        let by_log = |t: &Tuning, coll: Coll, p: i32, nodes: i32, bytes: i64| {
+            let rows = t.best.get(&(coll as u8, p, nodes))?;
+            if let [(0, a)] = rows[..] {
+                return Some(a);
+            }
+            let lg = |b: i64| (b.max(1) as f64).log2();
+            let (d, a) = rows
+                .iter()
+                .map(|&(b, a)| ((lg(b) - lg(bytes)).abs(), a))
+                .min_by(|u, v| u.0.partial_cmp(&v.0).unwrap())?;
+            (d <= 1.0 + 1e-9).then_some(a)
+        };
+        let mut sizes: Vec<i64> = (0..=32)
+            .flat_map(|e| [(1i64 << e) - 1, 1 << e, 3 << e >> 1])
+            .collect();
+        sizes.extend([0, 5, 100, 1000, 3000, 10_000, 100_000, 1_000_000]);
+        for (name, text) in SHIPPED {
+            let t = Tuning::parse(text, name, &Tuning::default()).unwrap();
+            for &(c, p, nodes) in t.best.keys() {
+                let coll = COLLS[c as usize - 1].coll;
+                for &b in &sizes {
+                    assert_eq!(
+                        t.measured(coll, p, nodes, b),
+                        by_log(&t, coll, p, nodes, b),
+                        "{name}: {coll:?} at {p}/{nodes}, {b} bytes"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
