@@ -948,14 +948,15 @@ impl<'a> Ctx<'a> {
             && nodes == 1
             && !big
             && select::shm_wins(coll, select::Form::Nonblocking, self.size(), footprint);
+        // where a segment may be set up without waiting for the other ranks (`node::Setup`):
+        // one node, not under `verbs`, the nodes the census found (`ShmConfig::nb_setup`)
+        let set_up_unwaited = nodes == 1 && !verbs && cfg.nb_setup;
         // beyond the slot (and the v and w forms) with one copy, decided without the node's
         // CMA, which a rank whose set-up is not done does not know yet: where the node
         // refuses it, every rank passes through the call's instance and runs it on
         // point-to-point (`Ticket::PassThrough`, `Awaits::SingleCopy`)
         let nb_single = form == select::Form::Nonblocking
-            && nodes == 1
-            && !verbs
-            && cfg.nb_setup
+            && set_up_unwaited
             && big
             && single_ok
             && (!auto || single_rule());
@@ -966,18 +967,14 @@ impl<'a> Ctx<'a> {
         // must not go to the library on the ranks where it is done or failed either (the
         // ranks' collectives on the communicator would then differ)
         let nb_deferrable = form == select::Form::Nonblocking
-            && nodes == 1
-            && !verbs
-            && cfg.nb_setup
+            && set_up_unwaited
             && if big { nb_single } else { !auto || copy_wins };
         // the same for a persistent initialization, which reserves its channel while the
         // set-up goes on (`Setup::reserve`); one with single copy waits for the set-up (the
         // node's CMA decides it)
         let p_deferrable = form == select::Form::Persistent
             && cfg.channels > 0
-            && nodes == 1
-            && !verbs
-            && cfg.nb_setup
+            && set_up_unwaited
             && !big
             && !single
             && (!auto || copy_wins);
@@ -1213,7 +1210,9 @@ impl<'a> Ctx<'a> {
         if let Ticket::Place(_, p) = &ticket {
             tracing::trace!(target: "shim::shm", "{} instance {} ({:?})", self.name(), p.instance, form);
         }
-        self.no_memo.set(self.no_memo.get() || nb_one);
+        if nb_one {
+            self.no_memo.set(true);
+        }
         *self.ticket.borrow_mut() = Some(ticket);
         self.single.set(single || pipelined || nb_one);
         true
